@@ -1,0 +1,198 @@
+//! The command line. The doc comments are the `--help` text.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::admit::{Policy, WebhookKind};
+use crate::duration::parse_flag as duration;
+use crate::owner::{OwnerLabels, RequesterCheck};
+
+/// ownerguard: ties what a worker pod creates to that pod with a correct,
+/// non-blocking ownerReference, and refuses the objects whose owner is wrong.
+#[derive(Debug, Parser)]
+#[command(name = "ownerguard", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Log format: one line per event, as text or as JSON.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "OWNERGUARD_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the admission webhooks over HTTPS (/mutate, /validate), with
+    /// metrics and probes over plain HTTP.
+    Serve(ServeArgs),
+    /// Decide one AdmissionReview (or a plain manifest, as a CREATE) offline
+    /// and print the response review. Exit 0 allowed, 1 denied, 2 bad input.
+    Review(ReviewArgs),
+    /// Make a CA and a serving certificate (ca.crt, tls.crt, tls.key) and
+    /// print the base64 caBundle for the webhook configurations.
+    Certs(CertsArgs),
+}
+
+/// The settings every decision depends on.
+#[derive(Debug, Clone, Args)]
+pub struct PolicyArgs {
+    /// Prefix of the owner label keys: <prefix>/owner-pod and <prefix>/owner-uid.
+    #[arg(long, default_value = "ownerguard.io", value_parser = key_prefix)]
+    pub key_prefix: String,
+
+    /// A request from a pod-bound service account that declares another pod
+    /// as owner: deny it (enforce), allow it with a warning (warn), or do not
+    /// compare (off).
+    #[arg(long, value_enum, default_value_t = RequesterCheck::Enforce)]
+    pub requester_check: RequesterCheck,
+
+    /// Allow, with a warning, when an owner cannot be looked up (API server
+    /// down or slower than the budget) instead of denying with 503. Pair it
+    /// with failurePolicy: Ignore.
+    #[arg(long)]
+    pub fail_open: bool,
+}
+
+impl PolicyArgs {
+    pub fn policy(&self) -> Policy {
+        Policy { labels: OwnerLabels::new(&self.key_prefix), requester_check: self.requester_check, fail_open: self.fail_open }
+    }
+}
+
+fn key_prefix(text: &str) -> Result<String, String> {
+    if crate::owner::resolve::is_pod_name(text) && text.len() <= 253 {
+        Ok(text.to_string())
+    } else {
+        Err(format!("'{text}' is not a label key prefix (a lowercase DNS subdomain such as example.com)"))
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// HTTPS address of the webhooks.
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    pub addr: SocketAddr,
+
+    /// Plain-HTTP address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    pub metrics_addr: SocketAddr,
+
+    /// Serving certificate chain, PEM. Reloaded when the file changes.
+    #[arg(long, required_unless_present = "dev", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key of the serving certificate, PEM. Reloaded with it.
+    #[arg(long, required_unless_present = "dev", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require client certificates signed by this CA (PEM): for clusters
+    /// whose admission configuration gives the API server one.
+    #[arg(long)]
+    pub client_ca: Option<PathBuf>,
+
+    /// Development: make a CA and a certificate for localhost in certs/ when
+    /// none is there, and serve with them.
+    #[arg(long)]
+    pub dev: bool,
+
+    /// Directory of --dev certificates.
+    #[arg(long, default_value = "certs", hide = true)]
+    pub dev_certs_dir: PathBuf,
+
+    /// Look owners up in this static inventory instead of a cluster: a v1
+    /// PodList (kubectl get pods -A -o json or -o yaml) or a YAML stream of Pods.
+    #[arg(long)]
+    pub pods: Option<PathBuf>,
+
+    /// Write every reviewed request into this directory as a ready-to-commit
+    /// test case (request, owner pods, response).
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+
+    /// Upper bound of one owner lookup; the API server's ?timeout= bounds it
+    /// too.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    pub lookup_timeout: Duration,
+
+    /// How often the certificate files are checked for a change.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub tls_reload_interval: Duration,
+
+    /// After SIGTERM, keep serving this long while /readyz says not ready, so
+    /// that Service endpoints drop this pod before the listener closes.
+    #[arg(long, default_value = "0s", value_parser = duration)]
+    pub shutdown_delay: Duration,
+
+    /// After the listener closes, how long in-flight requests may run.
+    #[arg(long, default_value = "25s", value_parser = duration)]
+    pub shutdown_timeout: Duration,
+
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReviewArgs {
+    /// An AdmissionReview (JSON or YAML), a bare AdmissionRequest, or a plain
+    /// object manifest reviewed as a CREATE. Standard input when absent or -.
+    pub input: Option<PathBuf>,
+
+    /// The owner pods that exist: a PodList or a YAML stream of Pods. None
+    /// exist when absent (but the --as-pod one).
+    #[arg(long)]
+    pub pods: Option<PathBuf>,
+
+    /// Which webhook decides.
+    #[arg(long, value_enum, default_value_t = WebhookKind::Mutate)]
+    pub webhook: WebhookKind,
+
+    /// Namespace of a plain manifest (default: its metadata.namespace, else
+    /// default).
+    #[arg(long)]
+    pub namespace: Option<String>,
+
+    /// Review a plain manifest as created by this pod (NAME/UID), as a
+    /// pod-bound service-account token would show it. The pod is taken to
+    /// exist.
+    #[arg(long, value_name = "NAME/UID", value_parser = as_pod)]
+    pub as_pod: Option<(String, String)>,
+
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+fn as_pod(text: &str) -> Result<(String, String), String> {
+    match text.split_once('/') {
+        Some((name, uid)) if !name.is_empty() && !uid.is_empty() => Ok((name.to_string(), uid.to_string())),
+        _ => Err(format!("'{text}' is not NAME/UID")),
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsArgs {
+    /// Directory to write ca.crt, tls.crt and tls.key (0600) into.
+    #[arg(long)]
+    pub out: PathBuf,
+
+    /// DNS names of the serving certificate, such as
+    /// ownerguard.ownerguard.svc.
+    #[arg(long, num_args = 1.., required_unless_present = "ip")]
+    pub dns: Vec<String>,
+
+    /// IP addresses of the serving certificate.
+    #[arg(long, num_args = 1..)]
+    pub ip: Vec<IpAddr>,
+
+    /// Validity in days.
+    #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
+    pub days: u32,
+}

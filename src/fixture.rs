@@ -1,0 +1,161 @@
+//! The test-case format of `tests/fixtures/<case>/`, shared by the golden
+//! tests and `serve --record`, so that a recorded request is a ready test:
+//!
+//! ```text
+//! request.json   the AdmissionReview as sent (managedFields stripped)
+//! pods.yaml      the owner pods that exist, as a PodList
+//! case.yaml      the webhook and the settings it ran with (optional)
+//! response.json  the expected answer, its patch decoded for reading
+//! patched.json   the object's metadata after the patch (only if patched)
+//! ```
+
+use std::collections::HashSet;
+
+use base64::Engine;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::admit::{Policy, WebhookKind};
+use crate::error::LookupError;
+use crate::owner::inventory::Inventory;
+use crate::owner::{Lookup, ObservedPod, OwnerLabels, OwnerLookup, RequesterCheck, Source};
+
+pub const REQUEST: &str = "request.json";
+pub const PODS: &str = "pods.yaml";
+pub const CASE: &str = "case.yaml";
+pub const RESPONSE: &str = "response.json";
+pub const PATCHED: &str = "patched.json";
+
+/// `case.yaml`: how the case is run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CaseConfig {
+    /// What the case pins, in a sentence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default = "mutate")]
+    pub webhook: WebhookKind,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub requester_check: RequesterCheck,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub fail_open: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_prefix: Option<String>,
+    /// Owner names whose lookup fails (the API down), to replay a 503.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lookup_failures: Vec<String>,
+}
+
+fn mutate() -> WebhookKind {
+    WebhookKind::Mutate
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+impl Default for CaseConfig {
+    fn default() -> Self {
+        Self {
+            description: None,
+            webhook: WebhookKind::Mutate,
+            requester_check: RequesterCheck::default(),
+            fail_open: false,
+            key_prefix: None,
+            lookup_failures: Vec::new(),
+        }
+    }
+}
+
+impl CaseConfig {
+    pub fn policy(&self) -> Policy {
+        Policy {
+            labels: self.key_prefix.as_deref().map(OwnerLabels::new).unwrap_or_default(),
+            requester_check: self.requester_check,
+            fail_open: self.fail_open,
+        }
+    }
+}
+
+/// The inventory of a case, where the owners of `lookup_failures` cannot
+/// be looked up.
+pub struct CaseLookup {
+    pub inventory: Inventory,
+    pub failures: HashSet<String>,
+}
+
+impl OwnerLookup for CaseLookup {
+    fn lookup<'a>(&'a self, namespace: &'a str, name: &'a str, expected_uid: &'a str, deadline: Instant) -> BoxFuture<'a, Lookup> {
+        if self.failures.contains(name) {
+            let outcome = Err(LookupError::TimedOut { after: std::time::Duration::ZERO });
+            return Box::pin(std::future::ready(Lookup { source: Source::Api, outcome }));
+        }
+        self.inventory.lookup(namespace, name, expected_uid, deadline)
+    }
+}
+
+/// The response review with its base64 patch decoded into the JSON array
+/// it carries, for reading and diffing. Left as it is when it does not
+/// decode: the golden comparison then fails on it.
+pub fn readable_response(mut review: Value) -> Value {
+    let decoded = review["response"]["patch"]
+        .as_str()
+        .and_then(|patch| base64::engine::general_purpose::STANDARD.decode(patch).ok())
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+    if let Some(patch) = decoded {
+        review["response"]["patch"] = patch;
+    }
+    review
+}
+
+/// The metadata of the request's object after the response's patch, as
+/// the API server would apply it. `Ok(None)` when there is no patch.
+///
+/// # Errors
+///
+/// A message when the patch does not decode or does not apply: the API
+/// server would fail the user's request with a 500.
+pub fn patched_metadata(review: &Value, response: &Value) -> Result<Option<Value>, String> {
+    let Some(encoded) = response["response"]["patch"].as_str() else {
+        return Ok(None);
+    };
+    let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).map_err(|e| format!("patch is not base64: {e}"))?;
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).map_err(|e| format!("patch is not a JSON Patch: {e}"))?;
+    let mut object = request_object(review).clone();
+    json_patch::patch(&mut object, &patch).map_err(|e| format!("patch does not apply: {e}"))?;
+    Ok(Some(object["metadata"].clone()))
+}
+
+/// The `request` of a review, or the document itself for a bare request.
+pub fn request_object(review: &Value) -> &Value {
+    let request = review.get("request").unwrap_or(review);
+    &request["object"]
+}
+
+/// Remove `metadata.managedFields` from the object and the old object:
+/// noise in a test case, and the longest part of most requests.
+pub fn strip_managed_fields(review: &mut Value) {
+    for key in ["object", "oldObject"] {
+        if let Some(metadata) = review["request"][key]["metadata"].as_object_mut() {
+            metadata.remove("managedFields");
+        }
+    }
+}
+
+/// `pods.yaml` for the pods a decision looked up.
+pub fn pods_yaml(pods: &[(String, String, ObservedPod)]) -> String {
+    let items: Vec<Value> = pods
+        .iter()
+        .map(|(namespace, name, pod)| {
+            let mut metadata = json!({"name": name, "namespace": namespace, "uid": pod.uid});
+            if pod.terminating {
+                metadata["deletionTimestamp"] = json!("1970-01-01T00:00:00Z");
+            }
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata})
+        })
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "PodList", "items": items});
+    serde_saphyr::to_string(&list).unwrap_or_default()
+}

@@ -1,0 +1,102 @@
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use tracing::{error, info};
+
+use ownerguard::certs::{self, CA_CERT, TLS_CERT, TLS_KEY};
+use ownerguard::cli::{CertsArgs, Cli, Command, ServeArgs};
+use ownerguard::metrics::Metrics;
+use ownerguard::owner::OwnerLookup;
+use ownerguard::owner::inventory::Inventory;
+use ownerguard::record::Recorder;
+use ownerguard::server::{ServeOptions, Server, shutdown_signal};
+use ownerguard::webhook::Webhook;
+use ownerguard::{offline, telemetry};
+
+fn main() -> ExitCode {
+    // One process-wide crypto provider for rustls, the server's and kube's.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    let default_level = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
+    telemetry::init(cli.log_format, default_level);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("ownerguard: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::Review(args) => runtime.block_on(offline::run(args)),
+        Command::Serve(args) => report(runtime.block_on(serve(args))),
+        Command::Certs(args) => report(write_certs(&args)),
+    }
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e:#}");
+            eprintln!("ownerguard: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn write_certs(args: &CertsArgs) -> anyhow::Result<()> {
+    let generated = certs::generate(&args.dns, &args.ip, args.days)?;
+    generated.write(&args.out)?;
+    eprintln!("wrote {CA_CERT}, {TLS_CERT} and {TLS_KEY} to {}; caBundle:", args.out.display());
+    println!("{}", generated.ca_bundle());
+    Ok(())
+}
+
+/// `--dev`: the certificates in `dir`, made for localhost when missing.
+fn dev_certificates(dir: &Path) -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let (cert, key) = (dir.join(TLS_CERT), dir.join(TLS_KEY));
+    if !(cert.exists() && key.exists() && dir.join(CA_CERT).exists()) {
+        let ips = ["127.0.0.1".parse()?, "::1".parse()?];
+        certs::generate(&["localhost".to_string()], &ips, 365)?.write(dir)?;
+        info!(dir = %dir.display(), "made a development CA and certificate for localhost");
+    }
+    Ok((cert, key))
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let (tls_cert, tls_key) = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => (cert.clone(), key.clone()),
+        _ if args.dev => dev_certificates(&args.dev_certs_dir)?,
+        _ => bail!("--tls-cert and --tls-key are required (or --dev for a localhost certificate)"),
+    };
+    let metrics = Arc::new(Metrics::default());
+    let lookup: Arc<dyn OwnerLookup> = match &args.pods {
+        Some(path) => {
+            let inventory = Inventory::from_file(path)?;
+            info!(pods = inventory.len(), file = %path.display(), "owner lookup from a static inventory");
+            Arc::new(inventory)
+        }
+        None => bail!("no owner source: pass --pods FILE (a PodList) to look owners up without a cluster"),
+    };
+    let mut webhook = Webhook::new(args.policy.policy(), lookup, metrics).with_lookup_timeout(args.lookup_timeout);
+    if let Some(dir) = &args.record {
+        let recorder = Recorder::new(dir).with_context(|| format!("cannot record into {}", dir.display()))?;
+        info!(dir = %dir.display(), "recording every review as a test case");
+        webhook = webhook.with_recorder(recorder);
+    }
+    let options = ServeOptions {
+        addr: args.addr,
+        metrics_addr: args.metrics_addr,
+        tls_cert,
+        tls_key,
+        client_ca: args.client_ca.clone(),
+        tls_reload_interval: args.tls_reload_interval,
+        shutdown_delay: args.shutdown_delay,
+        shutdown_timeout: args.shutdown_timeout,
+    };
+    let server = Server::bind(options, Arc::new(webhook)).await?;
+    server.run(shutdown_signal()).await
+}

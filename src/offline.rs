@@ -1,0 +1,142 @@
+//! `ownerguard review`: decide one review offline, as the server would.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID};
+use crate::cli::ReviewArgs;
+use crate::metrics::Metrics;
+use crate::owner::ObservedPod;
+use crate::owner::inventory::{Inventory, InventoryPod};
+use crate::webhook::Webhook;
+
+/// The request uid of a review made from a plain manifest.
+pub const MANIFEST_REQUEST_UID: &str = "00000000-0000-0000-0000-000000000000";
+
+/// Exit codes: 0 allowed, 1 denied, 2 bad input.
+pub async fn run(args: ReviewArgs) -> ExitCode {
+    match review(&args).await {
+        Ok((allowed, output)) => {
+            println!("{output}");
+            ExitCode::from(if allowed { 0 } else { 1 })
+        }
+        Err(message) => {
+            eprintln!("ownerguard review: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn review(args: &ReviewArgs) -> Result<(bool, String), String> {
+    let text = read_input(args.input.as_deref())?;
+    let document = parse_document(&text)?;
+    let body = to_review(document, args)?;
+
+    let mut inventory = match &args.pods {
+        Some(path) => Inventory::from_file(path).map_err(|e| e.to_string())?,
+        None => Inventory::default(),
+    };
+    if let Some((name, uid)) = &args.as_pod {
+        let namespace = body["request"]["namespace"].as_str().unwrap_or("default").to_string();
+        if inventory.get(&namespace, name).is_none() {
+            let requester = InventoryPod { namespace, name: name.clone(), pod: ObservedPod { uid: uid.clone(), terminating: false } };
+            inventory = inventory.with(requester);
+        }
+    }
+    let webhook = Webhook::new(args.policy.policy(), Arc::new(inventory), Arc::new(Metrics::default()));
+    let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
+    let answer = webhook.review(args.webhook, &bytes, None).await.map_err(|e| e.to_string())?;
+    if let Some(status) = &answer.response.status {
+        eprintln!("denied ({}): {}", status.code, status.message);
+    }
+    for warning in &answer.response.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let value: Value = serde_json::from_slice(&answer.body).map_err(|e| e.to_string())?;
+    let output = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
+    Ok((answer.response.allowed, output))
+}
+
+fn read_input(path: Option<&Path>) -> Result<String, String> {
+    let mut text = String::new();
+    match path {
+        None => std::io::stdin().read_to_string(&mut text).map(drop),
+        Some(path) if path == Path::new("-") => std::io::stdin().read_to_string(&mut text).map(drop),
+        Some(path) => std::fs::read_to_string(path).map(|t| text = t),
+    }
+    .map_err(|e| format!("cannot read input: {e}"))?;
+    Ok(text)
+}
+
+/// JSON, or else YAML (one document).
+pub fn parse_document(text: &str) -> Result<Value, String> {
+    match serde_json::from_str(text) {
+        Ok(value) => Ok(value),
+        Err(json_error) => serde_saphyr::from_str::<Value>(text)
+            .map_err(|yaml_error| format!("input is neither JSON ({json_error}) nor YAML ({yaml_error})")),
+    }
+}
+
+/// Make an `AdmissionReview` of what was given: a review as it is, a bare
+/// `AdmissionRequest` (as Kubewarden and Kyverno keep test data) wrapped in
+/// a `v1` review, a plain manifest as a CREATE.
+///
+/// # Errors
+///
+/// A message when the document is none of these.
+pub fn to_review(document: Value, args: &ReviewArgs) -> Result<Value, String> {
+    let Some(map) = document.as_object() else {
+        return Err("input is not an object".to_string());
+    };
+    if map.contains_key("request") || map.get("kind").and_then(Value::as_str) == Some("AdmissionReview") {
+        return Ok(document);
+    }
+    if map.contains_key("operation") {
+        return Ok(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": document}));
+    }
+    manifest_review(document, args)
+}
+
+fn manifest_review(mut object: Value, args: &ReviewArgs) -> Result<Value, String> {
+    let api_version = object["apiVersion"].as_str().ok_or("manifest has no apiVersion")?.to_string();
+    let kind = object["kind"].as_str().ok_or("manifest has no kind")?.to_string();
+    if !object["metadata"].is_object() {
+        return Err("manifest has no metadata".to_string());
+    }
+    let namespace = args
+        .namespace
+        .clone()
+        .or_else(|| object["metadata"]["namespace"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "default".to_string());
+    // The API server defaults the object's namespace to the request's.
+    object["metadata"]["namespace"] = json!(namespace);
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let user_info = match &args.as_pod {
+        Some((name, uid)) => json!({
+            "username": format!("system:serviceaccount:{namespace}:default"),
+            "extra": {EXTRA_POD_NAME: [name], EXTRA_POD_UID: [uid]},
+        }),
+        None => json!({"username": "ownerguard-review"}),
+    };
+    Ok(json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": MANIFEST_REQUEST_UID,
+            "kind": {"group": group, "version": version, "kind": kind},
+            // Lowercase plural, right for pods, configmaps and jobs.
+            "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
+            "name": object["metadata"]["name"].clone(),
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": user_info,
+            "object": object,
+            "oldObject": null,
+            "dryRun": false,
+        }
+    }))
+}

@@ -1,0 +1,90 @@
+//! Is the declared owner there? One interface, several sources: the static
+//! inventory of `--pods`, or the cluster (watch cache, then a live GET).
+
+use std::fmt;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::error::LookupError;
+
+/// Where an answer about an owner came from: the audit annotation
+/// `owner-source` and the `source` label of the lookup metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// The in-memory index fed by the pod watch.
+    Cache,
+    /// A live GET on the API server.
+    Api,
+    /// The static inventory of `--pods`.
+    Inventory,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cache => "cache",
+            Self::Api => "api",
+            Self::Inventory => "inventory",
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What is known of a pod that exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedPod {
+    pub uid: String,
+    /// `deletionTimestamp` is set: the pod is going away.
+    pub terminating: bool,
+}
+
+/// The answer to one lookup.
+#[derive(Debug)]
+pub struct Lookup {
+    pub source: Source,
+    /// `Ok(None)`: no pod of that name in that namespace.
+    pub outcome: Result<Option<ObservedPod>, LookupError>,
+}
+
+impl Lookup {
+    /// The `result` label of `ownerguard_owner_lookups_total`.
+    pub fn result_label(&self, expected_uid: &str) -> &'static str {
+        match &self.outcome {
+            Ok(None) => "not_found",
+            Ok(Some(pod)) if pod.uid != expected_uid => "uid_mismatch",
+            Ok(Some(pod)) if pod.terminating => "terminating",
+            Ok(Some(_)) => "found",
+            Err(LookupError::TimedOut { .. }) => "timeout",
+            Err(LookupError::Api { .. }) => "error",
+        }
+    }
+}
+
+/// A source of owner pods.
+pub trait OwnerLookup: Send + Sync {
+    /// Look pod `name` up in `namespace`, answering before `deadline`.
+    ///
+    /// `expected_uid` is the uid the object declares: a source that may be
+    /// stale (a cache) checks again live when its answer disagrees.
+    fn lookup<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        expected_uid: &'a str,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Lookup>;
+
+    /// Whether the source can answer yet (`/readyz`): a cache that has not
+    /// listed the pods once would answer "not found" for every owner.
+    fn is_ready(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,10 @@
+//! The owner pod: who an object declares ([`resolve`]) and whether that pod
+//! is really there ([`lookup`]), from a static inventory ([`inventory`]) or
+//! the cluster.
+
+pub mod inventory;
+pub mod lookup;
+pub mod resolve;
+
+pub use lookup::{Lookup, ObservedPod, OwnerLookup, Source};
+pub use resolve::{Claim, Origin, OwnerLabels, Requester, RequesterCheck};

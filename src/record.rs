@@ -1,0 +1,104 @@
+//! `serve --record DIR`: every reviewed request written down as a
+//! ready-to-commit test case in the format of [`crate::fixture`]. A user
+//! turns real cluster traffic into regression tests with one flag.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::Value;
+use tracing::warn;
+
+use crate::admit::{Policy, WebhookKind};
+use crate::fixture::{self, CaseConfig};
+use crate::owner::ObservedPod;
+
+/// Writes cases under one directory, off the request path.
+pub struct Recorder {
+    dir: PathBuf,
+    sequence: AtomicU64,
+}
+
+impl Recorder {
+    /// # Errors
+    ///
+    /// When `dir` cannot be created.
+    pub fn new(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        // Continue the numbering of an earlier run into the same directory.
+        let existing = std::fs::read_dir(dir)?.count() as u64;
+        Ok(Self { dir: dir.to_path_buf(), sequence: AtomicU64::new(existing) })
+    }
+
+    /// Write one case in the background. A failure is logged: recording
+    /// never changes an answer.
+    pub fn record(
+        &self,
+        webhook: WebhookKind,
+        policy: &Policy,
+        request: &[u8],
+        pods: &[(String, String, ObservedPod)],
+        failures: &[String],
+        response: &[u8],
+    ) {
+        let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
+        let config = CaseConfig {
+            description: None,
+            webhook,
+            requester_check: policy.requester_check,
+            fail_open: policy.fail_open,
+            key_prefix: policy.labels.pod.strip_suffix("/owner-pod").filter(|p| *p != "ownerguard.io").map(str::to_string),
+            lookup_failures: failures.to_vec(),
+        };
+        let (request, response, pods, dir) = (request.to_vec(), response.to_vec(), fixture::pods_yaml(pods), self.dir.clone());
+        let write = move || {
+            if let Err(error) = write_case(&dir, sequence, &config, &request, &pods, &response) {
+                warn!(%error, dir = %dir.display(), "could not record the request");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => drop(handle.spawn_blocking(write)),
+            Err(_) => write(),
+        }
+    }
+}
+
+fn write_case(dir: &Path, sequence: u64, config: &CaseConfig, request: &[u8], pods: &str, response: &[u8]) -> std::io::Result<()> {
+    let mut review: Value = serde_json::from_slice(request)?;
+    fixture::strip_managed_fields(&mut review);
+    let response: Value = serde_json::from_slice(response)?;
+    let case = dir.join(case_name(sequence, &review));
+    std::fs::create_dir_all(&case)?;
+    let pretty = |value: &Value| serde_json::to_string_pretty(value).map(|text| text + "\n");
+    std::fs::write(case.join(fixture::REQUEST), pretty(&review)?)?;
+    std::fs::write(case.join(fixture::PODS), pods)?;
+    let config_yaml = serde_saphyr::to_string(config).map_err(std::io::Error::other)?;
+    std::fs::write(case.join(fixture::CASE), config_yaml)?;
+    if let Ok(Some(metadata)) = fixture::patched_metadata(&review, &response) {
+        std::fs::write(case.join(fixture::PATCHED), pretty(&metadata)?)?;
+    }
+    std::fs::write(case.join(fixture::RESPONSE), pretty(&fixture::readable_response(response))?)?;
+    Ok(())
+}
+
+/// `0007-create-pod-agent-abc`: the order of arrival, then what it was.
+fn case_name(sequence: u64, review: &Value) -> String {
+    let request = &review["request"];
+    let metadata = &request["object"]["metadata"];
+    let name = metadata["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .or(metadata["generateName"].as_str())
+        .or(request["name"].as_str())
+        .unwrap_or("unnamed");
+    let raw = format!(
+        "{sequence:04}-{}-{}-{name}",
+        request["operation"].as_str().unwrap_or("unknown"),
+        request["kind"]["kind"].as_str().unwrap_or("object")
+    );
+    raw.to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .collect::<String>()
+        .trim_end_matches('-')
+        .to_string()
+}

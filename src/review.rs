@@ -1,0 +1,99 @@
+//! The HTTP handlers of `/mutate` and `/validate`, nothing else: read the
+//! body within its limit, read `?timeout=`, hand over to the [`Webhook`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+
+use crate::admit::WebhookKind;
+use crate::duration::parse_go_duration;
+use crate::webhook::Webhook;
+
+/// The largest body accepted: an UPDATE carries two objects of up to 3 MiB
+/// each (etcd's default request limit is 1.5 MiB; the API server's is 3),
+/// plus the envelope.
+pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+
+/// `/mutate` and `/validate`, ready to serve or to drive in tests.
+pub fn router(webhook: Arc<Webhook>) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate))
+        .route("/validate", post(validate))
+        .fallback(not_found)
+        .with_state(webhook)
+}
+
+async fn mutate(State(webhook): State<Arc<Webhook>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+    handle(&webhook, WebhookKind::Mutate, &uri, &headers, body).await
+}
+
+async fn validate(State(webhook): State<Arc<Webhook>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+    handle(&webhook, WebhookKind::Validate, &uri, &headers, body).await
+}
+
+async fn not_found(uri: Uri) -> Response {
+    error(StatusCode::NOT_FOUND, &format!("no such path {}: ownerguard serves POST /mutate and POST /validate", uri.path()))
+}
+
+async fn handle(webhook: &Webhook, kind: WebhookKind, uri: &Uri, headers: &HeaderMap, body: Body) -> Response {
+    let declared_length = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared_length.is_some_and(|length| length > MAX_BODY_BYTES) {
+        return too_large();
+    }
+    let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return too_large(),
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}")),
+    };
+    match webhook.review(kind, &bytes, api_timeout(uri)).await {
+        Ok(answer) => ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+    }
+}
+
+/// The API server's `?timeout=` (Go duration syntax), if given and valid.
+fn api_timeout(uri: &Uri) -> Option<Duration> {
+    uri.query()?
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| *key == "timeout")
+        .and_then(|(_, value)| parse_go_duration(value))
+        .filter(|timeout| !timeout.is_zero())
+}
+
+fn too_large() -> Response {
+    error(StatusCode::PAYLOAD_TOO_LARGE, &format!("request body over {MAX_BODY_BYTES} bytes"))
+}
+
+/// A JSON error body: `{"error": "...", "code": N}`.
+pub fn error(status: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({ "error": message, "code": status.as_u16() });
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_timeout_is_read_from_the_query() {
+        let uri: Uri = "/mutate?timeout=10s".parse().unwrap();
+        assert_eq!(api_timeout(&uri), Some(Duration::from_secs(10)));
+        let uri: Uri = "/mutate?x=1&timeout=1m30s".parse().unwrap();
+        assert_eq!(api_timeout(&uri), Some(Duration::from_secs(90)));
+        let uri: Uri = "/mutate?timeout=soon".parse().unwrap();
+        assert_eq!(api_timeout(&uri), None);
+        let uri: Uri = "/mutate".parse().unwrap();
+        assert_eq!(api_timeout(&uri), None);
+    }
+}

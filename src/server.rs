@@ -1,0 +1,246 @@
+//! Serving: HTTPS for the webhooks, plain HTTP for metrics and probes,
+//! certificate reload, and a drain on SIGTERM.
+//!
+//! The HTTPS side is a hand-written accept loop over tokio-rustls and
+//! hyper-util rather than a wrapper crate, for three reasons measured or
+//! required here: TCP_NODELAY on every connection (without it HTTP/2 showed
+//! a 44 ms p99 from Nagle's algorithm), a bound on the TLS handshake and on
+//! reading request headers (a slow client must not hold a connection), and
+//! a graceful drain that lets in-flight reviews finish.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, info, warn};
+
+use crate::review;
+use crate::tls::{self, ReloadingCertificate};
+use crate::webhook::Webhook;
+
+/// A TLS handshake must complete within this.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Request headers must arrive within this (HTTP/1.1).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where and how to serve.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+    /// How often the certificate files are checked for a change.
+    pub tls_reload_interval: Duration,
+    /// After SIGTERM, how long to keep serving while not ready, so that
+    /// endpoints stop sending traffic here before the listener closes.
+    pub shutdown_delay: Duration,
+    /// After the listener closes, how long in-flight requests may take.
+    pub shutdown_timeout: Duration,
+}
+
+/// What `/healthz` and `/readyz` report.
+pub struct Health {
+    certificate: Arc<ReloadingCertificate>,
+    webhook: Arc<Webhook>,
+    shutting_down: AtomicBool,
+}
+
+impl Health {
+    /// Ready: a certificate is loaded, the owner source can answer (the
+    /// cache has listed the pods once), and no shutdown has begun.
+    pub fn is_ready(&self) -> bool {
+        self.certificate.not_after() > 0 && self.webhook.owner_source().is_ready() && !self.shutting_down.load(Ordering::SeqCst)
+    }
+}
+
+/// A bound, not yet serving, server.
+pub struct Server {
+    options: ServeOptions,
+    https: TcpListener,
+    metrics: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    certificate: Arc<ReloadingCertificate>,
+    webhook: Arc<Webhook>,
+}
+
+impl Server {
+    /// Load the certificate and bind both listeners.
+    ///
+    /// # Errors
+    ///
+    /// When the certificate, key or client CA cannot be used, or an address
+    /// cannot be bound.
+    pub async fn bind(options: ServeOptions, webhook: Arc<Webhook>) -> anyhow::Result<Self> {
+        let certificate = Arc::new(ReloadingCertificate::load(&options.tls_cert, &options.tls_key)?);
+        let tls = Arc::new(tls::server_config(certificate.clone(), options.client_ca.as_deref())?);
+        let https = TcpListener::bind(options.addr).await.with_context(|| format!("cannot listen on {}", options.addr))?;
+        let metrics = TcpListener::bind(options.metrics_addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", options.metrics_addr))?;
+        Ok(Self { options, https, metrics, tls, certificate, webhook })
+    }
+
+    pub fn https_addr(&self) -> SocketAddr {
+        self.https.local_addr().unwrap_or(self.options.addr)
+    }
+
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics.local_addr().unwrap_or(self.options.metrics_addr)
+    }
+
+    /// Serve until `shutdown` completes, then drain: readiness goes false,
+    /// the listener stays open for `shutdown_delay`, then closes, and
+    /// in-flight requests get `shutdown_timeout` to finish.
+    ///
+    /// # Errors
+    ///
+    /// Only when the metrics listener fails; connection errors are logged.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let Self { options, https, metrics, tls, certificate, webhook } = self;
+        let health = Arc::new(Health { certificate: certificate.clone(), webhook: webhook.clone(), shutting_down: AtomicBool::new(false) });
+
+        let metrics_handle = webhook.metrics().clone();
+        let reload = tokio::spawn(certificate.clone().watch(options.tls_reload_interval, move |not_after| {
+            metrics_handle.set_certificate_expiry(not_after);
+        }));
+
+        let (stop_metrics, metrics_stopped) = watch::channel(false);
+        let metrics_app = metrics_router(health.clone());
+        let metrics_server = tokio::spawn(async move {
+            let mut stopped = metrics_stopped;
+            axum::serve(metrics, metrics_app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.wait_for(|stop| *stop).await;
+                })
+                .await
+        });
+
+        // SIGTERM: not ready at once; stop accepting after the delay.
+        let (stop_accepting, mut accepting_stopped) = watch::channel(false);
+        let drain_health = health.clone();
+        let delay = options.shutdown_delay;
+        tokio::spawn(async move {
+            shutdown.await;
+            drain_health.shutting_down.store(true, Ordering::SeqCst);
+            info!(delay_ms = delay.as_millis() as u64, "shutdown requested: readiness is false");
+            tokio::time::sleep(delay).await;
+            let _ = stop_accepting.send(true);
+        });
+
+        info!(addr = %https.local_addr()?, metrics_addr = %options.metrics_addr, "serving");
+        let acceptor = TlsAcceptor::from(tls);
+        let app = review::router(webhook);
+        let graceful = GracefulShutdown::new();
+        loop {
+            tokio::select! {
+                accepted = https.accept() => {
+                    let (stream, peer) = match accepted {
+                        Ok(accepted) => accepted,
+                        Err(error) => {
+                            // Out of descriptors or similar: back off, keep serving.
+                            warn!(%error, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let acceptor = acceptor.clone();
+                    let service = TowerToHyperService::new(app.clone());
+                    let watcher = graceful.watcher();
+                    tokio::spawn(async move {
+                        let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                            Ok(Ok(tls)) => tls,
+                            Ok(Err(error)) => return debug!(%peer, %error, "TLS handshake failed"),
+                            Err(_) => return debug!(%peer, "TLS handshake timed out"),
+                        };
+                        let mut builder = auto::Builder::new(TokioExecutor::new());
+                        builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).keep_alive(true);
+                        builder.http2().timer(TokioTimer::new());
+                        let connection = builder.serve_connection(TokioIo::new(tls), service);
+                        if let Err(error) = watcher.watch(connection).await {
+                            debug!(%peer, %error, "connection ended with an error");
+                        }
+                    });
+                }
+                _ = accepting_stopped.wait_for(|stop| *stop) => break,
+            }
+        }
+        drop(https);
+        info!(connections = graceful.count(), "listener closed, draining");
+        if tokio::time::timeout(options.shutdown_timeout, graceful.shutdown()).await.is_err() {
+            warn!("in-flight requests still running after the shutdown timeout");
+        }
+        reload.abort();
+        let _ = stop_metrics.send(true);
+        metrics_server.await.context("metrics server")?.context("metrics server")?;
+        info!("stopped");
+        Ok(())
+    }
+}
+
+/// `/metrics`, `/healthz` and `/readyz`.
+pub fn metrics_router(health: Arc<Health>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(health)
+}
+
+async fn metrics(State(health): State<Arc<Health>>) -> Response {
+    let metrics = health.webhook.metrics();
+    metrics.set_certificate_expiry(health.certificate.not_after());
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn readyz(State(health): State<Arc<Health>>) -> Response {
+    if health.is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

@@ -1,0 +1,218 @@
+//! One review, start to end: decode, plan, look the owners up inside the
+//! time budget, decide, answer; then log, count and (with `--record`)
+//! write the case down. Shared by the HTTP handlers and `ownerguard review`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::info;
+
+use crate::admission::{AdmissionRequest, AdmissionResponse, Review, ReviewVersion, Status};
+use crate::admit::{self, Allowed, Checks, Policy, WebhookKind};
+use crate::error::{DecodeError, Denial, LookupError};
+use crate::metrics::Metrics;
+use crate::owner::{Lookup, ObservedPod, OwnerLookup, Source};
+use crate::record::Recorder;
+
+/// Default bound of one owner lookup (`--lookup-timeout`).
+pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The webhook: a policy, an owner source, and where to report.
+pub struct Webhook {
+    pub policy: Policy,
+    lookup: Arc<dyn OwnerLookup>,
+    lookup_timeout: Duration,
+    metrics: Arc<Metrics>,
+    recorder: Option<Recorder>,
+}
+
+/// The answer to one review.
+#[derive(Debug)]
+pub struct Answer {
+    pub version: ReviewVersion,
+    pub response: AdmissionResponse,
+    /// The response `AdmissionReview`, ready to send.
+    pub body: Vec<u8>,
+}
+
+impl Webhook {
+    pub fn new(policy: Policy, lookup: Arc<dyn OwnerLookup>, metrics: Arc<Metrics>) -> Self {
+        Self { policy, lookup, lookup_timeout: DEFAULT_LOOKUP_TIMEOUT, metrics, recorder: None }
+    }
+
+    pub fn with_lookup_timeout(mut self, timeout: Duration) -> Self {
+        self.lookup_timeout = timeout;
+        self
+    }
+
+    pub fn with_recorder(mut self, recorder: Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn owner_source(&self) -> &Arc<dyn OwnerLookup> {
+        &self.lookup
+    }
+
+    /// How long the owner lookups may take: `--lookup-timeout`, and never
+    /// more than three quarters of what the API server gives the whole
+    /// call, so the answer still travels back in time.
+    pub fn lookup_budget(&self, api_timeout: Option<Duration>) -> Duration {
+        match api_timeout {
+            Some(timeout) => self.lookup_timeout.min(timeout.mul_f64(0.75)),
+            None => self.lookup_timeout,
+        }
+    }
+
+    /// Decide one review.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError`] when `body` is not an `AdmissionReview` with a
+    /// request: the caller answers 400. Every decodable review is answered.
+    pub async fn review(&self, webhook: WebhookKind, body: &[u8], api_timeout: Option<Duration>) -> Result<Answer, DecodeError> {
+        let started = Instant::now();
+        let review = match Review::from_json(body) {
+            Ok(review) => review,
+            Err(error) => {
+                self.metrics.observe_request(webhook.as_str(), "", "", "error", started.elapsed().as_secs_f64());
+                return Err(error);
+            }
+        };
+        let deadline = started + self.lookup_budget(api_timeout);
+        let request = &review.request;
+        let mut seen = Seen::default();
+        let verdict = match admit::plan(request, webhook, &self.policy) {
+            Err(denial) => Err(denial),
+            Ok(None) => Ok(Allowed::default()),
+            Ok(Some(checks)) => {
+                let lookups = self.lookup_owners(&checks, deadline).await;
+                seen = Seen::of(&checks.namespace, &lookups);
+                admit::decide(checks, &lookups, &self.policy)
+            }
+        };
+        let response = respond(&request.uid, verdict, webhook);
+        let answer = response.to_review_json(review.version);
+        let elapsed = started.elapsed();
+        let result = result_label(&response);
+        self.metrics.observe_request(webhook.as_str(), request.operation.as_str(), &request.resource.resource, result, elapsed.as_secs_f64());
+        log_decision(request, webhook, &response, result, elapsed);
+        if let Some(recorder) = &self.recorder {
+            recorder.record(webhook, &self.policy, body, &seen.pods, &seen.failures, &answer);
+        }
+        Ok(Answer { version: review.version, response, body: answer })
+    }
+
+    /// Look every owner name of `checks` up once, concurrently, each bound
+    /// by `deadline`.
+    async fn lookup_owners(&self, checks: &Checks, deadline: Instant) -> HashMap<String, Lookup> {
+        let mut names: Vec<(&str, &str)> = Vec::new();
+        for claim in &checks.claims {
+            if !names.iter().any(|(name, _)| *name == claim.name) {
+                names.push((&claim.name, &claim.uid));
+            }
+        }
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let lookups = names.iter().map(|&(name, uid)| async move {
+            let lookup = self.lookup.lookup(&checks.namespace, name, uid, deadline);
+            // The source bounds itself; this is the guarantee that a slow
+            // one cannot hold the answer past the deadline.
+            let lookup = tokio::time::timeout_at(deadline, lookup).await.unwrap_or_else(|_| Lookup {
+                source: Source::Api,
+                outcome: Err(LookupError::TimedOut { after: budget }),
+            });
+            self.metrics.observe_lookup(lookup.source.as_str(), lookup.result_label(uid));
+            (name.to_string(), lookup)
+        });
+        futures::future::join_all(lookups).await.into_iter().collect()
+    }
+}
+
+/// What the lookups of one review found: the pods for `--record`.
+#[derive(Default)]
+struct Seen {
+    pods: Vec<(String, String, ObservedPod)>,
+    /// Owner names whose lookup failed.
+    failures: Vec<String>,
+}
+
+impl Seen {
+    fn of(namespace: &str, lookups: &HashMap<String, Lookup>) -> Self {
+        let mut seen = Self::default();
+        for (name, lookup) in lookups {
+            match &lookup.outcome {
+                Ok(Some(pod)) => seen.pods.push((namespace.to_string(), name.clone(), pod.clone())),
+                Ok(None) => {}
+                Err(_) => seen.failures.push(name.clone()),
+            }
+        }
+        seen.pods.sort_by(|a, b| a.1.cmp(&b.1));
+        seen.failures.sort();
+        seen
+    }
+}
+
+/// The `AdmissionResponse` of a verdict. A validating answer never carries
+/// a patch.
+pub fn respond(uid: &str, verdict: Result<Allowed, Denial>, webhook: WebhookKind) -> AdmissionResponse {
+    match verdict {
+        Ok(allowed) => {
+            let patch = (webhook == WebhookKind::Mutate && !allowed.patch.is_empty()).then(|| allowed.patch.to_json());
+            let mut audit_annotations = std::collections::BTreeMap::new();
+            if let Some(owner) = &allowed.owner {
+                audit_annotations.insert("owner".to_string(), owner.annotation());
+                audit_annotations.insert("owner-source".to_string(), owner.source.as_str().to_string());
+            }
+            AdmissionResponse {
+                uid: uid.to_string(),
+                allowed: true,
+                status: None,
+                patch,
+                audit_annotations,
+                warnings: allowed.warnings,
+            }
+        }
+        Err(denial) => AdmissionResponse {
+            uid: uid.to_string(),
+            allowed: false,
+            status: Some(Status { status: "Failure", message: denial.to_string(), reason: denial.reason(), code: denial.code() }),
+            ..Default::default()
+        },
+    }
+}
+
+fn result_label(response: &AdmissionResponse) -> &'static str {
+    match (response.allowed, response.patch.is_some()) {
+        (false, _) => "denied",
+        (true, true) => "patched",
+        (true, false) => "allowed",
+    }
+}
+
+fn log_decision(request: &AdmissionRequest, webhook: WebhookKind, response: &AdmissionResponse, result: &str, elapsed: Duration) {
+    let object = admit::object_name(request);
+    let name = if object.generated { format!("{}*", object.name) } else { object.name };
+    let owner = response.audit_annotations.get("owner").map(String::as_str).unwrap_or("");
+    let message = response.status.as_ref().map(|s| s.message.as_str()).unwrap_or("");
+    info!(
+        uid = %request.uid,
+        webhook = webhook.as_str(),
+        operation = request.operation.as_str(),
+        namespace = request.namespace.as_deref().unwrap_or(""),
+        kind = %object.kind,
+        name = %name,
+        owner,
+        result,
+        code = response.status.as_ref().map_or(200, |s| s.code),
+        dry_run = request.dry_run.unwrap_or(false),
+        duration_ms = elapsed.as_secs_f64() * 1000.0,
+        message,
+        "decision"
+    );
+}
