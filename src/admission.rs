@@ -64,8 +64,7 @@ impl Review {
     /// [`DecodeError`] when the body is not JSON, not an `AdmissionReview`
     /// of a known version, or has no `request`.
     pub fn from_json(body: &[u8]) -> Result<Self, DecodeError> {
-        let envelope: ReviewEnvelope =
-            serde_json::from_slice(body).map_err(DecodeError::Json)?;
+        let envelope: ReviewEnvelope = serde_json::from_slice(body).map_err(DecodeError::Json)?;
         Self::from_envelope(envelope)
     }
 
@@ -76,8 +75,7 @@ impl Review {
     ///
     /// As [`Review::from_json`].
     pub fn from_value(value: serde_json::Value) -> Result<Self, DecodeError> {
-        let envelope: ReviewEnvelope =
-            serde_json::from_value(value).map_err(DecodeError::Json)?;
+        let envelope: ReviewEnvelope = serde_json::from_value(value).map_err(DecodeError::Json)?;
         Self::from_envelope(envelope)
     }
 
@@ -343,9 +341,10 @@ mod tests {
 
     #[test]
     fn review_without_api_version_but_with_kind_is_v1() {
-        let review =
-            Review::from_json(br#"{"kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE"}}"#)
-                .unwrap();
+        let review = Review::from_json(
+            br#"{"kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE"}}"#,
+        )
+        .unwrap();
         assert_eq!(review.version, ReviewVersion::V1);
     }
 
@@ -361,21 +360,25 @@ mod tests {
 
     #[test]
     fn body_of_another_kind_is_not_a_review() {
-        let err = Review::from_json(br#"{"apiVersion":"v1","kind":"Pod","metadata":{}}"#).unwrap_err();
+        let err =
+            Review::from_json(br#"{"apiVersion":"v1","kind":"Pod","metadata":{}}"#).unwrap_err();
         assert!(matches!(err, DecodeError::NotAReview(_)), "{err:?}");
     }
 
     #[test]
     fn unknown_admission_version_is_not_a_review() {
-        let err = Review::from_json(br#"{"apiVersion":"admission.k8s.io/v2","request":{"operation":"CREATE"}}"#)
-            .unwrap_err();
+        let err = Review::from_json(
+            br#"{"apiVersion":"admission.k8s.io/v2","request":{"operation":"CREATE"}}"#,
+        )
+        .unwrap_err();
         assert!(matches!(err, DecodeError::NotAReview(_)), "{err:?}");
     }
 
     #[test]
     fn review_without_request_is_refused() {
-        let err = Review::from_json(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#)
-            .unwrap_err();
+        let err =
+            Review::from_json(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#)
+                .unwrap_err();
         assert!(matches!(err, DecodeError::NoRequest), "{err:?}");
     }
 
@@ -399,14 +402,22 @@ mod tests {
         assert_eq!(json["kind"], "AdmissionReview");
         assert_eq!(json["response"]["uid"], "abc");
         assert_eq!(json["response"]["patchType"], "JSONPatch");
-        let patch = json["response"]["patch"].as_str().expect("patch is a string");
-        let decoded = base64::engine::general_purpose::STANDARD.decode(patch).unwrap();
+        let patch = json["response"]["patch"]
+            .as_str()
+            .expect("patch is a string");
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(patch)
+            .unwrap();
         assert_eq!(decoded, br#"[{"op":"add","path":"/a","value":1}]"#);
     }
 
     #[test]
     fn unpatched_answer_has_no_patch_fields() {
-        let response = AdmissionResponse { uid: "u".into(), allowed: true, ..Default::default() };
+        let response = AdmissionResponse {
+            uid: "u".into(),
+            allowed: true,
+            ..Default::default()
+        };
         let json: serde_json::Value =
             serde_json::from_slice(&response.to_review_json(ReviewVersion::V1beta1)).unwrap();
         assert!(json["response"].get("patch").is_none());

@@ -21,7 +21,9 @@ use crate::owner::{Claim, Lookup, Origin, OwnerLabels, Requester, RequesterCheck
 use crate::patch::MetadataPatch;
 
 /// Which endpoint is deciding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum WebhookKind {
     /// `/mutate`: injects the reference.
@@ -102,11 +104,21 @@ pub fn object_name(request: &AdmissionRequest) -> ObjectName {
         .or(request.name.as_deref())
         .filter(|n| !n.is_empty());
     match (name, meta.and_then(|m| m.generate_name.as_deref())) {
-        (Some(name), _) => ObjectName { kind, name: name.to_string(), generated: false },
-        (None, Some(prefix)) if !prefix.is_empty() => {
-            ObjectName { kind, name: prefix.to_string(), generated: true }
-        }
-        _ => ObjectName { kind, name: String::new(), generated: false },
+        (Some(name), _) => ObjectName {
+            kind,
+            name: name.to_string(),
+            generated: false,
+        },
+        (None, Some(prefix)) if !prefix.is_empty() => ObjectName {
+            kind,
+            name: prefix.to_string(),
+            generated: true,
+        },
+        _ => ObjectName {
+            kind,
+            name: String::new(),
+            generated: false,
+        },
     }
 }
 
@@ -116,7 +128,11 @@ pub fn object_name(request: &AdmissionRequest) -> ObjectName {
 /// # Errors
 ///
 /// The [`Denial`] of any rule that fails before a lookup.
-pub fn plan(request: &AdmissionRequest, webhook: WebhookKind, policy: &Policy) -> Result<Option<Checks>, Denial> {
+pub fn plan(
+    request: &AdmissionRequest,
+    webhook: WebhookKind,
+    policy: &Policy,
+) -> Result<Option<Checks>, Denial> {
     match request.operation {
         Operation::Create => plan_create(request, webhook, policy),
         Operation::Update => plan_update(request, webhook, policy),
@@ -134,7 +150,13 @@ fn declares_owner(meta: &ObjectMeta, labels: &OwnerLabels) -> bool {
 fn first_declared_owner(meta: &ObjectMeta, labels: &OwnerLabels) -> String {
     label(meta, &labels.pod)
         .map(str::to_string)
-        .or_else(|| meta.owner_references.iter().flatten().find(|r| r.is_pod()).map(|r| r.name.clone()))
+        .or_else(|| {
+            meta.owner_references
+                .iter()
+                .flatten()
+                .find(|r| r.is_pod())
+                .map(|r| r.name.clone())
+        })
         .unwrap_or_default()
 }
 
@@ -148,12 +170,18 @@ fn namespace_of(request: &AdmissionRequest, meta: &ObjectMeta) -> Option<String>
         .map(str::to_string)
 }
 
-fn object_of<'a>(request: &'a AdmissionRequest, object: &ObjectName) -> Result<&'a ObjectHead, Denial> {
-    request.object.as_ref().ok_or_else(|| Denial::MissingObject {
-        object: object.clone(),
-        namespace: request.namespace.clone().unwrap_or_default(),
-        operation: request.operation.as_str().to_string(),
-    })
+fn object_of<'a>(
+    request: &'a AdmissionRequest,
+    object: &ObjectName,
+) -> Result<&'a ObjectHead, Denial> {
+    request
+        .object
+        .as_ref()
+        .ok_or_else(|| Denial::MissingObject {
+            object: object.clone(),
+            namespace: request.namespace.clone().unwrap_or_default(),
+            operation: request.operation.as_str().to_string(),
+        })
 }
 
 fn cluster_scoped(object: &ObjectName, meta: &ObjectMeta, labels: &OwnerLabels) -> Denial {
@@ -162,26 +190,48 @@ fn cluster_scoped(object: &ObjectName, meta: &ObjectMeta, labels: &OwnerLabels) 
     } else {
         "Pod ownerReference".to_string()
     };
-    Denial::ClusterScoped { object: object.clone(), owner: first_declared_owner(meta, labels), what }
+    Denial::ClusterScoped {
+        object: object.clone(),
+        owner: first_declared_owner(meta, labels),
+        what,
+    }
 }
 
-fn plan_create(request: &AdmissionRequest, webhook: WebhookKind, policy: &Policy) -> Result<Option<Checks>, Denial> {
+fn plan_create(
+    request: &AdmissionRequest,
+    webhook: WebhookKind,
+    policy: &Policy,
+) -> Result<Option<Checks>, Denial> {
     let object = object_name(request);
     let meta = &object_of(request, &object)?.metadata;
     let labels = &policy.labels;
     if !declares_owner(meta, labels) {
         return Ok(None);
     }
-    let namespace = namespace_of(request, meta).ok_or_else(|| cluster_scoped(&object, meta, labels))?;
+    let namespace =
+        namespace_of(request, meta).ok_or_else(|| cluster_scoped(&object, meta, labels))?;
     let requester = Requester::from_user_info(&request.user_info);
 
     let label_claim = label_owner(meta, &object, &namespace, labels, requester.as_ref())?;
     let mut claims: Vec<Claim> = label_claim.iter().cloned().collect();
     claims.extend(reference_owners(meta, &object, &namespace, |_| false)?);
 
-    let mut checks = Checks { namespace, object, claims: Vec::new(), patch: MetadataPatch::default(), warnings: Vec::new() };
+    let mut checks = Checks {
+        namespace,
+        object,
+        claims: Vec::new(),
+        patch: MetadataPatch::default(),
+        warnings: Vec::new(),
+    };
     for claim in &claims {
-        let warning = check_requester(claim, &checks.object, &checks.namespace, labels, requester.as_ref(), policy.requester_check)?;
+        let warning = check_requester(
+            claim,
+            &checks.object,
+            &checks.namespace,
+            labels,
+            requester.as_ref(),
+            policy.requester_check,
+        )?;
         checks.warnings.extend(warning);
     }
 
@@ -197,7 +247,9 @@ fn plan_create(request: &AdmissionRequest, webhook: WebhookKind, policy: &Policy
                     uid: owner.uid.clone(),
                 });
             }
-            None => checks.patch.add_owner_reference(meta, &owner.name, &owner.uid),
+            None => checks
+                .patch
+                .add_owner_reference(meta, &owner.name, &owner.uid),
             // An existing entry keeps its `controller` and is made
             // explicitly non-blocking.
             Some(index) => match (webhook, references[index].block_owner_deletion) {
@@ -234,7 +286,9 @@ fn unblock_references(
 ) -> Result<(), Denial> {
     let references = meta.owner_references.as_deref().unwrap_or_default();
     for claim in claims {
-        let Origin::Reference(index) = claim.origin else { continue };
+        let Origin::Reference(index) = claim.origin else {
+            continue;
+        };
         if references[index].block_owner_deletion != Some(true) || unblocked.contains(&index) {
             continue;
         }
@@ -249,14 +303,24 @@ fn unblock_references(
 }
 
 fn blocking(checks: &Checks, owner: &str) -> Denial {
-    Denial::BlockingReference { object: checks.object.clone(), namespace: checks.namespace.clone(), owner: owner.to_string() }
+    Denial::BlockingReference {
+        object: checks.object.clone(),
+        namespace: checks.namespace.clone(),
+        owner: owner.to_string(),
+    }
 }
 
 fn unblock_warning(owner: &str) -> String {
-    format!("blockOwnerDeletion set to false on the ownerReference to pod '{owner}': true needs pods/finalizers update")
+    format!(
+        "blockOwnerDeletion set to false on the ownerReference to pod '{owner}': true needs pods/finalizers update"
+    )
 }
 
-fn plan_update(request: &AdmissionRequest, webhook: WebhookKind, policy: &Policy) -> Result<Option<Checks>, Denial> {
+fn plan_update(
+    request: &AdmissionRequest,
+    webhook: WebhookKind,
+    policy: &Policy,
+) -> Result<Option<Checks>, Denial> {
     let object = object_name(request);
     let meta = &object_of(request, &object)?.metadata;
     let labels = &policy.labels;
@@ -270,12 +334,20 @@ fn plan_update(request: &AdmissionRequest, webhook: WebhookKind, policy: &Policy
         None => return Ok(None),
     };
     let Some(old) = old else {
-        return Err(Denial::MissingOldObject { object, namespace, owner: first_declared_owner(meta, labels) });
+        return Err(Denial::MissingOldObject {
+            object,
+            namespace,
+            owner: first_declared_owner(meta, labels),
+        });
     };
 
     // Ownership is set at creation: the owner labels may not be added,
     // changed or removed.
-    let owner = label(meta, &labels.pod).or(label(old, &labels.pod)).unwrap_or_default().to_string();
+    // The owner of record is the old object's.
+    let owner = label(old, &labels.pod)
+        .or(label(meta, &labels.pod))
+        .unwrap_or_default()
+        .to_string();
     for key in [&labels.pod, &labels.uid] {
         let (before, after) = (label(old, key), label(meta, key));
         if before != after {
@@ -291,7 +363,13 @@ fn plan_update(request: &AdmissionRequest, webhook: WebhookKind, policy: &Policy
         }
     }
 
-    let mut checks = Checks { namespace, object, claims: Vec::new(), patch: MetadataPatch::default(), warnings: Vec::new() };
+    let mut checks = Checks {
+        namespace,
+        object,
+        claims: Vec::new(),
+        patch: MetadataPatch::default(),
+        warnings: Vec::new(),
+    };
     let old_references = old.owner_references.as_deref().unwrap_or_default();
     let references = meta.owner_references.as_deref().unwrap_or_default();
     let mut unblocked = BTreeSet::new();
@@ -301,9 +379,9 @@ fn plan_update(request: &AdmissionRequest, webhook: WebhookKind, policy: &Policy
     // still be updated.
     if let Some(owner_name) = label(old, &labels.pod) {
         let owner_uid = label(old, &labels.uid);
-        let owner_references = old_references
-            .iter()
-            .filter(|r| r.is_pod() && r.name == owner_name && owner_uid.is_none_or(|uid| uid == r.uid));
+        let owner_references = old_references.iter().filter(|r| {
+            r.is_pod() && r.name == owner_name && owner_uid.is_none_or(|uid| uid == r.uid)
+        });
         for old_reference in owner_references {
             let Some(index) = references.iter().position(|r| r.uid == old_reference.uid) else {
                 return Err(Denial::OwnerReferenceRemoved {
@@ -324,11 +402,24 @@ fn plan_update(request: &AdmissionRequest, webhook: WebhookKind, policy: &Policy
     }
 
     // Pod references the update adds are checked as on CREATE.
-    let known: BTreeSet<&str> = old_references.iter().filter(|r| r.is_pod()).map(|r| r.uid.as_str()).collect();
-    let added = reference_owners(meta, &checks.object, &checks.namespace, |uid| known.contains(uid))?;
+    let known: BTreeSet<&str> = old_references
+        .iter()
+        .filter(|r| r.is_pod())
+        .map(|r| r.uid.as_str())
+        .collect();
+    let added = reference_owners(meta, &checks.object, &checks.namespace, |uid| {
+        known.contains(uid)
+    })?;
     let requester = Requester::from_user_info(&request.user_info);
     for claim in &added {
-        let warning = check_requester(claim, &checks.object, &checks.namespace, labels, requester.as_ref(), policy.requester_check)?;
+        let warning = check_requester(
+            claim,
+            &checks.object,
+            &checks.namespace,
+            labels,
+            requester.as_ref(),
+            policy.requester_check,
+        )?;
         checks.warnings.extend(warning);
     }
     unblock_references(&mut checks, &added, meta, webhook, &mut unblocked)?;
@@ -344,8 +435,18 @@ fn plan_update(request: &AdmissionRequest, webhook: WebhookKind, policy: &Policy
 ///
 /// The [`Denial`] of the first owner that is missing, has another uid, is
 /// being deleted, or could not be checked (unless `fail_open`).
-pub fn decide(checks: Checks, lookups: &HashMap<String, Lookup>, policy: &Policy) -> Result<Allowed, Denial> {
-    let Checks { namespace, object, claims, patch, mut warnings } = checks;
+pub fn decide(
+    checks: Checks,
+    lookups: &HashMap<String, Lookup>,
+    policy: &Policy,
+) -> Result<Allowed, Denial> {
+    let Checks {
+        namespace,
+        object,
+        claims,
+        patch,
+        mut warnings,
+    } = checks;
     let mut owner = None;
     for claim in &claims {
         let lookup = lookups.get(&claim.name);
@@ -357,17 +458,35 @@ pub fn decide(checks: Checks, lookups: &HashMap<String, Lookup>, policy: &Policy
         };
         let source = match lookup {
             None => return Err(deny_lookup("no lookup was made".to_string())),
-            Some(Lookup { outcome: Err(error), .. }) if !policy.fail_open => {
+            Some(Lookup {
+                outcome: Err(error),
+                ..
+            }) if !policy.fail_open => {
                 return Err(deny_lookup(error.to_string()));
             }
-            Some(Lookup { outcome: Err(_), source }) => {
-                warnings.push(format!("owner pod '{}' not checked (lookup failed), allowed by --fail-open", claim.name));
+            Some(Lookup {
+                outcome: Err(_),
+                source,
+            }) => {
+                warnings.push(format!(
+                    "owner pod '{}' not checked (lookup failed), allowed by --fail-open",
+                    claim.name
+                ));
                 *source
             }
-            Some(Lookup { outcome: Ok(None), .. }) => {
-                return Err(Denial::OwnerNotFound { object, namespace, owner: claim.name.clone() });
+            Some(Lookup {
+                outcome: Ok(None), ..
+            }) => {
+                return Err(Denial::OwnerNotFound {
+                    object,
+                    namespace,
+                    owner: claim.name.clone(),
+                });
             }
-            Some(Lookup { outcome: Ok(Some(pod)), .. }) if pod.uid != claim.uid => {
+            Some(Lookup {
+                outcome: Ok(Some(pod)),
+                ..
+            }) if pod.uid != claim.uid => {
                 return Err(Denial::OwnerUidMismatch {
                     object,
                     namespace,
@@ -376,8 +495,15 @@ pub fn decide(checks: Checks, lookups: &HashMap<String, Lookup>, policy: &Policy
                     actual: pod.uid.clone(),
                 });
             }
-            Some(Lookup { outcome: Ok(Some(pod)), .. }) if pod.terminating => {
-                return Err(Denial::OwnerTerminating { object, namespace, owner: claim.name.clone() });
+            Some(Lookup {
+                outcome: Ok(Some(pod)),
+                ..
+            }) if pod.terminating => {
+                return Err(Denial::OwnerTerminating {
+                    object,
+                    namespace,
+                    owner: claim.name.clone(),
+                });
             }
             Some(Lookup { source, .. }) => *source,
         };
@@ -388,7 +514,11 @@ pub fn decide(checks: Checks, lookups: &HashMap<String, Lookup>, policy: &Policy
             source,
         });
     }
-    Ok(Allowed { patch, warnings: warnings.into_iter().map(short_warning).collect(), owner })
+    Ok(Allowed {
+        patch,
+        warnings: warnings.into_iter().map(short_warning).collect(),
+        owner,
+    })
 }
 
 /// The API server turns each warning into a `Warning` header, which
@@ -404,7 +534,10 @@ pub fn short_warning(warning: String) -> String {
         cut -= 1;
     }
     let head = &warning[..cut];
-    let head = head.rfind(' ').filter(|&space| space > MAX / 2).map_or(head, |space| &head[..space]);
+    let head = head
+        .rfind(' ')
+        .filter(|&space| space > MAX / 2)
+        .map_or(head, |space| &head[..space]);
     format!("{head}...")
 }
 

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use base64::Engine;
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -55,9 +55,14 @@ pub fn generate(dns: &[String], ips: &[IpAddr], days: u32) -> Result<Generated, 
     let ca_key = KeyPair::generate()?;
     let mut ca = CertificateParams::default();
     ca.distinguished_name = DistinguishedName::new();
-    ca.distinguished_name.push(DnType::CommonName, "ownerguard CA");
+    ca.distinguished_name
+        .push(DnType::CommonName, "ownerguard CA");
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     ca.not_before = not_before;
     ca.not_after = not_after;
     let ca_cert = ca.self_signed(&ca_key)?;
@@ -65,17 +70,28 @@ pub fn generate(dns: &[String], ips: &[IpAddr], days: u32) -> Result<Generated, 
 
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(dns.to_vec())?;
-    params.subject_alt_names.extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
+    params
+        .subject_alt_names
+        .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
     params.distinguished_name = DistinguishedName::new();
     let common_name = dns.first().cloned().unwrap_or_else(|| ips[0].to_string());
-    params.distinguished_name.push(DnType::CommonName, common_name);
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.not_before = not_before;
     params.not_after = not_after;
     let cert = params.signed_by(&key, &issuer)?;
 
-    Ok(Generated { ca_pem: ca_cert.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+    Ok(Generated {
+        ca_pem: ca_cert.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
 }
 
 impl Generated {
@@ -108,7 +124,12 @@ impl Generated {
 fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
     file.write_all(contents)
 }
 
@@ -126,19 +147,29 @@ fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
 pub fn generate_client(common_name: &str, days: u32) -> Result<Generated, CertsError> {
     let ca_key = KeyPair::generate()?;
     let mut ca = CertificateParams::default();
-    ca.distinguished_name.push(DnType::CommonName, "ownerguard client CA");
+    ca.distinguished_name
+        .push(DnType::CommonName, "ownerguard client CA");
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     ca.not_after = OffsetDateTime::now_utc() + Duration::days(i64::from(days));
     let ca_cert = ca.self_signed(&ca_key)?;
     let issuer = Issuer::new(ca, ca_key);
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::default();
-    params.distinguished_name.push(DnType::CommonName, common_name);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     params.not_after = OffsetDateTime::now_utc() + Duration::days(i64::from(days));
     let cert = params.signed_by(&key, &issuer)?;
-    Ok(Generated { ca_pem: ca_cert.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+    Ok(Generated {
+        ca_pem: ca_cert.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
 }
 
 #[cfg(test)]
@@ -147,12 +178,26 @@ mod tests {
 
     #[test]
     fn serving_certificate_covers_the_names_and_days() {
-        let generated = generate(&["ownerguard.ownerguard.svc".into()], &["127.0.0.1".parse().unwrap()], 30).unwrap();
-        let der = rustls::pki_types::CertificateDer::from_pem_slice(generated.cert_pem.as_bytes()).unwrap();
+        let generated = generate(
+            &["ownerguard.ownerguard.svc".into()],
+            &["127.0.0.1".parse().unwrap()],
+            30,
+        )
+        .unwrap();
+        let der = rustls::pki_types::CertificateDer::from_pem_slice(generated.cert_pem.as_bytes())
+            .unwrap();
         let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
-        let names = cert.subject_alternative_name().unwrap().unwrap().value.general_names.len();
+        let names = cert
+            .subject_alternative_name()
+            .unwrap()
+            .unwrap()
+            .value
+            .general_names
+            .len();
         assert_eq!(names, 2);
-        let days_left = (cert.validity().not_after.timestamp() - OffsetDateTime::now_utc().unix_timestamp()) / 86_400;
+        let days_left = (cert.validity().not_after.timestamp()
+            - OffsetDateTime::now_utc().unix_timestamp())
+            / 86_400;
         assert!((29..=30).contains(&days_left), "{days_left}");
         assert!(!generated.ca_bundle().is_empty());
     }

@@ -64,7 +64,11 @@ pub struct PolicyArgs {
 
 impl PolicyArgs {
     pub fn policy(&self) -> Policy {
-        Policy { labels: OwnerLabels::new(&self.key_prefix), requester_check: self.requester_check, fail_open: self.fail_open }
+        Policy {
+            labels: OwnerLabels::new(&self.key_prefix),
+            requester_check: self.requester_check,
+            fail_open: self.fail_open,
+        }
     }
 }
 
@@ -72,7 +76,9 @@ fn key_prefix(text: &str) -> Result<String, String> {
     if crate::owner::resolve::is_pod_name(text) && text.len() <= 253 {
         Ok(text.to_string())
     } else {
-        Err(format!("'{text}' is not a label key prefix (a lowercase DNS subdomain such as example.com)"))
+        Err(format!(
+            "'{text}' is not a label key prefix (a lowercase DNS subdomain such as example.com)"
+        ))
     }
 }
 
@@ -172,7 +178,9 @@ pub struct ReviewArgs {
 
 fn as_pod(text: &str) -> Result<(String, String), String> {
     match text.split_once('/') {
-        Some((name, uid)) if !name.is_empty() && !uid.is_empty() => Ok((name.to_string(), uid.to_string())),
+        Some((name, uid)) if !name.is_empty() && !uid.is_empty() => {
+            Ok((name.to_string(), uid.to_string()))
+        }
         _ => Err(format!("'{text}' is not NAME/UID")),
     }
 }

@@ -15,13 +15,17 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
     }
     let mut total = 0f64;
     while !rest.is_empty() {
-        let number_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         let (number, after) = rest.split_at(number_end);
         if number.is_empty() || number == "." {
             return None;
         }
         let value: f64 = number.parse().ok()?;
-        let unit_end = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
         let (unit, next) = after.split_at(unit_end);
         let seconds = match unit {
             "ns" => 1e-9,
@@ -44,7 +48,8 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
 ///
 /// A message naming the accepted syntax.
 pub fn parse_flag(text: &str) -> Result<Duration, String> {
-    parse_go_duration(text).ok_or_else(|| format!("'{text}' is not a duration such as 2s, 500ms or 1m30s"))
+    parse_go_duration(text)
+        .ok_or_else(|| format!("'{text}' is not a duration such as 2s, 500ms or 1m30s"))
 }
 
 #[cfg(test)]

@@ -49,7 +49,11 @@ pub struct ObjectName {
 
 impl fmt::Display for ObjectName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = if self.kind.is_empty() { "object" } else { &self.kind };
+        let kind = if self.kind.is_empty() {
+            "object"
+        } else {
+            &self.kind
+        };
         if self.generated {
             write!(f, "{kind} '{}*' (generateName)", self.name)
         } else if self.name.is_empty() {
@@ -68,14 +72,25 @@ pub enum Denial {
         "{object} in namespace '{namespace}': label {key} is '{value}', which is not a pod name: \
          set it to the name of the worker pod that owns this object (a pod's hostname is its name)"
     )]
-    InvalidOwnerName { object: ObjectName, namespace: String, key: String, value: String },
+    InvalidOwnerName {
+        object: ObjectName,
+        namespace: String,
+        key: String,
+        value: String,
+    },
 
     /// The uid label is present but empty or malformed.
     #[error(
         "{object} in namespace '{namespace}': label {key} of owner pod '{owner}' is '{value}', which \
          is not a uid: pass the uid of the running pod (downward API metadata.uid)"
     )]
-    InvalidOwnerUid { object: ObjectName, namespace: String, owner: String, key: String, value: String },
+    InvalidOwnerUid {
+        object: ObjectName,
+        namespace: String,
+        owner: String,
+        key: String,
+        value: String,
+    },
 
     /// No uid label, and the request does not come from the owner pod.
     #[error(
@@ -83,7 +98,12 @@ pub enum Denial {
          {key} to the uid of the running pod (downward API metadata.uid), or create the object with \
          the owner pod's own service account token"
     )]
-    MissingOwnerUid { object: ObjectName, namespace: String, owner: String, key: String },
+    MissingOwnerUid {
+        object: ObjectName,
+        namespace: String,
+        owner: String,
+        key: String,
+    },
 
     /// The uid label disagrees with the uid of the requesting owner pod.
     #[error(
@@ -101,8 +121,8 @@ pub enum Denial {
     /// A pod-bound requester declares another pod as owner.
     #[error(
         "{object} in namespace '{namespace}': the request comes from pod '{requester}' but declares \
-         pod '{owner}' as owner: a worker owns what it creates, so label it with {key}: {requester_name} \
-         from the worker pod in namespace '{namespace}'"
+         pod '{owner}' as owner: a worker may only declare itself, so label the object with {key}: \
+         {requester_name} and create it in the worker's namespace '{requester_namespace}'"
     )]
     RequesterNotOwner {
         object: ObjectName,
@@ -111,6 +131,7 @@ pub enum Denial {
         /// `namespace/name` of the requesting pod.
         requester: String,
         requester_name: String,
+        requester_namespace: String,
         key: String,
     },
 
@@ -120,7 +141,11 @@ pub enum Denial {
          holds in the namespace of its owner, so the worker must run in the namespace of the objects \
          it creates"
     )]
-    OwnerNotFound { object: ObjectName, namespace: String, owner: String },
+    OwnerNotFound {
+        object: ObjectName,
+        namespace: String,
+        owner: String,
+    },
 
     /// The owner pod exists with another uid: a stale uid, or a new pod of
     /// the same name.
@@ -141,21 +166,34 @@ pub enum Denial {
         "{object} in namespace '{namespace}': owner pod '{owner}' is being deleted, so the garbage \
          collector would delete this object with it: create it from a running worker pod"
     )]
-    OwnerTerminating { object: ObjectName, namespace: String, owner: String },
+    OwnerTerminating {
+        object: ObjectName,
+        namespace: String,
+        owner: String,
+    },
 
     /// The owner could not be checked in time; `--fail-open` is off.
     #[error(
         "{object} in namespace '{namespace}': owner pod '{owner}' could not be checked ({reason}): \
          retry the request; if this persists, check ownerguard's access to the API server"
     )]
-    LookupFailed { object: ObjectName, namespace: String, owner: String, reason: String },
+    LookupFailed {
+        object: ObjectName,
+        namespace: String,
+        owner: String,
+        reason: String,
+    },
 
     /// A cluster-scoped object declares a pod owner.
     #[error(
         "{object} has no namespace (it is cluster-scoped) but declares owner pod '{owner}': a pod can \
          only own objects in its own namespace, so remove the {what}"
     )]
-    ClusterScoped { object: ObjectName, owner: String, what: String },
+    ClusterScoped {
+        object: ObjectName,
+        owner: String,
+        what: String,
+    },
 
     /// A Pod ownerReference without name or uid.
     #[error(
@@ -190,21 +228,34 @@ pub enum Denial {
         "{object} in namespace '{namespace}': the update removes the ownerReference to owner pod \
          '{owner}' (uid '{uid}'): ownership is set at creation and cannot change, so keep the reference"
     )]
-    OwnerReferenceRemoved { object: ObjectName, namespace: String, owner: String, uid: String },
+    OwnerReferenceRemoved {
+        object: ObjectName,
+        namespace: String,
+        owner: String,
+        uid: String,
+    },
 
     /// An UPDATE without the old object: nothing to compare ownership with.
     #[error(
         "{object} in namespace '{namespace}': the UPDATE review carries no oldObject, so the ownership \
          of owner pod '{owner}' cannot be compared: send the old object, as the API server does"
     )]
-    MissingOldObject { object: ObjectName, namespace: String, owner: String },
+    MissingOldObject {
+        object: ObjectName,
+        namespace: String,
+        owner: String,
+    },
 
     /// A CREATE or UPDATE review without the object itself.
     #[error(
         "{object} in namespace '{namespace}': the {operation} review carries no object, so its owner \
          cannot be checked: send the object, as the API server does"
     )]
-    MissingObject { object: ObjectName, namespace: String, operation: String },
+    MissingObject {
+        object: ObjectName,
+        namespace: String,
+        operation: String,
+    },
 
     /// /validate: an owner label without the matching reference.
     #[error(
@@ -212,7 +263,12 @@ pub enum Denial {
          ownerReference to it: add {{apiVersion: v1, kind: Pod, name: {owner}, uid: {uid}, \
          controller: false, blockOwnerDeletion: false}}, or let ownerguard's mutating webhook add it"
     )]
-    ReferenceMissing { object: ObjectName, namespace: String, owner: String, uid: String },
+    ReferenceMissing {
+        object: ObjectName,
+        namespace: String,
+        owner: String,
+        uid: String,
+    },
 
     /// /validate: a Pod ownerReference with `blockOwnerDeletion: true`.
     #[error(
@@ -220,7 +276,11 @@ pub enum Denial {
          blockOwnerDeletion: true, which needs update on pods/finalizers: set blockOwnerDeletion to false, \
          or let ownerguard's mutating webhook set it"
     )]
-    BlockingReference { object: ObjectName, namespace: String, owner: String },
+    BlockingReference {
+        object: ObjectName,
+        namespace: String,
+        owner: String,
+    },
 }
 
 impl Denial {

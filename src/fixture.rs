@@ -72,7 +72,11 @@ impl Default for CaseConfig {
 impl CaseConfig {
     pub fn policy(&self) -> Policy {
         Policy {
-            labels: self.key_prefix.as_deref().map(OwnerLabels::new).unwrap_or_default(),
+            labels: self
+                .key_prefix
+                .as_deref()
+                .map(OwnerLabels::new)
+                .unwrap_or_default(),
             requester_check: self.requester_check,
             fail_open: self.fail_open,
         }
@@ -87,12 +91,24 @@ pub struct CaseLookup {
 }
 
 impl OwnerLookup for CaseLookup {
-    fn lookup<'a>(&'a self, namespace: &'a str, name: &'a str, expected_uid: &'a str, deadline: Instant) -> BoxFuture<'a, Lookup> {
+    fn lookup<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        expected_uid: &'a str,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Lookup> {
         if self.failures.contains(name) {
-            let outcome = Err(LookupError::TimedOut { after: std::time::Duration::ZERO });
-            return Box::pin(std::future::ready(Lookup { source: Source::Api, outcome }));
+            let outcome = Err(LookupError::TimedOut {
+                after: crate::webhook::DEFAULT_LOOKUP_TIMEOUT,
+            });
+            return Box::pin(std::future::ready(Lookup {
+                source: Source::Api,
+                outcome,
+            }));
         }
-        self.inventory.lookup(namespace, name, expected_uid, deadline)
+        self.inventory
+            .lookup(namespace, name, expected_uid, deadline)
     }
 }
 
@@ -118,14 +134,26 @@ pub fn readable_response(mut review: Value) -> Value {
 /// A message when the patch does not decode or does not apply: the API
 /// server would fail the user's request with a 500.
 pub fn patched_metadata(review: &Value, response: &Value) -> Result<Option<Value>, String> {
+    Ok(patched_object(review, response)?.map(|object| object["metadata"].clone()))
+}
+
+/// The request's whole object after the response's patch.
+///
+/// # Errors
+///
+/// As [`patched_metadata`].
+pub fn patched_object(review: &Value, response: &Value) -> Result<Option<Value>, String> {
     let Some(encoded) = response["response"]["patch"].as_str() else {
         return Ok(None);
     };
-    let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).map_err(|e| format!("patch is not base64: {e}"))?;
-    let patch: json_patch::Patch = serde_json::from_slice(&bytes).map_err(|e| format!("patch is not a JSON Patch: {e}"))?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|e| format!("patch is not base64: {e}"))?;
+    let patch: json_patch::Patch =
+        serde_json::from_slice(&bytes).map_err(|e| format!("patch is not a JSON Patch: {e}"))?;
     let mut object = request_object(review).clone();
     json_patch::patch(&mut object, &patch).map_err(|e| format!("patch does not apply: {e}"))?;
-    Ok(Some(object["metadata"].clone()))
+    Ok(Some(object))
 }
 
 /// The `request` of a review, or the document itself for a bare request.

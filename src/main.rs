@@ -20,9 +20,16 @@ fn main() -> ExitCode {
     // One process-wide crypto provider for rustls, the server's and kube's.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
-    let default_level = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
+    let default_level = if matches!(cli.command, Command::Serve(_)) {
+        "info"
+    } else {
+        "warn"
+    };
     telemetry::init(cli.log_format, default_level);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("ownerguard: cannot start the runtime: {e}");
@@ -50,7 +57,10 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 fn write_certs(args: &CertsArgs) -> anyhow::Result<()> {
     let generated = certs::generate(&args.dns, &args.ip, args.days)?;
     generated.write(&args.out)?;
-    eprintln!("wrote {CA_CERT}, {TLS_CERT} and {TLS_KEY} to {}; caBundle:", args.out.display());
+    eprintln!(
+        "wrote {CA_CERT}, {TLS_CERT} and {TLS_KEY} to {}; caBundle:",
+        args.out.display()
+    );
     println!("{}", generated.ca_bundle());
     Ok(())
 }
@@ -79,11 +89,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             info!(pods = inventory.len(), file = %path.display(), "owner lookup from a static inventory");
             Arc::new(inventory)
         }
-        None => bail!("no owner source: pass --pods FILE (a PodList) to look owners up without a cluster"),
+        None => bail!(
+            "no owner source: pass --pods FILE (a PodList) to look owners up without a cluster"
+        ),
     };
-    let mut webhook = Webhook::new(args.policy.policy(), lookup, metrics).with_lookup_timeout(args.lookup_timeout);
+    let mut webhook = Webhook::new(args.policy.policy(), lookup, metrics)
+        .with_lookup_timeout(args.lookup_timeout);
     if let Some(dir) = &args.record {
-        let recorder = Recorder::new(dir).with_context(|| format!("cannot record into {}", dir.display()))?;
+        let recorder =
+            Recorder::new(dir).with_context(|| format!("cannot record into {}", dir.display()))?;
         info!(dir = %dir.display(), "recording every review as a test case");
         webhook = webhook.with_recorder(recorder);
     }

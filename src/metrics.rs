@@ -40,7 +40,9 @@ pub struct Metrics {
 /// millisecond, one with a live GET a few, and the API server gives up at
 /// `timeoutSeconds` (at most 30 s).
 fn duration_histogram() -> Histogram {
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 15))
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.0005, 2.0, 15,
+    ))
 }
 
 impl Default for Metrics {
@@ -67,19 +69,37 @@ impl Default for Metrics {
             lookups.clone(),
         );
         let cache_pods = Gauge::default();
-        registry.register("owner_cache_pods", "Pods in the owner index", cache_pods.clone());
+        registry.register(
+            "owner_cache_pods",
+            "Pods in the owner index",
+            cache_pods.clone(),
+        );
         let certificate_expiry = Gauge::default();
         registry.register(
             "tls_certificate_expiry_timestamp_seconds",
             "Expiry (notAfter, Unix time) of the serving certificate in use",
             certificate_expiry.clone(),
         );
-        Self { registry, requests, duration, lookups, cache_pods, certificate_expiry }
+        Self {
+            registry,
+            requests,
+            duration,
+            lookups,
+            cache_pods,
+            certificate_expiry,
+        }
     }
 }
 
 impl Metrics {
-    pub fn observe_request(&self, webhook: &'static str, operation: &str, resource: &str, result: &'static str, seconds: f64) {
+    pub fn observe_request(
+        &self,
+        webhook: &'static str,
+        operation: &str,
+        resource: &str,
+        result: &'static str,
+        seconds: f64,
+    ) {
         self.requests
             .get_or_create(&RequestLabels {
                 webhook,
@@ -88,11 +108,15 @@ impl Metrics {
                 result,
             })
             .inc();
-        self.duration.get_or_create(&WebhookLabels { webhook }).observe(seconds);
+        self.duration
+            .get_or_create(&WebhookLabels { webhook })
+            .observe(seconds);
     }
 
     pub fn observe_lookup(&self, source: &'static str, result: &'static str) {
-        self.lookups.get_or_create(&LookupLabels { source, result }).inc();
+        self.lookups
+            .get_or_create(&LookupLabels { source, result })
+            .inc();
     }
 
     pub fn set_cache_pods(&self, pods: usize) {

@@ -41,15 +41,32 @@ async fn review(args: &ReviewArgs) -> Result<(bool, String), String> {
         None => Inventory::default(),
     };
     if let Some((name, uid)) = &args.as_pod {
-        let namespace = body["request"]["namespace"].as_str().unwrap_or("default").to_string();
+        let namespace = body["request"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
         if inventory.get(&namespace, name).is_none() {
-            let requester = InventoryPod { namespace, name: name.clone(), pod: ObservedPod { uid: uid.clone(), terminating: false } };
+            let requester = InventoryPod {
+                namespace,
+                name: name.clone(),
+                pod: ObservedPod {
+                    uid: uid.clone(),
+                    terminating: false,
+                },
+            };
             inventory = inventory.with(requester);
         }
     }
-    let webhook = Webhook::new(args.policy.policy(), Arc::new(inventory), Arc::new(Metrics::default()));
+    let webhook = Webhook::new(
+        args.policy.policy(),
+        Arc::new(inventory),
+        Arc::new(Metrics::default()),
+    );
     let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
-    let answer = webhook.review(args.webhook, &bytes, None).await.map_err(|e| e.to_string())?;
+    let answer = webhook
+        .review(args.webhook, &bytes, None)
+        .await
+        .map_err(|e| e.to_string())?;
     if let Some(status) = &answer.response.status {
         eprintln!("denied ({}): {}", status.code, status.message);
     }
@@ -65,7 +82,9 @@ fn read_input(path: Option<&Path>) -> Result<String, String> {
     let mut text = String::new();
     match path {
         None => std::io::stdin().read_to_string(&mut text).map(drop),
-        Some(path) if path == Path::new("-") => std::io::stdin().read_to_string(&mut text).map(drop),
+        Some(path) if path == Path::new("-") => {
+            std::io::stdin().read_to_string(&mut text).map(drop)
+        }
         Some(path) => std::fs::read_to_string(path).map(|t| text = t),
     }
     .map_err(|e| format!("cannot read input: {e}"))?;
@@ -76,8 +95,9 @@ fn read_input(path: Option<&Path>) -> Result<String, String> {
 pub fn parse_document(text: &str) -> Result<Value, String> {
     match serde_json::from_str(text) {
         Ok(value) => Ok(value),
-        Err(json_error) => serde_saphyr::from_str::<Value>(text)
-            .map_err(|yaml_error| format!("input is neither JSON ({json_error}) nor YAML ({yaml_error})")),
+        Err(json_error) => serde_saphyr::from_str::<Value>(text).map_err(|yaml_error| {
+            format!("input is neither JSON ({json_error}) nor YAML ({yaml_error})")
+        }),
     }
 }
 
@@ -92,18 +112,28 @@ pub fn to_review(document: Value, args: &ReviewArgs) -> Result<Value, String> {
     let Some(map) = document.as_object() else {
         return Err("input is not an object".to_string());
     };
-    if map.contains_key("request") || map.get("kind").and_then(Value::as_str) == Some("AdmissionReview") {
+    if map.contains_key("request")
+        || map.get("kind").and_then(Value::as_str) == Some("AdmissionReview")
+    {
         return Ok(document);
     }
     if map.contains_key("operation") {
-        return Ok(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": document}));
+        return Ok(
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": document}),
+        );
     }
     manifest_review(document, args)
 }
 
 fn manifest_review(mut object: Value, args: &ReviewArgs) -> Result<Value, String> {
-    let api_version = object["apiVersion"].as_str().ok_or("manifest has no apiVersion")?.to_string();
-    let kind = object["kind"].as_str().ok_or("manifest has no kind")?.to_string();
+    let api_version = object["apiVersion"]
+        .as_str()
+        .ok_or("manifest has no apiVersion")?
+        .to_string();
+    let kind = object["kind"]
+        .as_str()
+        .ok_or("manifest has no kind")?
+        .to_string();
     if !object["metadata"].is_object() {
         return Err("manifest has no metadata".to_string());
     }

@@ -29,7 +29,10 @@ impl MetadataPatch {
         let reference = owner_reference(name, uid);
         let (path, value) = match &meta.owner_references {
             Some(_) => (pointer(&["metadata", "ownerReferences", "-"]), reference),
-            None => (pointer(&["metadata", "ownerReferences"]), Value::Array(vec![reference])),
+            None => (
+                pointer(&["metadata", "ownerReferences"]),
+                Value::Array(vec![reference]),
+            ),
         };
         self.add(path, value);
     }
@@ -47,13 +50,17 @@ impl MetadataPatch {
     /// none.
     pub fn add_label(&mut self, meta: &ObjectMeta, key: &str, value: &str) {
         match &meta.labels {
-            Some(_) => self.add(pointer(&["metadata", "labels", key]), Value::String(value.into())),
+            Some(_) => self.add(
+                pointer(&["metadata", "labels", key]),
+                Value::String(value.into()),
+            ),
             None => self.add(pointer(&["metadata", "labels"]), json!({ key: value })),
         }
     }
 
     fn add(&mut self, path: PointerBuf, value: Value) {
-        self.operations.push(PatchOperation::Add(AddOperation { path, value }));
+        self.operations
+            .push(PatchOperation::Add(AddOperation { path, value }));
     }
 
     /// The patch document, as the JSON array the API server applies.
@@ -104,13 +111,19 @@ mod tests {
         let mut patch = MetadataPatch::default();
         patch.add_owner_reference(&ObjectMeta::default(), "w-1", "u-1");
         apply(&mut object, &patch);
-        assert_eq!(object["metadata"]["ownerReferences"], json!([owner_reference("w-1", "u-1")]));
+        assert_eq!(
+            object["metadata"]["ownerReferences"],
+            json!([owner_reference("w-1", "u-1")])
+        );
     }
 
     #[test]
     fn reference_is_appended_to_an_existing_list() {
         let mut object = json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r"}]}});
-        let meta = ObjectMeta { owner_references: Some(vec![OwnerReference::default()]), ..Default::default() };
+        let meta = ObjectMeta {
+            owner_references: Some(vec![OwnerReference::default()]),
+            ..Default::default()
+        };
         let mut patch = MetadataPatch::default();
         patch.add_owner_reference(&meta, "w-1", "u-1");
         apply(&mut object, &patch);
@@ -122,14 +135,23 @@ mod tests {
 
     #[test]
     fn label_key_slash_is_escaped_as_tilde_one() {
-        let meta = ObjectMeta { labels: Some(BTreeMap::new()), ..Default::default() };
+        let meta = ObjectMeta {
+            labels: Some(BTreeMap::new()),
+            ..Default::default()
+        };
         let mut patch = MetadataPatch::default();
         patch.add_label(&meta, "ownerguard.io/owner-uid", "u-1");
         let text = String::from_utf8(patch.to_json()).unwrap();
-        assert!(text.contains("/metadata/labels/ownerguard.io~1owner-uid"), "{text}");
+        assert!(
+            text.contains("/metadata/labels/ownerguard.io~1owner-uid"),
+            "{text}"
+        );
         let mut object = json!({"metadata": {"labels": {}}});
         apply(&mut object, &patch);
-        assert_eq!(object["metadata"]["labels"]["ownerguard.io/owner-uid"], "u-1");
+        assert_eq!(
+            object["metadata"]["labels"]["ownerguard.io/owner-uid"],
+            "u-1"
+        );
     }
 
     #[test]
@@ -138,7 +160,10 @@ mod tests {
         patch.add_label(&ObjectMeta::default(), "ownerguard.io/owner-uid", "u-1");
         let mut object = json!({"metadata": {}});
         apply(&mut object, &patch);
-        assert_eq!(object["metadata"]["labels"], json!({"ownerguard.io/owner-uid": "u-1"}));
+        assert_eq!(
+            object["metadata"]["labels"],
+            json!({"ownerguard.io/owner-uid": "u-1"})
+        );
     }
 
     #[test]
@@ -148,6 +173,9 @@ mod tests {
         patch.unblock_owner_reference(1);
         let mut object = json!({"metadata": {"ownerReferences": [{"blockOwnerDeletion": true, "controller": true}, {}]}});
         apply(&mut object, &patch);
-        assert_eq!(object["metadata"]["ownerReferences"], json!([{"blockOwnerDeletion": false, "controller": true}, {"blockOwnerDeletion": false}]));
+        assert_eq!(
+            object["metadata"]["ownerReferences"],
+            json!([{"blockOwnerDeletion": false, "controller": true}, {"blockOwnerDeletion": false}])
+        );
     }
 }

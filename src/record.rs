@@ -26,7 +26,10 @@ impl Recorder {
         std::fs::create_dir_all(dir)?;
         // Continue the numbering of an earlier run into the same directory.
         let existing = std::fs::read_dir(dir)?.count() as u64;
-        Ok(Self { dir: dir.to_path_buf(), sequence: AtomicU64::new(existing) })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            sequence: AtomicU64::new(existing),
+        })
     }
 
     /// Write one case in the background. A failure is logged: recording
@@ -46,10 +49,20 @@ impl Recorder {
             webhook,
             requester_check: policy.requester_check,
             fail_open: policy.fail_open,
-            key_prefix: policy.labels.pod.strip_suffix("/owner-pod").filter(|p| *p != "ownerguard.io").map(str::to_string),
+            key_prefix: policy
+                .labels
+                .pod
+                .strip_suffix("/owner-pod")
+                .filter(|p| *p != "ownerguard.io")
+                .map(str::to_string),
             lookup_failures: failures.to_vec(),
         };
-        let (request, response, pods, dir) = (request.to_vec(), response.to_vec(), fixture::pods_yaml(pods), self.dir.clone());
+        let (request, response, pods, dir) = (
+            request.to_vec(),
+            response.to_vec(),
+            fixture::pods_yaml(pods),
+            self.dir.clone(),
+        );
         let write = move || {
             if let Err(error) = write_case(&dir, sequence, &config, &request, &pods, &response) {
                 warn!(%error, dir = %dir.display(), "could not record the request");
@@ -62,7 +75,14 @@ impl Recorder {
     }
 }
 
-fn write_case(dir: &Path, sequence: u64, config: &CaseConfig, request: &[u8], pods: &str, response: &[u8]) -> std::io::Result<()> {
+fn write_case(
+    dir: &Path,
+    sequence: u64,
+    config: &CaseConfig,
+    request: &[u8],
+    pods: &str,
+    response: &[u8],
+) -> std::io::Result<()> {
     let mut review: Value = serde_json::from_slice(request)?;
     fixture::strip_managed_fields(&mut review);
     let response: Value = serde_json::from_slice(response)?;
@@ -76,7 +96,10 @@ fn write_case(dir: &Path, sequence: u64, config: &CaseConfig, request: &[u8], po
     if let Ok(Some(metadata)) = fixture::patched_metadata(&review, &response) {
         std::fs::write(case.join(fixture::PATCHED), pretty(&metadata)?)?;
     }
-    std::fs::write(case.join(fixture::RESPONSE), pretty(&fixture::readable_response(response))?)?;
+    std::fs::write(
+        case.join(fixture::RESPONSE),
+        pretty(&fixture::readable_response(response))?,
+    )?;
     Ok(())
 }
 
@@ -97,7 +120,13 @@ fn case_name(sequence: u64, review: &Value) -> String {
     );
     raw.to_lowercase()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect::<String>()
         .trim_end_matches('-')
         .to_string()

@@ -30,19 +30,41 @@ pub fn router(webhook: Arc<Webhook>) -> Router {
         .with_state(webhook)
 }
 
-async fn mutate(State(webhook): State<Arc<Webhook>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+async fn mutate(
+    State(webhook): State<Arc<Webhook>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     handle(&webhook, WebhookKind::Mutate, &uri, &headers, body).await
 }
 
-async fn validate(State(webhook): State<Arc<Webhook>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+async fn validate(
+    State(webhook): State<Arc<Webhook>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     handle(&webhook, WebhookKind::Validate, &uri, &headers, body).await
 }
 
 async fn not_found(uri: Uri) -> Response {
-    error(StatusCode::NOT_FOUND, &format!("no such path {}: ownerguard serves POST /mutate and POST /validate", uri.path()))
+    error(
+        StatusCode::NOT_FOUND,
+        &format!(
+            "no such path {}: ownerguard serves POST /mutate and POST /validate",
+            uri.path()
+        ),
+    )
 }
 
-async fn handle(webhook: &Webhook, kind: WebhookKind, uri: &Uri, headers: &HeaderMap, body: Body) -> Response {
+async fn handle(
+    webhook: &Webhook,
+    kind: WebhookKind,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
     let declared_length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -53,7 +75,12 @@ async fn handle(webhook: &Webhook, kind: WebhookKind, uri: &Uri, headers: &Heade
     let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return too_large(),
-        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}")),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("cannot read the request body: {e}"),
+            );
+        }
     };
     match webhook.review(kind, &bytes, api_timeout(uri)).await {
         Ok(answer) => ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response(),
@@ -72,13 +99,21 @@ fn api_timeout(uri: &Uri) -> Option<Duration> {
 }
 
 fn too_large() -> Response {
-    error(StatusCode::PAYLOAD_TOO_LARGE, &format!("request body over {MAX_BODY_BYTES} bytes"))
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("request body over {MAX_BODY_BYTES} bytes"),
+    )
 }
 
 /// A JSON error body: `{"error": "...", "code": N}`.
 pub fn error(status: StatusCode, message: &str) -> Response {
     let body = serde_json::json!({ "error": message, "code": status.as_u16() });
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 #[cfg(test)]

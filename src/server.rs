@@ -67,7 +67,9 @@ impl Health {
     /// Ready: a certificate is loaded, the owner source can answer (the
     /// cache has listed the pods once), and no shutdown has begun.
     pub fn is_ready(&self) -> bool {
-        self.certificate.not_after() > 0 && self.webhook.owner_source().is_ready() && !self.shutting_down.load(Ordering::SeqCst)
+        self.certificate.not_after() > 0
+            && self.webhook.owner_source().is_ready()
+            && !self.shutting_down.load(Ordering::SeqCst)
     }
 }
 
@@ -89,13 +91,28 @@ impl Server {
     /// When the certificate, key or client CA cannot be used, or an address
     /// cannot be bound.
     pub async fn bind(options: ServeOptions, webhook: Arc<Webhook>) -> anyhow::Result<Self> {
-        let certificate = Arc::new(ReloadingCertificate::load(&options.tls_cert, &options.tls_key)?);
-        let tls = Arc::new(tls::server_config(certificate.clone(), options.client_ca.as_deref())?);
-        let https = TcpListener::bind(options.addr).await.with_context(|| format!("cannot listen on {}", options.addr))?;
+        let certificate = Arc::new(ReloadingCertificate::load(
+            &options.tls_cert,
+            &options.tls_key,
+        )?);
+        let tls = Arc::new(tls::server_config(
+            certificate.clone(),
+            options.client_ca.as_deref(),
+        )?);
+        let https = TcpListener::bind(options.addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", options.addr))?;
         let metrics = TcpListener::bind(options.metrics_addr)
             .await
             .with_context(|| format!("cannot listen on {}", options.metrics_addr))?;
-        Ok(Self { options, https, metrics, tls, certificate, webhook })
+        Ok(Self {
+            options,
+            https,
+            metrics,
+            tls,
+            certificate,
+            webhook,
+        })
     }
 
     pub fn https_addr(&self) -> SocketAddr {
@@ -103,7 +120,9 @@ impl Server {
     }
 
     pub fn metrics_addr(&self) -> SocketAddr {
-        self.metrics.local_addr().unwrap_or(self.options.metrics_addr)
+        self.metrics
+            .local_addr()
+            .unwrap_or(self.options.metrics_addr)
     }
 
     /// Serve until `shutdown` completes, then drain: readiness goes false,
@@ -113,14 +132,31 @@ impl Server {
     /// # Errors
     ///
     /// Only when the metrics listener fails; connection errors are logged.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let Self { options, https, metrics, tls, certificate, webhook } = self;
-        let health = Arc::new(Health { certificate: certificate.clone(), webhook: webhook.clone(), shutting_down: AtomicBool::new(false) });
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Self {
+            options,
+            https,
+            metrics,
+            tls,
+            certificate,
+            webhook,
+        } = self;
+        let health = Arc::new(Health {
+            certificate: certificate.clone(),
+            webhook: webhook.clone(),
+            shutting_down: AtomicBool::new(false),
+        });
 
         let metrics_handle = webhook.metrics().clone();
-        let reload = tokio::spawn(certificate.clone().watch(options.tls_reload_interval, move |not_after| {
-            metrics_handle.set_certificate_expiry(not_after);
-        }));
+        let reload = tokio::spawn(certificate.clone().watch(
+            options.tls_reload_interval,
+            move |not_after| {
+                metrics_handle.set_certificate_expiry(not_after);
+            },
+        ));
 
         let (stop_metrics, metrics_stopped) = watch::channel(false);
         let metrics_app = metrics_router(health.clone());
@@ -140,7 +176,10 @@ impl Server {
         tokio::spawn(async move {
             shutdown.await;
             drain_health.shutting_down.store(true, Ordering::SeqCst);
-            info!(delay_ms = delay.as_millis() as u64, "shutdown requested: readiness is false");
+            info!(
+                delay_ms = delay.as_millis() as u64,
+                "shutdown requested: readiness is false"
+            );
             tokio::time::sleep(delay).await;
             let _ = stop_accepting.send(true);
         });
@@ -185,12 +224,18 @@ impl Server {
         }
         drop(https);
         info!(connections = graceful.count(), "listener closed, draining");
-        if tokio::time::timeout(options.shutdown_timeout, graceful.shutdown()).await.is_err() {
+        if tokio::time::timeout(options.shutdown_timeout, graceful.shutdown())
+            .await
+            .is_err()
+        {
             warn!("in-flight requests still running after the shutdown timeout");
         }
         reload.abort();
         let _ = stop_metrics.send(true);
-        metrics_server.await.context("metrics server")?.context("metrics server")?;
+        metrics_server
+            .await
+            .context("metrics server")?
+            .context("metrics server")?;
         info!("stopped");
         Ok(())
     }
@@ -209,7 +254,10 @@ async fn metrics(State(health): State<Arc<Health>>) -> Response {
     let metrics = health.webhook.metrics();
     metrics.set_certificate_expiry(health.certificate.not_after());
     (
-        [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         metrics.encode(),
     )
         .into_response()

@@ -46,7 +46,10 @@ pub enum TlsError {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read { path: path.display().to_string(), source })
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// The loaded pair, with what it was loaded from.
@@ -66,7 +69,10 @@ pub struct ReloadingCertificate {
 
 impl std::fmt::Debug for ReloadingCertificate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReloadingCertificate").field("cert", &self.cert_path).field("key", &self.key_path).finish()
+        f.debug_struct("ReloadingCertificate")
+            .field("cert", &self.cert_path)
+            .field("key", &self.key_path)
+            .finish()
     }
 }
 
@@ -80,7 +86,11 @@ impl ReloadingCertificate {
     /// not match the certificate.
     pub fn load(cert: &Path, key: &Path) -> Result<Self, TlsError> {
         let loaded = load_pair(cert, key, read(cert)?, read(key)?)?;
-        Ok(Self { cert_path: cert.to_path_buf(), key_path: key.to_path_buf(), current: RwLock::new(loaded) })
+        Ok(Self {
+            cert_path: cert.to_path_buf(),
+            key_path: key.to_path_buf(),
+            current: RwLock::new(loaded),
+        })
     }
 
     /// The certificate's `notAfter`, in Unix seconds.
@@ -102,13 +112,20 @@ impl ReloadingCertificate {
             }
         }
         let loaded = load_pair(&self.cert_path, &self.key_path, cert_pem, key_pem)?;
-        *self.current.write().map_err(|_| poisoned(&self.cert_path))? = loaded;
+        *self
+            .current
+            .write()
+            .map_err(|_| poisoned(&self.cert_path))? = loaded;
         Ok(true)
     }
 
     /// Poll the files every `interval`, forever; report the expiry of the
     /// certificate in use through `on_load`.
-    pub async fn watch(self: Arc<Self>, interval: Duration, on_load: impl Fn(i64) + Send + 'static) {
+    pub async fn watch(
+        self: Arc<Self>,
+        interval: Duration,
+        on_load: impl Fn(i64) + Send + 'static,
+    ) {
         on_load(self.not_after());
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -120,14 +137,19 @@ impl ReloadingCertificate {
                     on_load(self.not_after());
                 }
                 Ok(false) => {}
-                Err(error) => warn!(%error, "serving certificate not reloaded; the previous one stays in use"),
+                Err(error) => {
+                    warn!(%error, "serving certificate not reloaded; the previous one stays in use")
+                }
             }
         }
     }
 }
 
 fn poisoned(path: &Path) -> TlsError {
-    TlsError::Pem { path: path.display().to_string(), what: "certificate state poisoned".into() }
+    TlsError::Pem {
+        path: path.display().to_string(),
+        what: "certificate state poisoned".into(),
+    }
 }
 
 impl ResolvesServerCert for ReloadingCertificate {
@@ -136,22 +158,46 @@ impl ResolvesServerCert for ReloadingCertificate {
     }
 }
 
-fn load_pair(cert_path: &Path, key_path: &Path, cert_pem: Vec<u8>, key_pem: Vec<u8>) -> Result<Loaded, TlsError> {
+fn load_pair(
+    cert_path: &Path,
+    key_path: &Path,
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+) -> Result<Loaded, TlsError> {
     let shown = |p: &Path| p.display().to_string();
     let chain = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Pem { path: shown(cert_path), what: format!("not a PEM certificate chain: {e}") })?;
+        .map_err(|e| TlsError::Pem {
+            path: shown(cert_path),
+            what: format!("not a PEM certificate chain: {e}"),
+        })?;
     let Some(leaf) = chain.first() else {
-        return Err(TlsError::Pem { path: shown(cert_path), what: "no CERTIFICATE block".into() });
+        return Err(TlsError::Pem {
+            path: shown(cert_path),
+            what: "no CERTIFICATE block".into(),
+        });
     };
-    let not_after = certificate_not_after(leaf)
-        .ok_or_else(|| TlsError::Pem { path: shown(cert_path), what: "the certificate does not parse as X.509".into() })?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|e| TlsError::Pem { path: shown(key_path), what: format!("no usable private key: {e}") })?;
+    let not_after = certificate_not_after(leaf).ok_or_else(|| TlsError::Pem {
+        path: shown(cert_path),
+        what: "the certificate does not parse as X.509".into(),
+    })?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::Pem {
+        path: shown(key_path),
+        what: format!("no usable private key: {e}"),
+    })?;
     let provider = rustls::crypto::ring::default_provider();
-    let certified = CertifiedKey::from_der(chain, key, &provider)
-        .map_err(|source| TlsError::Pair { cert: shown(cert_path), key: shown(key_path), source })?;
-    Ok(Loaded { key: Arc::new(certified), cert_pem, key_pem, not_after })
+    let certified =
+        CertifiedKey::from_der(chain, key, &provider).map_err(|source| TlsError::Pair {
+            cert: shown(cert_path),
+            key: shown(key_path),
+            source,
+        })?;
+    Ok(Loaded {
+        key: Arc::new(certified),
+        cert_pem,
+        key_pem,
+        not_after,
+    })
 }
 
 /// `notAfter` of a DER certificate, in Unix seconds.
@@ -167,23 +213,38 @@ pub fn certificate_not_after(der: &[u8]) -> Option<i64> {
 /// # Errors
 ///
 /// [`TlsError`] when the client CA cannot be read or used.
-pub fn server_config(certificate: Arc<ReloadingCertificate>, client_ca: Option<&Path>) -> Result<ServerConfig, TlsError> {
+pub fn server_config(
+    certificate: Arc<ReloadingCertificate>,
+    client_ca: Option<&Path>,
+) -> Result<ServerConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| TlsError::Pem { path: String::new(), what: e.to_string() })?;
+        .map_err(|e| TlsError::Pem {
+            path: String::new(),
+            what: e.to_string(),
+        })?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
         Some(path) => {
             let shown = path.display().to_string();
             let mut roots = rustls::RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(&read(path)?) {
-                let cert = cert.map_err(|e| TlsError::ClientCa { path: shown.clone(), message: e.to_string() })?;
-                roots.add(cert).map_err(|e| TlsError::ClientCa { path: shown.clone(), message: e.to_string() })?;
+                let cert = cert.map_err(|e| TlsError::ClientCa {
+                    path: shown.clone(),
+                    message: e.to_string(),
+                })?;
+                roots.add(cert).map_err(|e| TlsError::ClientCa {
+                    path: shown.clone(),
+                    message: e.to_string(),
+                })?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
-                .map_err(|e| TlsError::ClientCa { path: shown, message: e.to_string() })?;
+                .map_err(|e| TlsError::ClientCa {
+                    path: shown,
+                    message: e.to_string(),
+                })?;
             builder.with_client_cert_verifier(verifier)
         }
     };

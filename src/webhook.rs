@@ -39,7 +39,13 @@ pub struct Answer {
 
 impl Webhook {
     pub fn new(policy: Policy, lookup: Arc<dyn OwnerLookup>, metrics: Arc<Metrics>) -> Self {
-        Self { policy, lookup, lookup_timeout: DEFAULT_LOOKUP_TIMEOUT, metrics, recorder: None }
+        Self {
+            policy,
+            lookup,
+            lookup_timeout: DEFAULT_LOOKUP_TIMEOUT,
+            metrics,
+            recorder: None,
+        }
     }
 
     pub fn with_lookup_timeout(mut self, timeout: Duration) -> Self {
@@ -76,12 +82,23 @@ impl Webhook {
     ///
     /// [`DecodeError`] when `body` is not an `AdmissionReview` with a
     /// request: the caller answers 400. Every decodable review is answered.
-    pub async fn review(&self, webhook: WebhookKind, body: &[u8], api_timeout: Option<Duration>) -> Result<Answer, DecodeError> {
+    pub async fn review(
+        &self,
+        webhook: WebhookKind,
+        body: &[u8],
+        api_timeout: Option<Duration>,
+    ) -> Result<Answer, DecodeError> {
         let started = Instant::now();
         let review = match Review::from_json(body) {
             Ok(review) => review,
             Err(error) => {
-                self.metrics.observe_request(webhook.as_str(), "", "", "error", started.elapsed().as_secs_f64());
+                self.metrics.observe_request(
+                    webhook.as_str(),
+                    "",
+                    "",
+                    "error",
+                    started.elapsed().as_secs_f64(),
+                );
                 return Err(error);
             }
         };
@@ -101,12 +118,29 @@ impl Webhook {
         let answer = response.to_review_json(review.version);
         let elapsed = started.elapsed();
         let result = result_label(&response);
-        self.metrics.observe_request(webhook.as_str(), request.operation.as_str(), &request.resource.resource, result, elapsed.as_secs_f64());
+        self.metrics.observe_request(
+            webhook.as_str(),
+            request.operation.as_str(),
+            &request.resource.resource,
+            result,
+            elapsed.as_secs_f64(),
+        );
         log_decision(request, webhook, &response, result, elapsed);
         if let Some(recorder) = &self.recorder {
-            recorder.record(webhook, &self.policy, body, &seen.pods, &seen.failures, &answer);
+            recorder.record(
+                webhook,
+                &self.policy,
+                body,
+                &seen.pods,
+                &seen.failures,
+                &answer,
+            );
         }
-        Ok(Answer { version: review.version, response, body: answer })
+        Ok(Answer {
+            version: review.version,
+            response,
+            body: answer,
+        })
     }
 
     /// Look every owner name of `checks` up once, concurrently, each bound
@@ -123,14 +157,20 @@ impl Webhook {
             let lookup = self.lookup.lookup(&checks.namespace, name, uid, deadline);
             // The source bounds itself; this is the guarantee that a slow
             // one cannot hold the answer past the deadline.
-            let lookup = tokio::time::timeout_at(deadline, lookup).await.unwrap_or_else(|_| Lookup {
-                source: Source::Api,
-                outcome: Err(LookupError::TimedOut { after: budget }),
-            });
-            self.metrics.observe_lookup(lookup.source.as_str(), lookup.result_label(uid));
+            let lookup = tokio::time::timeout_at(deadline, lookup)
+                .await
+                .unwrap_or_else(|_| Lookup {
+                    source: Source::Api,
+                    outcome: Err(LookupError::TimedOut { after: budget }),
+                });
+            self.metrics
+                .observe_lookup(lookup.source.as_str(), lookup.result_label(uid));
             (name.to_string(), lookup)
         });
-        futures::future::join_all(lookups).await.into_iter().collect()
+        futures::future::join_all(lookups)
+            .await
+            .into_iter()
+            .collect()
     }
 }
 
@@ -147,7 +187,9 @@ impl Seen {
         let mut seen = Self::default();
         for (name, lookup) in lookups {
             match &lookup.outcome {
-                Ok(Some(pod)) => seen.pods.push((namespace.to_string(), name.clone(), pod.clone())),
+                Ok(Some(pod)) => seen
+                    .pods
+                    .push((namespace.to_string(), name.clone(), pod.clone())),
                 Ok(None) => {}
                 Err(_) => seen.failures.push(name.clone()),
             }
@@ -160,14 +202,22 @@ impl Seen {
 
 /// The `AdmissionResponse` of a verdict. A validating answer never carries
 /// a patch.
-pub fn respond(uid: &str, verdict: Result<Allowed, Denial>, webhook: WebhookKind) -> AdmissionResponse {
+pub fn respond(
+    uid: &str,
+    verdict: Result<Allowed, Denial>,
+    webhook: WebhookKind,
+) -> AdmissionResponse {
     match verdict {
         Ok(allowed) => {
-            let patch = (webhook == WebhookKind::Mutate && !allowed.patch.is_empty()).then(|| allowed.patch.to_json());
+            let patch = (webhook == WebhookKind::Mutate && !allowed.patch.is_empty())
+                .then(|| allowed.patch.to_json());
             let mut audit_annotations = std::collections::BTreeMap::new();
             if let Some(owner) = &allowed.owner {
                 audit_annotations.insert("owner".to_string(), owner.annotation());
-                audit_annotations.insert("owner-source".to_string(), owner.source.as_str().to_string());
+                audit_annotations.insert(
+                    "owner-source".to_string(),
+                    owner.source.as_str().to_string(),
+                );
             }
             AdmissionResponse {
                 uid: uid.to_string(),
@@ -181,7 +231,12 @@ pub fn respond(uid: &str, verdict: Result<Allowed, Denial>, webhook: WebhookKind
         Err(denial) => AdmissionResponse {
             uid: uid.to_string(),
             allowed: false,
-            status: Some(Status { status: "Failure", message: denial.to_string(), reason: denial.reason(), code: denial.code() }),
+            status: Some(Status {
+                status: "Failure",
+                message: denial.to_string(),
+                reason: denial.reason(),
+                code: denial.code(),
+            }),
             ..Default::default()
         },
     }
@@ -195,11 +250,29 @@ fn result_label(response: &AdmissionResponse) -> &'static str {
     }
 }
 
-fn log_decision(request: &AdmissionRequest, webhook: WebhookKind, response: &AdmissionResponse, result: &str, elapsed: Duration) {
+fn log_decision(
+    request: &AdmissionRequest,
+    webhook: WebhookKind,
+    response: &AdmissionResponse,
+    result: &str,
+    elapsed: Duration,
+) {
     let object = admit::object_name(request);
-    let name = if object.generated { format!("{}*", object.name) } else { object.name };
-    let owner = response.audit_annotations.get("owner").map(String::as_str).unwrap_or("");
-    let message = response.status.as_ref().map(|s| s.message.as_str()).unwrap_or("");
+    let name = if object.generated {
+        format!("{}*", object.name)
+    } else {
+        object.name
+    };
+    let owner = response
+        .audit_annotations
+        .get("owner")
+        .map(String::as_str)
+        .unwrap_or("");
+    let message = response
+        .status
+        .as_ref()
+        .map(|s| s.message.as_str())
+        .unwrap_or("");
     info!(
         uid = %request.uid,
         webhook = webhook.as_str(),

@@ -48,7 +48,8 @@ fn owner_labels(name: &str, uid: &str) -> Value {
 }
 
 fn pod_reference(name: &str, uid: &str, block: Option<bool>) -> Value {
-    let mut reference = json!({"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid, "controller": false});
+    let mut reference =
+        json!({"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid, "controller": false});
     if let Some(block) = block {
         reference["blockOwnerDeletion"] = json!(block);
     }
@@ -58,18 +59,36 @@ fn pod_reference(name: &str, uid: &str, block: Option<bool>) -> Value {
 fn running(pods: &[(&str, &str)]) -> HashMap<String, Lookup> {
     pods.iter()
         .map(|(name, uid)| {
-            let pod = ObservedPod { uid: uid.to_string(), terminating: false };
-            (name.to_string(), Lookup { source: Source::Inventory, outcome: Ok(Some(pod)) })
+            let pod = ObservedPod {
+                uid: uid.to_string(),
+                terminating: false,
+            };
+            (
+                name.to_string(),
+                Lookup {
+                    source: Source::Inventory,
+                    outcome: Ok(Some(pod)),
+                },
+            )
         })
         .collect()
 }
 
-fn run(request: &AdmissionRequest, webhook: WebhookKind, policy: &Policy, lookups: HashMap<String, Lookup>) -> Result<Allowed, Denial> {
+fn run(
+    request: &AdmissionRequest,
+    webhook: WebhookKind,
+    policy: &Policy,
+    lookups: HashMap<String, Lookup>,
+) -> Result<Allowed, Denial> {
     match plan(request, webhook, policy)? {
         None => Ok(Allowed::default()),
         Some(checks) => {
             for claim in &checks.claims {
-                assert!(lookups.contains_key(&claim.name) || lookups.is_empty(), "unexpected lookup of {}", claim.name);
+                assert!(
+                    lookups.contains_key(&claim.name) || lookups.is_empty(),
+                    "unexpected lookup of {}",
+                    claim.name
+                );
             }
             decide(checks, &lookups, policy)
         }
@@ -114,7 +133,10 @@ fn create_with_owner_label_gets_the_non_blocking_reference() {
 
 #[test]
 fn mutation_is_idempotent_on_its_own_output() {
-    let obj = object(json!({"ownerguard.io/owner-pod": "w-1"}), Some(json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r"}])));
+    let obj = object(
+        json!({"ownerguard.io/owner-pod": "w-1"}),
+        Some(json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r"}])),
+    );
     let (_, review) = request("CREATE", obj.clone(), None);
     let req = from_pod(review, "w-1", "uid-1");
     let first = mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
@@ -123,7 +145,11 @@ fn mutation_is_idempotent_on_its_own_output() {
     let (_, review) = request("CREATE", once.clone(), None);
     let again = from_pod(review, "w-1", "uid-1");
     let second = mutate(&again, running(&[("w-1", "uid-1")])).unwrap();
-    assert!(second.patch.is_empty(), "second pass patched: {:?}", second.patch);
+    assert!(
+        second.patch.is_empty(),
+        "second pass patched: {:?}",
+        second.patch
+    );
 }
 
 #[test]
@@ -133,13 +159,20 @@ fn missing_uid_label_is_added_from_the_requesting_owner() {
     let req = from_pod(review, "w-1", "uid-1");
     let allowed = mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
     let result = patched(&obj, &allowed);
-    assert_eq!(result["metadata"]["labels"]["ownerguard.io/owner-uid"], "uid-1");
+    assert_eq!(
+        result["metadata"]["labels"]["ownerguard.io/owner-uid"],
+        "uid-1"
+    );
     assert_eq!(result["metadata"]["ownerReferences"][0]["uid"], "uid-1");
 }
 
 #[test]
 fn missing_uid_label_from_a_user_is_missing_owner_uid() {
-    let (req, _) = request("CREATE", object(json!({"ownerguard.io/owner-pod": "w-1"}), None), None);
+    let (req, _) = request(
+        "CREATE",
+        object(json!({"ownerguard.io/owner-pod": "w-1"}), None),
+        None,
+    );
     let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
     assert!(matches!(err, Denial::MissingOwnerUid { .. }), "{err:?}");
     assert_eq!(err.code(), 400);
@@ -162,17 +195,29 @@ fn existing_reference_with_the_owner_uid_is_not_duplicated_and_keeps_its_control
 
 #[test]
 fn existing_reference_without_block_owner_deletion_gets_it_false() {
-    let obj = object(owner_labels("w-1", "uid-1"), Some(json!([pod_reference("w-1", "uid-1", None)])));
+    let obj = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([pod_reference("w-1", "uid-1", None)])),
+    );
     let (req, _) = request("CREATE", obj.clone(), None);
     let allowed = mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
-    assert_eq!(patched(&obj, &allowed)["metadata"]["ownerReferences"][0]["blockOwnerDeletion"], false);
+    assert_eq!(
+        patched(&obj, &allowed)["metadata"]["ownerReferences"][0]["blockOwnerDeletion"],
+        false
+    );
     assert!(allowed.warnings.is_empty());
 }
 
 #[test]
 fn owner_not_found_is_denied_403() {
     let (req, _) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
-    let lookups = HashMap::from([("w-1".to_string(), Lookup { source: Source::Cache, outcome: Ok(None) })]);
+    let lookups = HashMap::from([(
+        "w-1".to_string(),
+        Lookup {
+            source: Source::Cache,
+            outcome: Ok(None),
+        },
+    )]);
     let err = mutate(&req, lookups).unwrap_err();
     assert!(matches!(err, Denial::OwnerNotFound { .. }), "{err:?}");
     assert_eq!(err.code(), 403);
@@ -194,15 +239,32 @@ fn owner_with_another_uid_is_owner_uid_mismatch() {
 #[test]
 fn owner_being_deleted_is_owner_terminating() {
     let (req, _) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
-    let pod = ObservedPod { uid: "uid-1".into(), terminating: true };
-    let lookups = HashMap::from([("w-1".to_string(), Lookup { source: Source::Api, outcome: Ok(Some(pod)) })]);
+    let pod = ObservedPod {
+        uid: "uid-1".into(),
+        terminating: true,
+    };
+    let lookups = HashMap::from([(
+        "w-1".to_string(),
+        Lookup {
+            source: Source::Api,
+            outcome: Ok(Some(pod)),
+        },
+    )]);
     let err = mutate(&req, lookups).unwrap_err();
     assert!(matches!(err, Denial::OwnerTerminating { .. }), "{err:?}");
 }
 
 fn failed_lookup() -> HashMap<String, Lookup> {
-    let error = LookupError::TimedOut { after: std::time::Duration::from_secs(2) };
-    HashMap::from([("w-1".to_string(), Lookup { source: Source::Api, outcome: Err(error) })])
+    let error = LookupError::TimedOut {
+        after: std::time::Duration::from_secs(2),
+    };
+    HashMap::from([(
+        "w-1".to_string(),
+        Lookup {
+            source: Source::Api,
+            outcome: Err(error),
+        },
+    )])
 }
 
 #[test]
@@ -217,10 +279,16 @@ fn lookup_failure_is_denied_503() {
 fn lookup_failure_under_fail_open_is_allowed_with_a_warning() {
     let obj = object(owner_labels("w-1", "uid-1"), None);
     let (req, _) = request("CREATE", obj.clone(), None);
-    let policy = Policy { fail_open: true, ..Policy::default() };
+    let policy = Policy {
+        fail_open: true,
+        ..Policy::default()
+    };
     let allowed = run(&req, WebhookKind::Mutate, &policy, failed_lookup()).unwrap();
     assert_eq!(allowed.warnings.len(), 1);
-    assert_eq!(patched(&obj, &allowed)["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+    assert_eq!(
+        patched(&obj, &allowed)["metadata"]["ownerReferences"][0]["uid"],
+        "uid-1"
+    );
 }
 
 #[test]
@@ -229,37 +297,70 @@ fn requester_declaring_another_owner_is_denied_under_enforce_and_warned_under_wa
     let req = from_pod(review, "w-1", "uid-1");
     let err = mutate(&req, running(&[("w-2", "uid-2")])).unwrap_err();
     assert!(matches!(err, Denial::RequesterNotOwner { .. }), "{err:?}");
-    let policy = Policy { requester_check: RequesterCheck::Warn, ..Policy::default() };
-    let allowed = run(&req, WebhookKind::Mutate, &policy, running(&[("w-2", "uid-2")])).unwrap();
+    let policy = Policy {
+        requester_check: RequesterCheck::Warn,
+        ..Policy::default()
+    };
+    let allowed = run(
+        &req,
+        WebhookKind::Mutate,
+        &policy,
+        running(&[("w-2", "uid-2")]),
+    )
+    .unwrap();
     assert_eq!(allowed.warnings.len(), 1);
     assert!(!allowed.patch.is_empty());
 }
 
 #[test]
 fn client_set_pod_reference_is_looked_up_and_unblocked_with_a_warning() {
-    let obj = object(json!({}), Some(json!([pod_reference("w-1", "uid-1", Some(true))])));
+    let obj = object(
+        json!({}),
+        Some(json!([pod_reference("w-1", "uid-1", Some(true))])),
+    );
     let (req, _) = request("CREATE", obj.clone(), None);
     let allowed = mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
-    assert_eq!(patched(&obj, &allowed)["metadata"]["ownerReferences"][0]["blockOwnerDeletion"], false);
+    assert_eq!(
+        patched(&obj, &allowed)["metadata"]["ownerReferences"][0]["blockOwnerDeletion"],
+        false
+    );
     assert_eq!(allowed.warnings.len(), 1);
     assert!(allowed.warnings[0].len() < 120);
 }
 
 #[test]
 fn client_set_pod_reference_to_a_missing_pod_is_denied() {
-    let obj = object(json!({}), Some(json!([pod_reference("gone", "uid-9", None)])));
+    let obj = object(
+        json!({}),
+        Some(json!([pod_reference("gone", "uid-9", None)])),
+    );
     let (req, _) = request("CREATE", obj, None);
-    let lookups = HashMap::from([("gone".to_string(), Lookup { source: Source::Inventory, outcome: Ok(None) })]);
+    let lookups = HashMap::from([(
+        "gone".to_string(),
+        Lookup {
+            source: Source::Inventory,
+            outcome: Ok(None),
+        },
+    )]);
     let err = mutate(&req, lookups).unwrap_err();
-    assert!(matches!(err, Denial::OwnerNotFound { ref owner, .. } if owner == "gone"), "{err:?}");
+    assert!(
+        matches!(err, Denial::OwnerNotFound { ref owner, .. } if owner == "gone"),
+        "{err:?}"
+    );
 }
 
 #[test]
 fn pod_reference_without_uid_is_malformed_reference() {
-    let obj = object(json!({}), Some(json!([{"apiVersion": "v1", "kind": "Pod", "name": "w-1"}])));
+    let obj = object(
+        json!({}),
+        Some(json!([{"apiVersion": "v1", "kind": "Pod", "name": "w-1"}])),
+    );
     let (req, _) = request("CREATE", obj, None);
     let err = mutate(&req, HashMap::new()).unwrap_err();
-    assert!(matches!(err, Denial::MalformedReference { field: "uid", .. }), "{err:?}");
+    assert!(
+        matches!(err, Denial::MalformedReference { field: "uid", .. }),
+        "{err:?}"
+    );
     assert_eq!(err.code(), 400);
 }
 
@@ -267,7 +368,10 @@ fn pod_reference_without_uid_is_malformed_reference() {
 fn cluster_scoped_object_with_owner_label_is_cluster_scoped() {
     let (_, mut review) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
     review.as_object_mut().unwrap().remove("namespace");
-    review["object"]["metadata"].as_object_mut().unwrap().remove("namespace");
+    review["object"]["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("namespace");
     let req: AdmissionRequest = serde_json::from_value(review).unwrap();
     let err = mutate(&req, HashMap::new()).unwrap_err();
     assert!(matches!(err, Denial::ClusterScoped { .. }), "{err:?}");
@@ -279,38 +383,82 @@ fn generate_name_names_the_object_before_it_has_a_name() {
     obj["metadata"].as_object_mut().unwrap().remove("name");
     obj["metadata"]["generateName"] = json!("agent-");
     let (req, _) = request("CREATE", obj, None);
-    let err = mutate(&req, HashMap::from([("w-1".to_string(), Lookup { source: Source::Cache, outcome: Ok(None) })])).unwrap_err();
-    assert!(err.to_string().starts_with("ConfigMap 'agent-*' (generateName)"), "{err}");
+    let err = mutate(
+        &req,
+        HashMap::from([(
+            "w-1".to_string(),
+            Lookup {
+                source: Source::Cache,
+                outcome: Ok(None),
+            },
+        )]),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("ConfigMap 'agent-*' (generateName)"),
+        "{err}"
+    );
 }
 
 #[test]
 fn validate_denies_an_owner_label_without_its_reference() {
     let (req, _) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
-    let err = run(&req, WebhookKind::Validate, &Policy::default(), running(&[("w-1", "uid-1")])).unwrap_err();
+    let err = run(
+        &req,
+        WebhookKind::Validate,
+        &Policy::default(),
+        running(&[("w-1", "uid-1")]),
+    )
+    .unwrap_err();
     assert!(matches!(err, Denial::ReferenceMissing { .. }), "{err:?}");
 }
 
 #[test]
 fn validate_denies_a_blocking_reference() {
-    let obj = object(owner_labels("w-1", "uid-1"), Some(json!([pod_reference("w-1", "uid-1", Some(true))])));
+    let obj = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([pod_reference("w-1", "uid-1", Some(true))])),
+    );
     let (req, _) = request("CREATE", obj, None);
-    let err = run(&req, WebhookKind::Validate, &Policy::default(), running(&[("w-1", "uid-1")])).unwrap_err();
+    let err = run(
+        &req,
+        WebhookKind::Validate,
+        &Policy::default(),
+        running(&[("w-1", "uid-1")]),
+    )
+    .unwrap_err();
     assert!(matches!(err, Denial::BlockingReference { .. }), "{err:?}");
 }
 
 #[test]
 fn validate_allows_the_mutated_object_without_a_patch() {
-    let obj = object(owner_labels("w-1", "uid-1"), Some(json!([pod_reference("w-1", "uid-1", Some(false))])));
+    let obj = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([pod_reference("w-1", "uid-1", Some(false))])),
+    );
     let (req, _) = request("CREATE", obj, None);
-    let allowed = run(&req, WebhookKind::Validate, &Policy::default(), running(&[("w-1", "uid-1")])).unwrap();
+    let allowed = run(
+        &req,
+        WebhookKind::Validate,
+        &Policy::default(),
+        running(&[("w-1", "uid-1")]),
+    )
+    .unwrap();
     assert!(allowed.patch.is_empty());
     assert!(allowed.owner.is_some());
 }
 
 #[test]
 fn update_may_not_change_the_owner_label() {
-    let old = object(owner_labels("w-1", "uid-1"), Some(json!([pod_reference("w-1", "uid-1", Some(false))])));
-    let new = object(owner_labels("w-2", "uid-1"), Some(json!([pod_reference("w-1", "uid-1", Some(false))])));
+    let old = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([pod_reference("w-1", "uid-1", Some(false))])),
+    );
+    let new = object(
+        owner_labels("w-2", "uid-1"),
+        Some(json!([pod_reference("w-1", "uid-1", Some(false))])),
+    );
     let (req, _) = request("UPDATE", new, Some(old));
     let err = mutate(&req, HashMap::new()).unwrap_err();
     assert!(matches!(err, Denial::OwnerLabelChanged { .. }), "{err:?}");
@@ -327,22 +475,43 @@ fn update_may_not_add_the_owner_label() {
 
 #[test]
 fn update_may_not_remove_the_owner_reference() {
-    let old = object(owner_labels("w-1", "uid-1"), Some(json!([pod_reference("w-1", "uid-1", Some(false))])));
+    let old = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([pod_reference("w-1", "uid-1", Some(false))])),
+    );
     let new = object(owner_labels("w-1", "uid-1"), Some(json!([])));
     let (req, _) = request("UPDATE", new, Some(old));
     let err = mutate(&req, HashMap::new()).unwrap_err();
-    assert!(matches!(err, Denial::OwnerReferenceRemoved { .. }), "{err:?}");
+    assert!(
+        matches!(err, Denial::OwnerReferenceRemoved { .. }),
+        "{err:?}"
+    );
 }
 
 #[test]
 fn update_making_the_owner_reference_blocking_is_unblocked() {
-    let old = object(owner_labels("w-1", "uid-1"), Some(json!([pod_reference("w-1", "uid-1", Some(false))])));
-    let new = object(owner_labels("w-1", "uid-1"), Some(json!([pod_reference("w-1", "uid-1", Some(true))])));
+    let old = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([pod_reference("w-1", "uid-1", Some(false))])),
+    );
+    let new = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([pod_reference("w-1", "uid-1", Some(true))])),
+    );
     let (req, _) = request("UPDATE", new.clone(), Some(old.clone()));
     let allowed = mutate(&req, HashMap::new()).unwrap();
-    assert_eq!(patched(&new, &allowed)["metadata"]["ownerReferences"][0]["blockOwnerDeletion"], false);
+    assert_eq!(
+        patched(&new, &allowed)["metadata"]["ownerReferences"][0]["blockOwnerDeletion"],
+        false
+    );
     let (req, _) = request("UPDATE", new, Some(old));
-    let err = run(&req, WebhookKind::Validate, &Policy::default(), HashMap::new()).unwrap_err();
+    let err = run(
+        &req,
+        WebhookKind::Validate,
+        &Policy::default(),
+        HashMap::new(),
+    )
+    .unwrap_err();
     assert!(matches!(err, Denial::BlockingReference { .. }), "{err:?}");
 }
 
@@ -354,16 +523,31 @@ fn update_of_an_object_labelled_before_install_is_allowed() {
     let (req, _) = request("UPDATE", new, Some(old));
     let allowed = mutate(&req, HashMap::new()).unwrap();
     assert!(allowed.patch.is_empty());
-    let allowed = run(&req, WebhookKind::Validate, &Policy::default(), HashMap::new()).unwrap();
+    let allowed = run(
+        &req,
+        WebhookKind::Validate,
+        &Policy::default(),
+        HashMap::new(),
+    )
+    .unwrap();
     assert!(allowed.patch.is_empty());
 }
 
 #[test]
 fn update_adding_a_pod_reference_checks_it_as_on_create() {
     let old = object(json!({}), None);
-    let new = object(json!({}), Some(json!([pod_reference("gone", "uid-9", None)])));
+    let new = object(
+        json!({}),
+        Some(json!([pod_reference("gone", "uid-9", None)])),
+    );
     let (req, _) = request("UPDATE", new, Some(old));
-    let lookups = HashMap::from([("gone".to_string(), Lookup { source: Source::Cache, outcome: Ok(None) })]);
+    let lookups = HashMap::from([(
+        "gone".to_string(),
+        Lookup {
+            source: Source::Cache,
+            outcome: Ok(None),
+        },
+    )]);
     let err = mutate(&req, lookups).unwrap_err();
     assert!(matches!(err, Denial::OwnerNotFound { .. }), "{err:?}");
 }
@@ -374,7 +558,9 @@ fn update_keeping_the_pod_references_looks_nothing_up() {
     let old = object(owner_labels("w-1", "uid-1"), Some(refs.clone()));
     let new = object(owner_labels("w-1", "uid-1"), Some(refs));
     let (req, _) = request("UPDATE", new, Some(old));
-    let checks = plan(&req, WebhookKind::Mutate, &Policy::default()).unwrap().unwrap();
+    let checks = plan(&req, WebhookKind::Mutate, &Policy::default())
+        .unwrap()
+        .unwrap();
     assert!(checks.claims.is_empty());
 }
 
@@ -389,13 +575,21 @@ fn update_without_old_object_is_missing_old_object() {
 fn delete_and_connect_are_allowed_unchanged() {
     for operation in ["DELETE", "CONNECT"] {
         let (req, _) = request(operation, object(owner_labels("w-1", "uid-1"), None), None);
-        assert_eq!(plan(&req, WebhookKind::Mutate, &Policy::default()).unwrap().map(|c| c.claims), None);
+        assert_eq!(
+            plan(&req, WebhookKind::Mutate, &Policy::default())
+                .unwrap()
+                .map(|c| c.claims),
+            None
+        );
     }
 }
 
 #[test]
 fn warnings_stay_under_120_characters() {
-    let long = format!("owner pod '{}' not checked (lookup failed), allowed by --fail-open", "w".repeat(200));
+    let long = format!(
+        "owner pod '{}' not checked (lookup failed), allowed by --fail-open",
+        "w".repeat(200)
+    );
     let short = short_warning(long);
     assert!(short.len() < 120, "{} characters", short.len());
     assert!(short.ends_with("..."));
@@ -405,24 +599,108 @@ fn warnings_stay_under_120_characters() {
 /// Every denial names the object, the namespace, the owner and a fix.
 #[test]
 fn every_denial_names_object_namespace_owner_and_fix() {
-    let object = ObjectName { kind: "Job".into(), name: "step-7".into(), generated: false };
+    let object = ObjectName {
+        kind: "Job".into(),
+        name: "step-7".into(),
+        generated: false,
+    };
     let (ns, owner) = ("agents".to_string(), "w-1".to_string());
     let denials = vec![
-        Denial::InvalidOwnerName { object: object.clone(), namespace: ns.clone(), key: "ownerguard.io/owner-pod".into(), value: "w-1".into() },
-        Denial::InvalidOwnerUid { object: object.clone(), namespace: ns.clone(), owner: owner.clone(), key: "k".into(), value: "".into() },
-        Denial::MissingOwnerUid { object: object.clone(), namespace: ns.clone(), owner: owner.clone(), key: "k".into() },
-        Denial::UidDisagreesWithRequester { object: object.clone(), namespace: ns.clone(), owner: owner.clone(), declared: "a".into(), requester_uid: "b".into() },
-        Denial::RequesterNotOwner { object: object.clone(), namespace: ns.clone(), owner: owner.clone(), requester: "agents/w-2".into(), requester_name: "w-2".into(), key: "k".into() },
-        Denial::OwnerNotFound { object: object.clone(), namespace: ns.clone(), owner: owner.clone() },
-        Denial::OwnerUidMismatch { object: object.clone(), namespace: ns.clone(), owner: owner.clone(), declared: "a".into(), actual: "b".into() },
-        Denial::OwnerTerminating { object: object.clone(), namespace: ns.clone(), owner: owner.clone() },
-        Denial::LookupFailed { object: object.clone(), namespace: ns.clone(), owner: owner.clone(), reason: "timed out".into() },
-        Denial::MalformedReference { object: object.clone(), namespace: ns.clone(), owner: owner.clone(), index: 0, field: "uid" },
-        Denial::OwnerLabelChanged { object: object.clone(), namespace: ns.clone(), owner: owner.clone(), key: "k".into(), old: "'a'".into(), new: "'b'".into() },
-        Denial::OwnerReferenceRemoved { object: object.clone(), namespace: ns.clone(), owner: owner.clone(), uid: "u".into() },
-        Denial::MissingOldObject { object: object.clone(), namespace: ns.clone(), owner: owner.clone() },
-        Denial::ReferenceMissing { object: object.clone(), namespace: ns.clone(), owner: owner.clone(), uid: "u".into() },
-        Denial::BlockingReference { object: object.clone(), namespace: ns.clone(), owner: owner.clone() },
+        Denial::InvalidOwnerName {
+            object: object.clone(),
+            namespace: ns.clone(),
+            key: "ownerguard.io/owner-pod".into(),
+            value: "w-1".into(),
+        },
+        Denial::InvalidOwnerUid {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+            key: "k".into(),
+            value: "".into(),
+        },
+        Denial::MissingOwnerUid {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+            key: "k".into(),
+        },
+        Denial::UidDisagreesWithRequester {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+            declared: "a".into(),
+            requester_uid: "b".into(),
+        },
+        Denial::RequesterNotOwner {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+            requester: "agents/w-2".into(),
+            requester_name: "w-2".into(),
+            requester_namespace: "agents".into(),
+            key: "k".into(),
+        },
+        Denial::OwnerNotFound {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+        },
+        Denial::OwnerUidMismatch {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+            declared: "a".into(),
+            actual: "b".into(),
+        },
+        Denial::OwnerTerminating {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+        },
+        Denial::LookupFailed {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+            reason: "timed out".into(),
+        },
+        Denial::MalformedReference {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+            index: 0,
+            field: "uid",
+        },
+        Denial::OwnerLabelChanged {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+            key: "k".into(),
+            old: "'a'".into(),
+            new: "'b'".into(),
+        },
+        Denial::OwnerReferenceRemoved {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+            uid: "u".into(),
+        },
+        Denial::MissingOldObject {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+        },
+        Denial::ReferenceMissing {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+            uid: "u".into(),
+        },
+        Denial::BlockingReference {
+            object: object.clone(),
+            namespace: ns.clone(),
+            owner: owner.clone(),
+        },
     ];
     for denial in denials {
         let message = denial.to_string();
@@ -434,6 +712,14 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         assert!(fix.split_whitespace().count() >= 4, "no fix: {message}");
     }
     // The cluster-scoped denial has no namespace to name: it says so.
-    let message = Denial::ClusterScoped { object, owner, what: "labels".into() }.to_string();
-    assert!(message.contains("has no namespace") && message.contains("w-1"), "{message}");
+    let message = Denial::ClusterScoped {
+        object,
+        owner,
+        what: "labels".into(),
+    }
+    .to_string();
+    assert!(
+        message.contains("has no namespace") && message.contains("w-1"),
+        "{message}"
+    );
 }

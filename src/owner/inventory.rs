@@ -25,10 +25,18 @@ pub enum InventoryError {
     Parse { path: String, message: String },
     /// A document that is not a Pod or a list of Pods.
     #[error("pod inventory {path}: document {document} is a {kind}, not a Pod or a PodList")]
-    NotAPod { path: String, document: usize, kind: String },
+    NotAPod {
+        path: String,
+        document: usize,
+        kind: String,
+    },
     /// A pod without the fields an owner needs.
     #[error("pod inventory {path}: pod #{index} has no metadata.{field}")]
-    Incomplete { path: String, index: usize, field: &'static str },
+    Incomplete {
+        path: String,
+        index: usize,
+        field: &'static str,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,8 +84,10 @@ impl Inventory {
     /// something else than pods, or a pod has no name or uid.
     pub fn from_file(path: &Path) -> Result<Self, InventoryError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| InventoryError::Read { path: shown.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| InventoryError::Read {
+            path: shown.clone(),
+            source,
+        })?;
         Self::from_text(&text, &shown)
     }
 
@@ -87,27 +97,44 @@ impl Inventory {
     ///
     /// As [`Inventory::from_file`].
     pub fn from_text(text: &str, path: &str) -> Result<Self, InventoryError> {
-        let documents = parse_documents(text)
-            .map_err(|message| InventoryError::Parse { path: path.to_string(), message })?;
+        let documents = parse_documents(text).map_err(|message| InventoryError::Parse {
+            path: path.to_string(),
+            message,
+        })?;
         let mut pods = Vec::new();
         for (document, value) in documents.into_iter().enumerate() {
             collect_pods(value, document + 1, path, &mut pods)?;
         }
         let mut index = HashMap::with_capacity(pods.len());
         for (position, value) in pods.into_iter().enumerate() {
-            let pod: PodDocument = serde_json::from_value(value).map_err(|e| InventoryError::Parse {
-                path: path.to_string(),
-                message: format!("pod #{}: {e}", position + 1),
-            })?;
+            let pod: PodDocument =
+                serde_json::from_value(value).map_err(|e| InventoryError::Parse {
+                    path: path.to_string(),
+                    message: format!("pod #{}: {e}", position + 1),
+                })?;
             let incomplete = |field| InventoryError::Incomplete {
                 path: path.to_string(),
                 index: position + 1,
                 field,
             };
-            let name = pod.metadata.name.filter(|n| !n.is_empty()).ok_or_else(|| incomplete("name"))?;
-            let uid = pod.metadata.uid.filter(|u| !u.is_empty()).ok_or_else(|| incomplete("uid"))?;
-            let namespace = pod.metadata.namespace.unwrap_or_else(|| "default".to_string());
-            let terminating = pod.metadata.deletion_timestamp.is_some_and(|t| !t.is_null());
+            let name = pod
+                .metadata
+                .name
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| incomplete("name"))?;
+            let uid = pod
+                .metadata
+                .uid
+                .filter(|u| !u.is_empty())
+                .ok_or_else(|| incomplete("uid"))?;
+            let namespace = pod
+                .metadata
+                .namespace
+                .unwrap_or_else(|| "default".to_string());
+            let terminating = pod
+                .metadata
+                .deletion_timestamp
+                .is_some_and(|t| !t.is_null());
             index.insert((namespace, name), ObservedPod { uid, terminating });
         }
         Ok(Self { pods: index })
@@ -116,7 +143,10 @@ impl Inventory {
     /// An inventory of these pods (tests, `review --as-pod`).
     pub fn from_pods(pods: impl IntoIterator<Item = InventoryPod>) -> Self {
         Self {
-            pods: pods.into_iter().map(|p| ((p.namespace, p.name), p.pod)).collect(),
+            pods: pods
+                .into_iter()
+                .map(|p| ((p.namespace, p.name), p.pod))
+                .collect(),
         }
     }
 
@@ -151,7 +181,10 @@ impl OwnerLookup for Inventory {
         _deadline: Instant,
     ) -> BoxFuture<'a, Lookup> {
         let outcome = Ok(self.get(namespace, name).cloned());
-        Box::pin(std::future::ready(Lookup { source: Source::Inventory, outcome }))
+        Box::pin(std::future::ready(Lookup {
+            source: Source::Inventory,
+            outcome,
+        }))
     }
 }
 
@@ -225,7 +258,13 @@ mod tests {
             {"metadata":{"name":"w-2","namespace":"agents","uid":"u-2","deletionTimestamp":"2026-01-01T00:00:00Z"}}]}"#;
         let inventory = Inventory::from_text(text, "pods.json").unwrap();
         assert_eq!(inventory.len(), 2);
-        assert_eq!(inventory.get("agents", "w-1"), Some(&ObservedPod { uid: "u-1".into(), terminating: false }));
+        assert_eq!(
+            inventory.get("agents", "w-1"),
+            Some(&ObservedPod {
+                uid: "u-1".into(),
+                terminating: false
+            })
+        );
         assert!(inventory.get("agents", "w-2").unwrap().terminating);
         assert_eq!(inventory.get("other", "w-1"), None);
     }
@@ -235,8 +274,14 @@ mod tests {
         let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: w-1\n  uid: u-1\n---\n\
                     apiVersion: v1\nkind: Pod\nmetadata:\n  name: w-2\n  namespace: agents\n  uid: u-2\n";
         let inventory = Inventory::from_text(text, "pods.yaml").unwrap();
-        assert_eq!(inventory.get("default", "w-1").map(|p| p.uid.as_str()), Some("u-1"));
-        assert_eq!(inventory.get("agents", "w-2").map(|p| p.uid.as_str()), Some("u-2"));
+        assert_eq!(
+            inventory.get("default", "w-1").map(|p| p.uid.as_str()),
+            Some("u-1")
+        );
+        assert_eq!(
+            inventory.get("agents", "w-2").map(|p| p.uid.as_str()),
+            Some("u-2")
+        );
     }
 
     #[test]
@@ -253,14 +298,18 @@ mod tests {
 
     #[test]
     fn other_kinds_are_refused() {
-        let err = Inventory::from_text("kind: Deployment\nmetadata: {name: d}\n", "x.yaml").unwrap_err();
+        let err =
+            Inventory::from_text("kind: Deployment\nmetadata: {name: d}\n", "x.yaml").unwrap_err();
         assert!(matches!(err, InventoryError::NotAPod { .. }), "{err}");
     }
 
     #[test]
     fn pod_without_uid_is_refused() {
         let err = Inventory::from_text("kind: Pod\nmetadata: {name: w-1}\n", "x.yaml").unwrap_err();
-        assert!(matches!(err, InventoryError::Incomplete { field: "uid", .. }), "{err}");
+        assert!(
+            matches!(err, InventoryError::Incomplete { field: "uid", .. }),
+            "{err}"
+        );
     }
 
     #[test]

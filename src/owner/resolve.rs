@@ -16,7 +16,10 @@ pub struct OwnerLabels {
 
 impl OwnerLabels {
     pub fn new(prefix: &str) -> Self {
-        Self { pod: format!("{prefix}/owner-pod"), uid: format!("{prefix}/owner-uid") }
+        Self {
+            pod: format!("{prefix}/owner-pod"),
+            uid: format!("{prefix}/owner-uid"),
+        }
     }
 }
 
@@ -28,7 +31,17 @@ impl Default for OwnerLabels {
 
 /// `--requester-check`: what to do when a pod-bound requester declares
 /// another pod as owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum RequesterCheck {
     /// Deny the request.
@@ -70,7 +83,11 @@ impl Requester {
             .strip_prefix("system:serviceaccount:")
             .and_then(|rest| rest.split_once(':'))
             .map(|(namespace, _)| namespace.to_string());
-        Some(Self { namespace, name, uid })
+        Some(Self {
+            namespace,
+            name,
+            uid,
+        })
     }
 
     /// Whether the requester is pod `name` of `namespace`.
@@ -163,7 +180,11 @@ pub fn label_owner(
             });
         }
     };
-    Ok(Some(Claim { name: name.to_string(), uid, origin: Origin::Label }))
+    Ok(Some(Claim {
+        name: name.to_string(),
+        uid,
+        origin: Origin::Label,
+    }))
 }
 
 /// The owners the Pod `ownerReferences` declare, in order, skipping those
@@ -241,6 +262,10 @@ pub fn check_requester(
             owner: claim.name.clone(),
             requester: requester.display(),
             requester_name: requester.name.clone(),
+            requester_namespace: requester
+                .namespace
+                .clone()
+                .unwrap_or_else(|| namespace.to_string()),
             key: labels.pod.clone(),
         }),
     }
@@ -270,7 +295,9 @@ pub fn is_pod_name(name: &str) -> bool {
 pub fn is_uid(uid: &str) -> bool {
     !uid.is_empty()
         && uid.len() <= 63
-        && uid.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && uid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 #[cfg(test)]
@@ -280,18 +307,31 @@ mod tests {
     use super::*;
 
     fn object() -> ObjectName {
-        ObjectName { kind: "Pod".into(), name: "agent-1".into(), generated: false }
+        ObjectName {
+            kind: "Pod".into(),
+            name: "agent-1".into(),
+            generated: false,
+        }
     }
 
     fn meta(labels: &[(&str, &str)]) -> ObjectMeta {
         ObjectMeta {
-            labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
             ..Default::default()
         }
     }
 
     fn requester(name: &str, uid: &str) -> Requester {
-        Requester { namespace: Some("agents".into()), name: name.into(), uid: uid.into() }
+        Requester {
+            namespace: Some("agents".into()),
+            name: name.into(),
+            uid: uid.into(),
+        }
     }
 
     #[test]
@@ -303,7 +343,10 @@ mod tests {
                 (EXTRA_POD_UID.to_string(), vec!["uid-1".to_string()]),
             ]),
         };
-        assert_eq!(Requester::from_user_info(&user_info), Some(requester("w-1", "uid-1")));
+        assert_eq!(
+            Requester::from_user_info(&user_info),
+            Some(requester("w-1", "uid-1"))
+        );
     }
 
     #[test]
@@ -325,13 +368,22 @@ mod tests {
 
     #[test]
     fn no_owner_label_declares_no_owner() {
-        let claim = label_owner(&meta(&[]), &object(), "agents", &OwnerLabels::default(), None);
+        let claim = label_owner(
+            &meta(&[]),
+            &object(),
+            "agents",
+            &OwnerLabels::default(),
+            None,
+        );
         assert_eq!(claim, Ok(None));
     }
 
     #[test]
     fn empty_owner_label_is_invalid_owner_name() {
-        let m = meta(&[("ownerguard.io/owner-pod", ""), ("ownerguard.io/owner-uid", "u")]);
+        let m = meta(&[
+            ("ownerguard.io/owner-pod", ""),
+            ("ownerguard.io/owner-uid", "u"),
+        ]);
         let err = label_owner(&m, &object(), "agents", &OwnerLabels::default(), None).unwrap_err();
         assert!(matches!(err, Denial::InvalidOwnerName { .. }), "{err:?}");
         assert_eq!(err.code(), 400);
@@ -339,14 +391,20 @@ mod tests {
 
     #[test]
     fn uppercase_owner_label_is_invalid_owner_name() {
-        let m = meta(&[("ownerguard.io/owner-pod", "Worker"), ("ownerguard.io/owner-uid", "u")]);
+        let m = meta(&[
+            ("ownerguard.io/owner-pod", "Worker"),
+            ("ownerguard.io/owner-uid", "u"),
+        ]);
         let err = label_owner(&m, &object(), "agents", &OwnerLabels::default(), None).unwrap_err();
         assert!(matches!(err, Denial::InvalidOwnerName { .. }), "{err:?}");
     }
 
     #[test]
     fn empty_uid_label_is_invalid_owner_uid() {
-        let m = meta(&[("ownerguard.io/owner-pod", "w-1"), ("ownerguard.io/owner-uid", "")]);
+        let m = meta(&[
+            ("ownerguard.io/owner-pod", "w-1"),
+            ("ownerguard.io/owner-uid", ""),
+        ]);
         let err = label_owner(&m, &object(), "agents", &OwnerLabels::default(), None).unwrap_err();
         assert!(matches!(err, Denial::InvalidOwnerUid { .. }), "{err:?}");
         assert_eq!(err.code(), 400);
@@ -354,16 +412,27 @@ mod tests {
 
     #[test]
     fn uid_label_gives_the_uid() {
-        let m = meta(&[("ownerguard.io/owner-pod", "w-1"), ("ownerguard.io/owner-uid", "uid-1")]);
+        let m = meta(&[
+            ("ownerguard.io/owner-pod", "w-1"),
+            ("ownerguard.io/owner-uid", "uid-1"),
+        ]);
         let claim = label_owner(&m, &object(), "agents", &OwnerLabels::default(), None).unwrap();
-        assert_eq!(claim, Some(Claim { name: "w-1".into(), uid: "uid-1".into(), origin: Origin::Label }));
+        assert_eq!(
+            claim,
+            Some(Claim {
+                name: "w-1".into(),
+                uid: "uid-1".into(),
+                origin: Origin::Label
+            })
+        );
     }
 
     #[test]
     fn missing_uid_label_is_taken_from_the_requesting_owner() {
         let m = meta(&[("ownerguard.io/owner-pod", "w-1")]);
         let r = requester("w-1", "uid-r");
-        let claim = label_owner(&m, &object(), "agents", &OwnerLabels::default(), Some(&r)).unwrap();
+        let claim =
+            label_owner(&m, &object(), "agents", &OwnerLabels::default(), Some(&r)).unwrap();
         assert_eq!(claim.map(|c| c.uid), Some("uid-r".to_string()));
     }
 
@@ -371,47 +440,94 @@ mod tests {
     fn missing_uid_label_without_the_owner_requesting_is_missing_owner_uid() {
         let m = meta(&[("ownerguard.io/owner-pod", "w-1")]);
         let r = requester("w-2", "uid-2");
-        let err = label_owner(&m, &object(), "agents", &OwnerLabels::default(), Some(&r)).unwrap_err();
+        let err =
+            label_owner(&m, &object(), "agents", &OwnerLabels::default(), Some(&r)).unwrap_err();
         assert!(matches!(err, Denial::MissingOwnerUid { .. }), "{err:?}");
     }
 
     #[test]
     fn uid_label_and_requesting_owner_must_agree() {
-        let m = meta(&[("ownerguard.io/owner-pod", "w-1"), ("ownerguard.io/owner-uid", "uid-old")]);
+        let m = meta(&[
+            ("ownerguard.io/owner-pod", "w-1"),
+            ("ownerguard.io/owner-uid", "uid-old"),
+        ]);
         let r = requester("w-1", "uid-new");
-        let err = label_owner(&m, &object(), "agents", &OwnerLabels::default(), Some(&r)).unwrap_err();
-        assert!(matches!(err, Denial::UidDisagreesWithRequester { .. }), "{err:?}");
+        let err =
+            label_owner(&m, &object(), "agents", &OwnerLabels::default(), Some(&r)).unwrap_err();
+        assert!(
+            matches!(err, Denial::UidDisagreesWithRequester { .. }),
+            "{err:?}"
+        );
         assert_eq!(err.code(), 403);
     }
 
     #[test]
     fn key_prefix_changes_the_label_keys() {
         let labels = OwnerLabels::new("example.com");
-        let m = meta(&[("example.com/owner-pod", "w-1"), ("example.com/owner-uid", "u-1")]);
+        let m = meta(&[
+            ("example.com/owner-pod", "w-1"),
+            ("example.com/owner-uid", "u-1"),
+        ]);
         let claim = label_owner(&m, &object(), "agents", &labels, None).unwrap();
         assert_eq!(claim.map(|c| c.name), Some("w-1".to_string()));
     }
 
     #[test]
     fn requester_declaring_another_pod_is_requester_not_owner_under_enforce() {
-        let claim = Claim { name: "w-2".into(), uid: "u".into(), origin: Origin::Label };
+        let claim = Claim {
+            name: "w-2".into(),
+            uid: "u".into(),
+            origin: Origin::Label,
+        };
         let r = requester("w-1", "uid-1");
         let labels = OwnerLabels::default();
-        let err = check_requester(&claim, &object(), "agents", &labels, Some(&r), RequesterCheck::Enforce)
-            .unwrap_err();
+        let err = check_requester(
+            &claim,
+            &object(),
+            "agents",
+            &labels,
+            Some(&r),
+            RequesterCheck::Enforce,
+        )
+        .unwrap_err();
         assert!(matches!(err, Denial::RequesterNotOwner { .. }), "{err:?}");
-        let warning =
-            check_requester(&claim, &object(), "agents", &labels, Some(&r), RequesterCheck::Warn).unwrap();
+        let warning = check_requester(
+            &claim,
+            &object(),
+            "agents",
+            &labels,
+            Some(&r),
+            RequesterCheck::Warn,
+        )
+        .unwrap();
         assert!(warning.is_some());
-        let off = check_requester(&claim, &object(), "agents", &labels, Some(&r), RequesterCheck::Off);
+        let off = check_requester(
+            &claim,
+            &object(),
+            "agents",
+            &labels,
+            Some(&r),
+            RequesterCheck::Off,
+        );
         assert_eq!(off, Ok(None));
     }
 
     #[test]
     fn requests_without_pod_identity_are_not_requester_checked() {
-        let claim = Claim { name: "w-2".into(), uid: "u".into(), origin: Origin::Label };
+        let claim = Claim {
+            name: "w-2".into(),
+            uid: "u".into(),
+            origin: Origin::Label,
+        };
         let labels = OwnerLabels::default();
-        let result = check_requester(&claim, &object(), "agents", &labels, None, RequesterCheck::Enforce);
+        let result = check_requester(
+            &claim,
+            &object(),
+            "agents",
+            &labels,
+            None,
+            RequesterCheck::Enforce,
+        );
         assert_eq!(result, Ok(None));
     }
 

@@ -1,0 +1,169 @@
+//! Golden tests: every `tests/fixtures/<case>/` is sent through the real
+//! router as the API server would send it, and the answer compared with the
+//! case's `response.json`; the patch is applied to the object and the result
+//! compared with `patched.json`. `UPDATE_GOLDEN=1 cargo test --test golden`
+//! rewrites the expected files; review that diff like code.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ownerguard::admit::WebhookKind;
+use ownerguard::fixture::{self, CaseConfig};
+use serde_json::Value;
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn write_json(path: &Path, value: &Value) {
+    std::fs::write(path, serde_json::to_string_pretty(value).unwrap() + "\n").unwrap();
+}
+
+/// Run one case; `Err` with what differs.
+async fn run_case(dir: &Path, update: bool) -> Result<(), String> {
+    let config: CaseConfig = match std::fs::read_to_string(dir.join(fixture::CASE)) {
+        Ok(text) => serde_saphyr::from_str(&text).map_err(|e| format!("case.yaml: {e}"))?,
+        Err(_) => CaseConfig::default(),
+    };
+    let request = read_json(&dir.join(fixture::REQUEST));
+    let webhook = Arc::new(common::case_webhook(dir, &config));
+    let (status, answer) = common::send(
+        webhook.clone(),
+        config.webhook,
+        serde_json::to_vec(&request).unwrap(),
+    )
+    .await;
+    if status != 200 {
+        return Err(format!("HTTP {status}: {answer}"));
+    }
+    common::assert_apiserver_accepts(&request, &answer, config.webhook);
+
+    let patched_object = fixture::patched_object(&request, &answer)?;
+    let patched = patched_object
+        .as_ref()
+        .map(|object| object["metadata"].clone());
+    if let (Some(object), Some(metadata)) = (&patched_object, &patched) {
+        // Only metadata may change: everything else is as sent.
+        let without_metadata = |object: &Value| {
+            let mut object = object.clone();
+            object.as_object_mut().map(|map| map.remove("metadata"));
+            object
+        };
+        if without_metadata(object) != without_metadata(fixture::request_object(&request)) {
+            return Err("the patch changed more than metadata".into());
+        }
+        // Idempotent: the patched object, reviewed again, needs no patch.
+        let mut again = request.clone();
+        again["request"]["object"]["metadata"] = metadata.clone();
+        let (_, second) =
+            common::send(webhook, config.webhook, serde_json::to_vec(&again).unwrap()).await;
+        if second["response"]["allowed"] != true || second["response"].get("patch").is_some() {
+            return Err(format!(
+                "not idempotent: reviewing the patched object answered {}",
+                second["response"]
+            ));
+        }
+    }
+
+    let readable = fixture::readable_response(answer);
+    let (response_path, patched_path) = (dir.join(fixture::RESPONSE), dir.join(fixture::PATCHED));
+    if update {
+        write_json(&response_path, &readable);
+        match &patched {
+            Some(metadata) => write_json(&patched_path, metadata),
+            None => drop(std::fs::remove_file(&patched_path)),
+        }
+        return Ok(());
+    }
+    if !response_path.exists() {
+        return Err("no response.json: run with UPDATE_GOLDEN=1 and review the result".into());
+    }
+    let expected = read_json(&response_path);
+    if expected != readable {
+        return Err(format!(
+            "response differs\nexpected: {}\n  actual: {}",
+            serde_json::to_string_pretty(&expected).unwrap(),
+            serde_json::to_string_pretty(&readable).unwrap()
+        ));
+    }
+    match (&patched, patched_path.exists()) {
+        (Some(metadata), true) if read_json(&patched_path) != *metadata => Err(format!(
+            "patched metadata differs: {}",
+            serde_json::to_string_pretty(metadata).unwrap()
+        )),
+        (Some(_), false) => Err("patched, but there is no patched.json".into()),
+        (None, true) => Err("patched.json exists, but nothing was patched".into()),
+        _ => Ok(()),
+    }
+}
+
+#[tokio::test]
+async fn golden_cases() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let mut dirs: Vec<_> = std::fs::read_dir(common::fixtures())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join(fixture::REQUEST).exists())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 30, "only {} cases", dirs.len());
+    let mut failures = Vec::new();
+    for dir in &dirs {
+        if let Err(message) = run_case(dir, update).await {
+            failures.push(format!(
+                "{}: {message}",
+                dir.file_name().unwrap().to_string_lossy()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n\n{}",
+        failures.len(),
+        dirs.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// Each rule of SPEC §3 has its case, whose answer is the expected one.
+#[test]
+fn every_rule_has_a_golden_case() {
+    let expectations = [
+        ("create-pod-owner-label-injects-reference", true, None),
+        ("create-configmap-uid-from-requester", true, None),
+        ("create-no-owner-allowed-unchanged", true, None),
+        ("create-owner-not-found", false, Some(403)),
+        ("create-owner-uid-mismatch", false, Some(403)),
+        ("create-owner-terminating", false, Some(403)),
+        ("create-owner-in-another-namespace", false, Some(403)),
+        ("create-missing-uid-label", false, Some(400)),
+        ("create-invalid-owner-name", false, Some(400)),
+        ("create-requester-not-owner", false, Some(403)),
+        ("create-requester-not-owner-warn", true, None),
+        ("create-uid-disagrees-with-requester", false, Some(403)),
+        ("create-lookup-failed", false, Some(503)),
+        ("create-lookup-failed-fail-open", true, None),
+        ("create-cluster-scoped-with-owner", false, Some(403)),
+        ("create-malformed-pod-reference", false, Some(400)),
+        ("validate-create-missing-reference", false, Some(403)),
+        ("validate-create-mutated-object-allowed", true, None),
+        ("update-owner-label-changed", false, Some(403)),
+        ("update-owner-reference-removed", false, Some(403)),
+        ("update-labelled-before-install", true, None),
+        ("update-adds-pod-reference-to-missing-pod", false, Some(403)),
+        ("delete-allowed-unchanged", true, None),
+    ];
+    for (case, allowed, code) in expectations {
+        let response = read_json(&common::fixtures().join(case).join(fixture::RESPONSE));
+        assert_eq!(response["response"]["allowed"], allowed, "{case}");
+        assert_eq!(
+            response["response"]["status"]["code"].as_u64(),
+            code.map(|c: u16| u64::from(c)),
+            "{case}"
+        );
+    }
+    let _ = WebhookKind::Mutate;
+}
