@@ -120,7 +120,7 @@ pub struct AdmissionRequest {
     #[serde(default)]
     pub namespace: Option<String>,
     pub operation: Operation,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub user_info: UserInfo,
     #[serde(default)]
     pub object: Option<ObjectHead>,
@@ -196,7 +196,7 @@ impl Default for Operation {
 pub struct UserInfo {
     #[serde(default)]
     pub username: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
@@ -213,8 +213,18 @@ pub struct ObjectHead {
     pub api_version: Option<String>,
     #[serde(default)]
     pub kind: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub metadata: ObjectMeta,
+}
+
+/// `null` read as the type's default: hand-written reviews use it for
+/// "absent", and the answer is the same.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -386,6 +396,16 @@ mod tests {
     fn malformed_json_is_a_json_error() {
         let err = Review::from_json(b"{\"apiVersion\":").unwrap_err();
         assert!(matches!(err, DecodeError::Json(_)), "{err:?}");
+    }
+
+    #[test]
+    fn null_metadata_user_info_and_extra_read_as_absent() {
+        let review = Review::from_json(
+            br#"{"kind":"AdmissionReview","request":{"operation":"UPDATE","userInfo":{"extra":null},"object":{"metadata":null},"oldObject":null}}"#,
+        )
+        .unwrap();
+        assert!(review.request.object.unwrap().metadata.labels.is_none());
+        assert!(review.request.old_object.is_none());
     }
 
     #[test]

@@ -165,8 +165,14 @@ pub fn request_object(review: &Value) -> &Value {
 /// Remove `metadata.managedFields` from the object and the old object:
 /// noise in a test case, and the longest part of most requests.
 pub fn strip_managed_fields(review: &mut Value) {
+    // `get_mut`, not indexing: `IndexMut` would insert the missing keys.
     for key in ["object", "oldObject"] {
-        if let Some(metadata) = review["request"][key]["metadata"].as_object_mut() {
+        let metadata = review
+            .get_mut("request")
+            .and_then(|r| r.get_mut(key))
+            .and_then(|o| o.get_mut("metadata"))
+            .and_then(Value::as_object_mut);
+        if let Some(metadata) = metadata {
             metadata.remove("managedFields");
         }
     }

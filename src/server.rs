@@ -136,6 +136,7 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
+        let metrics_addr = self.metrics_addr();
         let Self {
             options,
             https,
@@ -161,11 +162,9 @@ impl Server {
         let (stop_metrics, metrics_stopped) = watch::channel(false);
         let metrics_app = metrics_router(health.clone());
         let metrics_server = tokio::spawn(async move {
-            let mut stopped = metrics_stopped;
+            let mut stopped_rx = metrics_stopped;
             axum::serve(metrics, metrics_app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.wait_for(|stop| *stop).await;
-                })
+                .with_graceful_shutdown(async move { stopped(&mut stopped_rx).await })
                 .await
         });
 
@@ -184,7 +183,7 @@ impl Server {
             let _ = stop_accepting.send(true);
         });
 
-        info!(addr = %https.local_addr()?, metrics_addr = %options.metrics_addr, "serving");
+        info!(addr = %https.local_addr()?, %metrics_addr, "serving");
         let acceptor = TlsAcceptor::from(tls);
         let app = review::router(webhook);
         let graceful = GracefulShutdown::new();
@@ -219,7 +218,7 @@ impl Server {
                         }
                     });
                 }
-                _ = accepting_stopped.wait_for(|stop| *stop) => break,
+                () = stopped(&mut accepting_stopped) => break,
             }
         }
         drop(https);
@@ -239,6 +238,13 @@ impl Server {
         info!("stopped");
         Ok(())
     }
+}
+
+/// Completes once `flag` is true (or its sender is gone). The guard that
+/// `wait_for` returns is dropped here, before the caller's next await: it
+/// is not `Send`.
+async fn stopped(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|stop| *stop).await.map(|_| ());
 }
 
 /// `/metrics`, `/healthz` and `/readyz`.

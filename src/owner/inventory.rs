@@ -191,10 +191,10 @@ impl OwnerLookup for Inventory {
 /// JSON is parsed as one document, anything else as a YAML stream.
 fn parse_documents(text: &str) -> Result<Vec<serde_json::Value>, String> {
     let trimmed = text.trim_start();
-    if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        if let Ok(value) = serde_json::from_str(trimmed) {
-            return Ok(vec![value]);
-        }
+    if (trimmed.starts_with('{') || trimmed.starts_with('['))
+        && let Ok(value) = serde_json::from_str(trimmed)
+    {
+        return Ok(vec![value]);
     }
     serde_saphyr::from_multiple::<serde_json::Value>(text).map_err(|e| e.to_string())
 }
