@@ -2,6 +2,8 @@
 //! `review` command's answer), as text or JSON. `OWNERGUARD_LOG` (or
 //! `RUST_LOG`) overrides the level, with `tracing-subscriber`'s syntax.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::LogFormat;

@@ -17,30 +17,61 @@ fn ownerguard() -> Command {
 }
 
 fn manifest(owner: &str, with_uid: bool) -> String {
-    let uid_label = if with_uid { format!("\n    ownerguard.io/owner-uid: {UID}") } else { String::new() };
+    let uid_label = if with_uid {
+        format!("\n    ownerguard.io/owner-uid: {UID}")
+    } else {
+        String::new()
+    };
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: prompt-1\n  labels:\n    ownerguard.io/owner-pod: {owner}{uid_label}\ndata:\n  prompt.md: hello\n"
     )
 }
 
 fn review_stdin(args: &[&str], input: &str) -> (Option<i32>, Value, String) {
-    let mut child = ownerguard().arg("review").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let mut child = ownerguard()
+        .arg("review")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     let output = child.wait_with_output().unwrap();
     let stdout = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
-    (output.status.code(), stdout, String::from_utf8_lossy(&output.stderr).into_owned())
+    (
+        output.status.code(),
+        stdout,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 #[test]
 fn review_of_a_manifest_from_the_owner_pod_is_allowed_and_patched() {
-    let (code, answer, stderr) = review_stdin(&["--namespace", "agents", "--as-pod", &format!("w-1/{UID}")], &manifest("w-1", false));
+    let (code, answer, stderr) = review_stdin(
+        &["--namespace", "agents", "--as-pod", &format!("w-1/{UID}")],
+        &manifest("w-1", false),
+    );
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(answer["response"]["allowed"], true);
-    let patch = base64::engine::general_purpose::STANDARD.decode(answer["response"]["patch"].as_str().unwrap()).unwrap();
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(answer["response"]["patch"].as_str().unwrap())
+        .unwrap();
     let patch: Value = serde_json::from_slice(&patch).unwrap();
     assert_eq!(patch[0]["value"][0]["uid"], UID);
-    assert_eq!(patch[1]["path"], "/metadata/labels/ownerguard.io~1owner-uid");
-    assert_eq!(answer["response"]["auditAnnotations"]["owner"], format!("agents/w-1/{UID}"));
+    assert_eq!(
+        patch[1]["path"],
+        "/metadata/labels/ownerguard.io~1owner-uid"
+    );
+    assert_eq!(
+        answer["response"]["auditAnnotations"]["owner"],
+        format!("agents/w-1/{UID}")
+    );
 }
 
 #[test]
@@ -49,34 +80,68 @@ fn review_of_a_manifest_with_a_missing_owner_exits_1_with_the_reason() {
     assert_eq!(code, Some(1));
     assert_eq!(answer["response"]["allowed"], false);
     assert_eq!(answer["response"]["status"]["code"], 403);
-    assert!(stderr.contains("owner pod 'w-1' not found in namespace 'agents'"), "{stderr}");
+    assert!(
+        stderr.contains("owner pod 'w-1' not found in namespace 'agents'"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn review_reads_owner_pods_and_decides_as_the_validating_webhook() {
     let dir = tempfile::tempdir().unwrap();
     let pods = dir.path().join("pods.yaml");
-    std::fs::write(&pods, format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: w-1\n  namespace: agents\n  uid: {UID}\n")).unwrap();
+    std::fs::write(
+        &pods,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: w-1\n  namespace: agents\n  uid: {UID}\n"
+        ),
+    )
+    .unwrap();
     let pods = pods.to_str().unwrap();
-    let (code, answer, _) = review_stdin(&["--namespace", "agents", "--pods", pods], &manifest("w-1", true));
+    let (code, answer, _) = review_stdin(
+        &["--namespace", "agents", "--pods", pods],
+        &manifest("w-1", true),
+    );
     assert_eq!(code, Some(0));
     assert!(answer["response"]["patch"].is_string());
     // /validate: the same manifest lacks the reference.
-    let (code, answer, _) = review_stdin(&["--namespace", "agents", "--pods", pods, "--webhook", "validate"], &manifest("w-1", true));
+    let (code, answer, _) = review_stdin(
+        &[
+            "--namespace",
+            "agents",
+            "--pods",
+            pods,
+            "--webhook",
+            "validate",
+        ],
+        &manifest("w-1", true),
+    );
     assert_eq!(code, Some(1));
     assert!(answer["response"].get("patch").is_none());
 }
 
 #[test]
 fn review_of_bad_input_exits_2() {
-    for input in ["{not json", "[1, 2]", "just a string", "apiVersion: v1\nkind: Pod\n"] {
+    for input in [
+        "{not json",
+        "[1, 2]",
+        "just a string",
+        "apiVersion: v1\nkind: Pod\n",
+    ] {
         let (code, _, stderr) = review_stdin(&[], input);
         assert_eq!(code, Some(2), "{input}: {stderr}");
         assert!(stderr.starts_with("ownerguard review:"), "{stderr}");
     }
-    let output = ownerguard().args(["review", "/nonexistent/review.json"]).output().unwrap();
+    let output = ownerguard()
+        .args(["review", "/nonexistent/review.json"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2));
-    let output = ownerguard().args(["review", "--pods", "/nonexistent/pods.yaml", "-"]).stdin(Stdio::null()).output().unwrap();
+    let output = ownerguard()
+        .args(["review", "--pods", "/nonexistent/pods.yaml", "-"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2));
 }
 
@@ -85,22 +150,43 @@ fn certs_writes_a_ca_and_a_serving_certificate_and_prints_the_ca_bundle() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("certs");
     let output = ownerguard()
-        .args(["certs", "--out", out.to_str().unwrap(), "--dns", "ownerguard.ownerguard.svc", "ownerguard.ownerguard.svc.cluster.local", "--ip", "127.0.0.1", "--days", "90"])
+        .args([
+            "certs",
+            "--out",
+            out.to_str().unwrap(),
+            "--dns",
+            "ownerguard.ownerguard.svc",
+            "ownerguard.ownerguard.svc.cluster.local",
+            "--ip",
+            "127.0.0.1",
+            "--days",
+            "90",
+        ])
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let bundle = String::from_utf8(output.stdout).unwrap();
-    let decoded = base64::engine::general_purpose::STANDARD.decode(bundle.trim()).unwrap();
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(bundle.trim())
+        .unwrap();
     assert_eq!(decoded, std::fs::read(out.join("ca.crt")).unwrap());
     assert!(out.join("tls.crt").exists());
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(out.join("tls.key")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(out.join("tls.key"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
     // The pair serves: the server loads it.
-    ownerguard::tls::ReloadingCertificate::load(&out.join("tls.crt"), &out.join("tls.key")).unwrap();
+    ownerguard::tls::ReloadingCertificate::load(&out.join("tls.crt"), &out.join("tls.key"))
+        .unwrap();
 }
 
 /// `serve --dev` on a fresh directory: makes its certificates, serves a
@@ -108,9 +194,24 @@ fn certs_writes_a_ca_and_a_serving_certificate_and_prints_the_ca_bundle() {
 #[test]
 fn serve_dev_answers_over_tls_and_exits_0_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("pods.yaml"), format!("kind: Pod\nmetadata: {{name: w-1, namespace: agents, uid: {UID}}}\n")).unwrap();
+    std::fs::write(
+        dir.path().join("pods.yaml"),
+        format!("kind: Pod\nmetadata: {{name: w-1, namespace: agents, uid: {UID}}}\n"),
+    )
+    .unwrap();
     let mut child = ownerguard()
-        .args(["serve", "--dev", "--pods", "pods.yaml", "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--log-format", "json"])
+        .args([
+            "serve",
+            "--dev",
+            "--pods",
+            "pods.yaml",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
         .current_dir(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -128,12 +229,18 @@ fn serve_dev_answers_over_tls_and_exits_0_on_sigterm() {
     assert!(dir.path().join("certs/tls.key").exists() && dir.path().join("certs/ca.crt").exists());
 
     let ca = std::fs::read_to_string(dir.path().join("certs/ca.crt")).unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let answer = runtime.block_on(send_over_tls(&addr, &ca));
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     assert!(answer["response"]["patch"].is_string());
 
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(30);
     let exit = loop {
@@ -145,7 +252,11 @@ fn serve_dev_answers_over_tls_and_exits_0_on_sigterm() {
     };
     assert_eq!(exit.code(), Some(0));
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    assert!(rest.iter().any(|l| l.contains("\"decision\"") && l.contains("\"result\":\"patched\"")), "no decision line: {rest:?}");
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("\"decision\"") && l.contains("\"result\":\"patched\"")),
+        "no decision line: {rest:?}"
+    );
 }
 
 async fn send_over_tls(addr: &str, ca: &str) -> Value {
@@ -153,14 +264,23 @@ async fn send_over_tls(addr: &str, ca: &str) -> Value {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_only().enable_http1().build();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
+    roots
+        .add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_only()
+        .enable_http1()
+        .build();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build(connector);
     let port = addr.rsplit(':').next().unwrap();
     let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "cli-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"},
@@ -168,7 +288,9 @@ async fn send_over_tls(addr: &str, ca: &str) -> Value {
         "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent-1", "labels": {"ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": UID}}}}});
     let request = hyper::Request::post(format!("https://localhost:{port}/mutate?timeout=10s"))
         .header("content-type", "application/json")
-        .body(Full::new(bytes::Bytes::from(serde_json::to_vec(&review).unwrap())))
+        .body(Full::new(bytes::Bytes::from(
+            serde_json::to_vec(&review).unwrap(),
+        )))
         .unwrap();
     let response = client.request(request).await.unwrap();
     let body = response.into_body().collect().await.unwrap().to_bytes();

@@ -33,18 +33,47 @@ fn review(owner: &str) -> Value {
 async fn recorded_requests_replay_to_the_same_answer() {
     let dir = tempfile::tempdir().unwrap();
     let inventory = Inventory::from_pods([
-        InventoryPod { namespace: "agents".into(), name: "w-1".into(), pod: ObservedPod { uid: UID.into(), terminating: false } },
-        InventoryPod { namespace: "agents".into(), name: "w-2".into(), pod: ObservedPod { uid: "other".into(), terminating: false } },
+        InventoryPod {
+            namespace: "agents".into(),
+            name: "w-1".into(),
+            pod: ObservedPod {
+                uid: UID.into(),
+                terminating: false,
+            },
+        },
+        InventoryPod {
+            namespace: "agents".into(),
+            name: "w-2".into(),
+            pod: ObservedPod {
+                uid: "other".into(),
+                terminating: false,
+            },
+        },
     ]);
-    let webhook = Webhook::new(Policy::default(), Arc::new(inventory), Arc::new(Metrics::default()))
-        .with_recorder(Recorder::new(dir.path()).unwrap());
+    let webhook = Webhook::new(
+        Policy::default(),
+        Arc::new(inventory),
+        Arc::new(Metrics::default()),
+    )
+    .with_recorder(Recorder::new(dir.path()).unwrap());
     for owner in ["w-1", "w-9"] {
-        webhook.review(WebhookKind::Mutate, &serde_json::to_vec(&review(owner)).unwrap(), None).await.unwrap();
+        webhook
+            .review(
+                WebhookKind::Mutate,
+                &serde_json::to_vec(&review(owner)).unwrap(),
+                None,
+            )
+            .await
+            .unwrap();
     }
     // Recording happens off the request path.
     let mut cases = Vec::new();
     for _ in 0..100 {
-        cases = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join(fixture::RESPONSE).exists()).collect();
+        cases = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join(fixture::RESPONSE).exists())
+            .collect();
         if cases.len() == 2 {
             break;
         }
@@ -52,20 +81,48 @@ async fn recorded_requests_replay_to_the_same_answer() {
     }
     cases.sort();
     assert_eq!(cases.len(), 2, "{cases:?}");
-    assert!(cases[0].file_name().unwrap().to_string_lossy().starts_with("0000-create-configmap-prompt"), "{cases:?}");
+    assert!(
+        cases[0]
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("0000-create-configmap-prompt"),
+        "{cases:?}"
+    );
 
     for case in &cases {
-        let request: Value = serde_json::from_str(&std::fs::read_to_string(case.join(fixture::REQUEST)).unwrap()).unwrap();
-        assert!(request["request"]["object"]["metadata"].get("managedFields").is_none(), "managedFields kept");
-        let config: CaseConfig = serde_saphyr::from_str(&std::fs::read_to_string(case.join(fixture::CASE)).unwrap()).unwrap();
-        let expected: Value = serde_json::from_str(&std::fs::read_to_string(case.join(fixture::RESPONSE)).unwrap()).unwrap();
+        let request: Value =
+            serde_json::from_str(&std::fs::read_to_string(case.join(fixture::REQUEST)).unwrap())
+                .unwrap();
+        assert!(
+            request["request"]["object"]["metadata"]
+                .get("managedFields")
+                .is_none(),
+            "managedFields kept"
+        );
+        let config: CaseConfig =
+            serde_saphyr::from_str(&std::fs::read_to_string(case.join(fixture::CASE)).unwrap())
+                .unwrap();
+        let expected: Value =
+            serde_json::from_str(&std::fs::read_to_string(case.join(fixture::RESPONSE)).unwrap())
+                .unwrap();
         // Only the pods looked up are written: w-2 was never asked for.
         let pods = std::fs::read_to_string(case.join(fixture::PODS)).unwrap();
         assert!(!pods.contains("w-2"), "{pods}");
         let replay = Arc::new(common::case_webhook(case, &config));
-        let (status, answer) = common::send(replay, config.webhook, serde_json::to_vec(&request).unwrap()).await;
+        let (status, answer) = common::send(
+            replay,
+            config.webhook,
+            serde_json::to_vec(&request).unwrap(),
+        )
+        .await;
         assert_eq!(status, 200, "{answer}");
-        assert_eq!(fixture::readable_response(answer.clone()), expected, "{}", case.display());
+        assert_eq!(
+            fixture::readable_response(answer.clone()),
+            expected,
+            "{}",
+            case.display()
+        );
         let patched = fixture::patched_metadata(&request, &answer).unwrap();
         assert_eq!(patched.is_some(), case.join(fixture::PATCHED).exists());
     }

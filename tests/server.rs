@@ -32,7 +32,10 @@ fn inventory() -> Inventory {
     Inventory::from_pods([InventoryPod {
         namespace: "agents".into(),
         name: "w-1".into(),
-        pod: ObservedPod { uid: UID.into(), terminating: false },
+        pod: ObservedPod {
+            uid: UID.into(),
+            terminating: false,
+        },
     }])
 }
 
@@ -43,7 +46,13 @@ struct Slow {
 }
 
 impl OwnerLookup for Slow {
-    fn lookup<'a>(&'a self, namespace: &'a str, name: &'a str, uid: &'a str, deadline: Instant) -> BoxFuture<'a, Lookup> {
+    fn lookup<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        uid: &'a str,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Lookup> {
         Box::pin(async move {
             tokio::time::sleep(self.delay).await;
             self.inner.lookup(namespace, name, uid, deadline).await
@@ -61,9 +70,14 @@ struct TestServer {
 }
 
 impl TestServer {
-    async fn start(lookup: Arc<dyn OwnerLookup>, client_ca: Option<&str>, shutdown_delay: Duration) -> Self {
+    async fn start(
+        lookup: Arc<dyn OwnerLookup>,
+        client_ca: Option<&str>,
+        shutdown_delay: Duration,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let ca = certs::generate(&["localhost".into()], &["127.0.0.1".parse().unwrap()], 30).unwrap();
+        let ca =
+            certs::generate(&["localhost".into()], &["127.0.0.1".parse().unwrap()], 30).unwrap();
         ca.write(dir.path()).unwrap();
         let client_ca_path = client_ca.map(|pem| {
             let path = dir.path().join("client-ca.crt");
@@ -87,7 +101,14 @@ impl TestServer {
         let task = tokio::spawn(server.run(async move {
             let _ = stopped.await;
         }));
-        Self { https, metrics, shutdown: Some(shutdown), task, dir, ca }
+        Self {
+            https,
+            metrics,
+            shutdown: Some(shutdown),
+            task,
+            dir,
+            ca,
+        }
     }
 
     fn url(&self, path: &str) -> String {
@@ -96,7 +117,11 @@ impl TestServer {
 
     async fn stop(mut self) {
         self.shutdown.take().unwrap().send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(20), self.task).await.expect("drain hung").unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("drain hung")
+            .unwrap()
+            .unwrap();
     }
 }
 
@@ -111,14 +136,18 @@ fn roots(cas: &[&str]) -> rustls::RootCertStore {
 }
 
 fn client_config(cas: &[&str], identity: Option<&Generated>) -> rustls::ClientConfig {
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots(cas));
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots(cas));
     match identity {
         None => builder.with_no_client_auth(),
         Some(id) => {
-            let chain = CertificateDer::pem_slice_iter(id.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap();
+            let chain = CertificateDer::pem_slice_iter(id.cert_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
             let key = PrivateKeyDer::from_pem_slice(id.key_pem.as_bytes()).unwrap();
             builder.with_client_auth_cert(chain, key).unwrap()
         }
@@ -128,9 +157,13 @@ fn client_config(cas: &[&str], identity: Option<&Generated>) -> rustls::ClientCo
 type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 fn client(ca: &str, version: Version, identity: Option<&Generated>) -> HttpsClient {
-    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(client_config(&[ca], identity)).https_only();
+    let builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(client_config(&[ca], identity))
+        .https_only();
     if version == Version::HTTP_2 {
-        Client::builder(TokioExecutor::new()).http2_only(true).build(builder.enable_http2().build())
+        Client::builder(TokioExecutor::new())
+            .http2_only(true)
+            .build(builder.enable_http2().build())
     } else {
         Client::builder(TokioExecutor::new()).build(builder.enable_http1().build())
     }
@@ -165,7 +198,8 @@ async fn post(client: &HttpsClient, url: &str, body: Vec<u8>) -> (StatusCode, Ve
     let response = client.request(request).await.expect("request failed");
     let (status, version) = (response.status(), response.version());
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let value = serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({"raw": String::from_utf8_lossy(&bytes)}));
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| json!({"raw": String::from_utf8_lossy(&bytes)}));
     (status, version, value)
 }
 
@@ -173,7 +207,9 @@ async fn post(client: &HttpsClient, url: &str, body: Vec<u8>) -> (StatusCode, Ve
 /// to w-1.
 fn assert_patched(sent: &Value, answer: &Value) {
     common::assert_apiserver_accepts(sent, answer, ownerguard::admit::WebhookKind::Mutate);
-    let metadata = ownerguard::fixture::patched_metadata(sent, answer).unwrap().expect("no patch");
+    let metadata = ownerguard::fixture::patched_metadata(sent, answer)
+        .unwrap()
+        .expect("no patch");
     assert_eq!(metadata["ownerReferences"][0]["uid"], UID);
     assert_eq!(metadata["ownerReferences"][0]["blockOwnerDeletion"], false);
 }
@@ -184,7 +220,12 @@ async fn http1_and_http2_are_negotiated_by_alpn_and_answer_reviews() {
     for version in [Version::HTTP_11, Version::HTTP_2] {
         let client = client(&server.ca.ca_pem, version, None);
         let sent = review("uid-alpn", "w-1");
-        let (status, negotiated, answer) = post(&client, &server.url("/mutate?timeout=10s"), serde_json::to_vec(&sent).unwrap()).await;
+        let (status, negotiated, answer) = post(
+            &client,
+            &server.url("/mutate?timeout=10s"),
+            serde_json::to_vec(&sent).unwrap(),
+        )
+        .await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(negotiated, version);
         assert_patched(&sent, &answer);
@@ -206,9 +247,15 @@ async fn bad_inputs_get_json_errors_never_a_hang() {
         ("over 7 MiB", vec![b' '; 7 * 1024 * 1024 + 1], StatusCode::PAYLOAD_TOO_LARGE),
     ];
     for (what, body, expected) in cases {
-        let (status, _, answer) = tokio::time::timeout(Duration::from_secs(10), post(&client, &url, body)).await.expect(what);
+        let (status, _, answer) =
+            tokio::time::timeout(Duration::from_secs(10), post(&client, &url, body))
+                .await
+                .expect(what);
         assert_eq!(status, expected, "{what}: {answer}");
-        assert!(answer["error"].as_str().is_some_and(|e| !e.is_empty()), "{what}: no JSON error: {answer}");
+        assert!(
+            answer["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{what}: no JSON error: {answer}"
+        );
         assert_eq!(answer["code"], expected.as_u16(), "{what}");
     }
     // A body just under the limit is read (and refused as not JSON).
@@ -232,16 +279,24 @@ async fn a_thousand_concurrent_reviews_are_all_answered_right() {
             let owner = if i % 10 == 0 { "w-9" } else { "w-1" };
             let sent = review(&format!("uid-{version:?}-{i}"), owner);
             async move {
-                let (status, _, answer) = post(&client, &url, serde_json::to_vec(&sent).unwrap()).await;
+                let (status, _, answer) =
+                    post(&client, &url, serde_json::to_vec(&sent).unwrap()).await;
                 (i, sent, status, answer)
             }
         });
-        let answers = tokio::time::timeout(Duration::from_secs(60), futures::future::join_all(requests)).await.expect("hung");
+        let answers =
+            tokio::time::timeout(Duration::from_secs(60), futures::future::join_all(requests))
+                .await
+                .expect("hung");
         assert_eq!(answers.len(), 1000);
         for (i, sent, status, answer) in answers {
             assert_eq!(status, StatusCode::OK);
             if i % 10 == 0 {
-                common::assert_apiserver_accepts(&sent, &answer, ownerguard::admit::WebhookKind::Mutate);
+                common::assert_apiserver_accepts(
+                    &sent,
+                    &answer,
+                    ownerguard::admit::WebhookKind::Mutate,
+                );
                 assert_eq!(answer["response"]["allowed"], false);
                 assert_eq!(answer["response"]["status"]["code"], 403);
             } else {
@@ -256,7 +311,10 @@ async fn a_thousand_concurrent_reviews_are_all_answered_right() {
 async fn presented_certificate(addr: SocketAddr, cas: &[&str]) -> Vec<u8> {
     let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(cas, None)));
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let tls = connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    let tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
     tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
 
@@ -264,14 +322,19 @@ async fn presented_certificate(addr: SocketAddr, cas: &[&str]) -> Vec<u8> {
 async fn certificate_rotation_needs_no_restart_and_drops_no_request() {
     let server = TestServer::start(Arc::new(inventory()), None, Duration::ZERO).await;
     let first = server.ca.clone();
-    let second = certs::generate(&["localhost".into()], &["127.0.0.1".parse().unwrap()], 60).unwrap();
+    let second =
+        certs::generate(&["localhost".into()], &["127.0.0.1".parse().unwrap()], 60).unwrap();
     let cas = [first.ca_pem.as_str(), second.ca_pem.as_str()];
     let before = presented_certificate(server.https, &cas).await;
 
     // Requests keep flowing on a kept-alive connection and on new ones
     // while the files change under the server.
     let keep_alive = Client::builder(TokioExecutor::new()).build(
-        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(client_config(&cas, None)).https_only().enable_http1().build(),
+        hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(client_config(&cas, None))
+            .https_only()
+            .enable_http1()
+            .build(),
     );
     let url = server.url("/mutate");
     let traffic = {
@@ -281,7 +344,8 @@ async fn certificate_rotation_needs_no_restart_and_drops_no_request() {
             let until = Instant::now() + Duration::from_millis(1500);
             while Instant::now() < until {
                 let sent = review(&format!("uid-rotate-{answered}"), "w-1");
-                let (status, _, answer) = post(&client, &url, serde_json::to_vec(&sent).unwrap()).await;
+                let (status, _, answer) =
+                    post(&client, &url, serde_json::to_vec(&sent).unwrap()).await;
                 assert_eq!(status, StatusCode::OK);
                 assert_patched(&sent, &answer);
                 answered += 1;
@@ -290,7 +354,11 @@ async fn certificate_rotation_needs_no_restart_and_drops_no_request() {
         })
     };
     // A half-written file is refused; the old certificate stays.
-    std::fs::write(server.dir.path().join("tls.crt"), "-----BEGIN CERTIFICATE-----\ntruncated").unwrap();
+    std::fs::write(
+        server.dir.path().join("tls.crt"),
+        "-----BEGIN CERTIFICATE-----\ntruncated",
+    )
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(presented_certificate(server.https, &cas).await, before);
     // Kubernetes swaps a mounted Secret by renaming: write aside, rename.
@@ -305,7 +373,10 @@ async fn certificate_rotation_needs_no_restart_and_drops_no_request() {
             assert_eq!(now, expected.to_vec());
             break;
         }
-        assert!(Instant::now() < deadline, "the new certificate was never served");
+        assert!(
+            Instant::now() < deadline,
+            "the new certificate was never served"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let answered = traffic.await.expect("a request failed during rotation");
@@ -328,20 +399,40 @@ fn write_atomically(path: &Path, contents: &str) {
 #[tokio::test]
 async fn client_ca_requires_an_api_server_client_certificate() {
     let client_identity = certs::generate_client("kube-apiserver", 30).unwrap();
-    let server = TestServer::start(Arc::new(inventory()), Some(&client_identity.ca_pem), Duration::ZERO).await;
+    let server = TestServer::start(
+        Arc::new(inventory()),
+        Some(&client_identity.ca_pem),
+        Duration::ZERO,
+    )
+    .await;
     let sent = review("uid-mtls", "w-1");
 
     let anonymous = client(&server.ca.ca_pem, Version::HTTP_11, None);
-    let request = Request::post(server.url("/mutate")).body(Full::new(Bytes::from(serde_json::to_vec(&sent).unwrap()))).unwrap();
-    assert!(anonymous.request(request).await.is_err(), "served a client without certificate");
+    let request = Request::post(server.url("/mutate"))
+        .body(Full::new(Bytes::from(serde_json::to_vec(&sent).unwrap())))
+        .unwrap();
+    assert!(
+        anonymous.request(request).await.is_err(),
+        "served a client without certificate"
+    );
 
     let stranger = certs::generate_client("intruder", 30).unwrap();
     let untrusted = client(&server.ca.ca_pem, Version::HTTP_11, Some(&stranger));
-    let request = Request::post(server.url("/mutate")).body(Full::new(Bytes::from(serde_json::to_vec(&sent).unwrap()))).unwrap();
-    assert!(untrusted.request(request).await.is_err(), "served a client of another CA");
+    let request = Request::post(server.url("/mutate"))
+        .body(Full::new(Bytes::from(serde_json::to_vec(&sent).unwrap())))
+        .unwrap();
+    assert!(
+        untrusted.request(request).await.is_err(),
+        "served a client of another CA"
+    );
 
     let apiserver = client(&server.ca.ca_pem, Version::HTTP_11, Some(&client_identity));
-    let (status, _, answer) = post(&apiserver, &server.url("/mutate"), serde_json::to_vec(&sent).unwrap()).await;
+    let (status, _, answer) = post(
+        &apiserver,
+        &server.url("/mutate"),
+        serde_json::to_vec(&sent).unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_patched(&sent, &answer);
     server.stop().await;
@@ -349,15 +440,25 @@ async fn client_ca_requires_an_api_server_client_certificate() {
 
 #[tokio::test]
 async fn api_server_timeout_bounds_a_slow_lookup() {
-    let slow = Slow { delay: Duration::from_secs(30), inner: inventory() };
+    let slow = Slow {
+        delay: Duration::from_secs(30),
+        inner: inventory(),
+    };
     let server = TestServer::start(Arc::new(slow), None, Duration::ZERO).await;
     let client = client(&server.ca.ca_pem, Version::HTTP_11, None);
     let sent = review("uid-slow", "w-1");
     // The API server gives up after 1s: the answer must come before, and
     // deny with 503 rather than let the call fail.
-    let answer = tokio::time::timeout(Duration::from_secs(5), post(&client, &server.url("/mutate?timeout=1s"), serde_json::to_vec(&sent).unwrap()))
-        .await
-        .expect("answer not bounded by ?timeout=");
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        post(
+            &client,
+            &server.url("/mutate?timeout=1s"),
+            serde_json::to_vec(&sent).unwrap(),
+        ),
+    )
+    .await
+    .expect("answer not bounded by ?timeout=");
     assert_eq!(answer.0, StatusCode::OK);
     common::assert_apiserver_accepts(&sent, &answer.2, ownerguard::admit::WebhookKind::Mutate);
     assert_eq!(answer.2["response"]["allowed"], false);
@@ -366,8 +467,12 @@ async fn api_server_timeout_bounds_a_slow_lookup() {
 }
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let response = client.get(format!("http://{addr}{path}").parse().unwrap()).await.unwrap();
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let response = client
+        .get(format!("http://{addr}{path}").parse().unwrap())
+        .await
+        .unwrap();
     let status = response.status().as_u16();
     let body = response.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
@@ -379,10 +484,25 @@ async fn probes_and_metrics_are_served_over_plain_http() {
     assert_eq!(get(server.metrics, "/healthz").await.0, 200);
     assert_eq!(get(server.metrics, "/readyz").await.0, 200);
     let client = client(&server.ca.ca_pem, Version::HTTP_11, None);
-    post(&client, &server.url("/mutate"), serde_json::to_vec(&review("uid-m", "w-1")).unwrap()).await;
-    post(&client, &server.url("/mutate"), serde_json::to_vec(&review("uid-d", "w-9")).unwrap()).await;
+    post(
+        &client,
+        &server.url("/mutate"),
+        serde_json::to_vec(&review("uid-m", "w-1")).unwrap(),
+    )
+    .await;
+    post(
+        &client,
+        &server.url("/mutate"),
+        serde_json::to_vec(&review("uid-d", "w-9")).unwrap(),
+    )
+    .await;
     // /validate denies the missing reference before any lookup.
-    post(&client, &server.url("/validate"), serde_json::to_vec(&review("uid-v", "w-1")).unwrap()).await;
+    post(
+        &client,
+        &server.url("/validate"),
+        serde_json::to_vec(&review("uid-v", "w-1")).unwrap(),
+    )
+    .await;
     let (status, metrics) = get(server.metrics, "/metrics").await;
     assert_eq!(status, 200);
     for expected in [
@@ -393,7 +513,10 @@ async fn probes_and_metrics_are_served_over_plain_http() {
         r#"ownerguard_owner_lookups_total{source="inventory",result="found"} 1"#,
         r#"ownerguard_owner_lookups_total{source="inventory",result="not_found"} 1"#,
     ] {
-        assert!(metrics.contains(expected), "missing {expected} in\n{metrics}");
+        assert!(
+            metrics.contains(expected),
+            "missing {expected} in\n{metrics}"
+        );
     }
     let expiry = metrics
         .lines()
@@ -407,23 +530,43 @@ async fn probes_and_metrics_are_served_over_plain_http() {
 
 #[tokio::test]
 async fn shutdown_turns_readiness_off_and_lets_in_flight_reviews_finish() {
-    let slow = Slow { delay: Duration::from_millis(800), inner: inventory() };
+    let slow = Slow {
+        delay: Duration::from_millis(800),
+        inner: inventory(),
+    };
     let server = TestServer::start(Arc::new(slow), None, Duration::from_millis(500)).await;
     let client = client(&server.ca.ca_pem, Version::HTTP_11, None);
     let sent = review("uid-drain", "w-1");
     let in_flight = {
-        let (client, url, body) = (client.clone(), server.url("/mutate"), serde_json::to_vec(&sent).unwrap());
+        let (client, url, body) = (
+            client.clone(),
+            server.url("/mutate"),
+            serde_json::to_vec(&sent).unwrap(),
+        );
         tokio::spawn(async move { post(&client, &url, body).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     let metrics = server.metrics;
-    let TestServer { shutdown, task, dir: _dir, .. } = server;
+    let TestServer {
+        shutdown,
+        task,
+        dir: _dir,
+        ..
+    } = server;
     shutdown.unwrap().send(()).unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(get(metrics, "/readyz").await.0, 503, "still ready while shutting down");
+    assert_eq!(
+        get(metrics, "/readyz").await.0,
+        503,
+        "still ready while shutting down"
+    );
     assert_eq!(get(metrics, "/healthz").await.0, 200);
     let (status, _, answer) = in_flight.await.unwrap();
     assert_eq!(status, StatusCode::OK);
     assert_patched(&sent, &answer);
-    tokio::time::timeout(Duration::from_secs(20), task).await.expect("drain hung").unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("drain hung")
+        .unwrap()
+        .unwrap();
 }
