@@ -116,8 +116,20 @@ pub struct ServeArgs {
 
     /// Look owners up in this static inventory instead of a cluster: a v1
     /// PodList (kubectl get pods -A -o json or -o yaml) or a YAML stream of Pods.
+    /// Without it, owners are looked up in the cluster (in-cluster config or
+    /// KUBECONFIG): a metadata-only pod watch, then a live GET on a miss.
     #[arg(long)]
     pub pods: Option<PathBuf>,
+
+    /// Watch the pods of these namespaces only (repeat or comma-separate);
+    /// all namespaces when absent. Owners elsewhere are looked up live.
+    #[arg(long = "namespace", value_delimiter = ',', conflicts_with = "pods")]
+    pub namespaces: Vec<String>,
+
+    /// Watch only the pods this label selector matches (for instance
+    /// app=worker); other owners are looked up live.
+    #[arg(long, conflicts_with = "pods")]
+    pub owner_selector: Option<String>,
 
     /// Write every reviewed request into this directory as a ready-to-commit
     /// test case (request, owner pods, response).

@@ -25,6 +25,7 @@
 
 pub mod admission;
 pub mod admit;
+pub mod cache;
 pub mod certs;
 pub mod cli;
 pub mod duration;

@@ -6,10 +6,12 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use tracing::{error, info};
 
+use ownerguard::cache::{WatchSettings, Watches};
 use ownerguard::certs::{self, CA_CERT, TLS_CERT, TLS_KEY};
 use ownerguard::cli::{CertsArgs, Cli, Command, ServeArgs};
 use ownerguard::metrics::Metrics;
 use ownerguard::owner::OwnerLookup;
+use ownerguard::owner::cluster::ClusterLookup;
 use ownerguard::owner::inventory::Inventory;
 use ownerguard::record::Recorder;
 use ownerguard::server::{ServeOptions, Server, shutdown_signal};
@@ -89,9 +91,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             info!(pods = inventory.len(), file = %path.display(), "owner lookup from a static inventory");
             Arc::new(inventory)
         }
-        None => bail!(
-            "no owner source: pass --pods FILE (a PodList) to look owners up without a cluster"
-        ),
+        None => {
+            let client = kube::Client::try_default().await.context(
+                "no cluster to look owners up in (in-cluster config or KUBECONFIG); \
+                 pass --pods FILE to run without one",
+            )?;
+            let settings = WatchSettings {
+                namespaces: args.namespaces.clone(),
+                selector: args.owner_selector.clone(),
+            };
+            info!(namespaces = ?settings.namespaces, selector = ?settings.selector,
+                "owner lookup from the cluster: pod watch, then live GET");
+            let watches = Arc::new(Watches::spawn(client.clone(), &settings, metrics.clone()));
+            Arc::new(ClusterLookup::new(client, watches))
+        }
     };
     let mut webhook = Webhook::new(args.policy.policy(), lookup, metrics)
         .with_lookup_timeout(args.lookup_timeout);

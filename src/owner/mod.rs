@@ -2,6 +2,7 @@
 //! is really there ([`lookup`]), from a static inventory ([`inventory`]) or
 //! the cluster.
 
+pub mod cluster;
 pub mod inventory;
 pub mod lookup;
 pub mod resolve;

@@ -1,0 +1,618 @@
+//! A Kubernetes API server on loopback, for the real kube client: enough
+//! of the protocol for ownerguard's watch, lookup and `release`, with the
+//! faults a real one has.
+//!
+//! - list with `resourceVersion` (metadata-only when the client asks with
+//!   `as=PartialObjectMetadataList`), label selectors of `k=v` terms;
+//! - watch streams of ADDED, MODIFIED, DELETED, BOOKMARK, replayed from the
+//!   requested `resourceVersion`, and ERROR 410 Gone on demand;
+//! - GET (404 when missing), DELETE (with preconditions and
+//!   propagationPolicy recorded; pods can linger before they go);
+//! - faults: down (503), slow GETs, Jobs forbidden (403), dropped watches.
+//!
+//! Every call is recorded as `METHOD path?query` for the scenarios to
+//! assert.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Pod,
+    Job,
+    ConfigMap,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Pod => "Pod",
+            Self::Job => "Job",
+            Self::ConfigMap => "ConfigMap",
+        }
+    }
+    fn api_version(self) -> &'static str {
+        match self {
+            Self::Job => "batch/v1",
+            _ => "v1",
+        }
+    }
+}
+
+/// Faults to inject.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// Every request answers 503.
+    pub down: bool,
+    /// GET of one object waits this long first.
+    pub get_delay: Duration,
+    /// Jobs answer 403.
+    pub jobs_forbidden: bool,
+    /// The next watch answers ERROR 410 Gone, as after etcd compaction.
+    pub gone_on_next_watch: bool,
+    /// A deleted pod stays, terminating, this long before it goes.
+    pub pod_linger: Duration,
+    /// Deleted pods never go (stuck finalizer).
+    pub pods_never_go: bool,
+}
+
+struct Watcher {
+    kind: Kind,
+    namespace: Option<String>,
+    selector: Vec<(String, String)>,
+    metadata_only: bool,
+    sender: mpsc::UnboundedSender<Result<Bytes, Infallible>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    resource_version: u64,
+    objects: BTreeMap<(Kind, String, String), Value>,
+    /// (resourceVersion, type, kind, object) of every change, for replay.
+    history: Vec<(u64, &'static str, Kind, Value)>,
+    calls: Vec<String>,
+    watchers: Vec<Watcher>,
+    faults: Faults,
+}
+
+#[derive(Clone, Default)]
+pub struct FakeApi {
+    inner: Arc<Mutex<Inner>>,
+}
+
+pub struct Running {
+    pub addr: SocketAddr,
+    pub api: FakeApi,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Running {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kube client for this server.
+    pub fn client(&self) -> kube::Client {
+        let mut config = kube::Config::new(self.url().parse().unwrap());
+        config.default_namespace = "default".into();
+        config.read_timeout = Some(Duration::from_secs(295));
+        kube::Client::try_from(config).unwrap()
+    }
+
+    /// A kubeconfig file pointing at this server.
+    pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\ncurrent-context: fake\nusers:\n- name: fake\n  user:\n    token: test\n",
+            self.url()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl FakeApi {
+    pub async fn start() -> Running {
+        let api = FakeApi::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().fallback(handle).with_state(api.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Running { addr, api, task }
+    }
+
+    pub fn set_faults(&self, faults: Faults) {
+        self.inner.lock().unwrap().faults = faults;
+    }
+
+    pub fn update_faults(&self, update: impl FnOnce(&mut Faults)) {
+        update(&mut self.inner.lock().unwrap().faults);
+    }
+
+    /// The calls made so far, as `METHOD path?query`.
+    pub fn calls(&self) -> Vec<String> {
+        self.inner.lock().unwrap().calls.clone()
+    }
+
+    pub fn clear_calls(&self) {
+        self.inner.lock().unwrap().calls.clear();
+    }
+
+    /// Calls whose text contains `needle`.
+    pub fn calls_matching(&self, needle: &str) -> Vec<String> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.contains(needle))
+            .collect()
+    }
+
+    /// Create or replace an object, telling the watches.
+    pub fn put(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        labels: Value,
+        owner_uids: &[&str],
+    ) {
+        let references: Vec<Value> = owner_uids
+            .iter()
+            .map(|uid| json!({"apiVersion": "v1", "kind": "Pod", "name": format!("owner-{uid}"), "uid": uid, "controller": false, "blockOwnerDeletion": false}))
+            .collect();
+        let mut object = json!({
+            "apiVersion": kind.api_version(), "kind": kind.name(),
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "labels": labels,
+                         "creationTimestamp": "2026-11-29T12:00:00Z"},
+        });
+        if !references.is_empty() {
+            object["metadata"]["ownerReferences"] = Value::Array(references);
+        }
+        self.store(kind, object, true);
+    }
+
+    /// A pod the watch has not told about yet: it exists for GET and LIST,
+    /// but its ADDED event is held back (a worker that just started).
+    pub fn put_pod_unannounced(&self, namespace: &str, name: &str, uid: &str) {
+        let object = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "creationTimestamp": "2026-11-29T12:00:00Z"}});
+        self.store(Kind::Pod, object, false);
+    }
+
+    pub fn put_pod(&self, namespace: &str, name: &str, uid: &str) {
+        self.put(Kind::Pod, namespace, name, uid, json!({}), &[]);
+    }
+
+    /// A pod owned by the Job of `job_uid`, as the Job controller makes it.
+    pub fn put_job_pod(&self, namespace: &str, name: &str, uid: &str, job: &str, job_uid: &str) {
+        let object = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid,
+                "labels": {"batch.kubernetes.io/job-name": job},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": job_uid, "controller": true, "blockOwnerDeletion": true}]}});
+        self.store(Kind::Pod, object, true);
+    }
+
+    /// Mark a pod terminating (deletionTimestamp set), as MODIFIED.
+    pub fn terminate_pod(&self, namespace: &str, name: &str) {
+        let inner = self.inner.lock().unwrap();
+        let key = (Kind::Pod, namespace.to_string(), name.to_string());
+        if let Some(mut object) = inner.objects.get(&key).cloned() {
+            object["metadata"]["deletionTimestamp"] = json!("2026-11-29T12:30:00Z");
+            drop(inner);
+            self.store(Kind::Pod, object, true);
+        }
+    }
+
+    /// Remove an object, as DELETED.
+    pub fn remove(&self, kind: Kind, namespace: &str, name: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        if let Some(object) = inner
+            .objects
+            .remove(&(kind, namespace.to_string(), name.to_string()))
+        {
+            inner.resource_version += 1;
+            let rv = inner.resource_version;
+            let object = with_rv(object, rv);
+            inner.history.push((rv, "DELETED", kind, object.clone()));
+            broadcast(&mut inner, "DELETED", kind, &object);
+        }
+    }
+
+    pub fn exists(&self, kind: Kind, namespace: &str, name: &str) -> bool {
+        self.inner.lock().unwrap().objects.contains_key(&(
+            kind,
+            namespace.to_string(),
+            name.to_string(),
+        ))
+    }
+
+    /// A BOOKMARK on every open watch.
+    pub fn bookmark(&self) {
+        let inner = self.inner.lock().unwrap();
+        let rv = inner.resource_version;
+        for watcher in &inner.watchers {
+            let line = json!({"type": "BOOKMARK", "object": {"apiVersion": if watcher.metadata_only { "meta.k8s.io/v1" } else { watcher.kind.api_version() },
+                "kind": if watcher.metadata_only { "PartialObjectMetadata" } else { watcher.kind.name() },
+                "metadata": {"resourceVersion": rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}}});
+            let _ = watcher.sender.send(Ok(Bytes::from(format!("{line}\n"))));
+        }
+    }
+
+    /// Close every open watch, as a dropped connection does.
+    pub fn drop_watches(&self) {
+        self.inner.lock().unwrap().watchers.clear();
+    }
+
+    /// Forget the history, so that a watch from an old resourceVersion is
+    /// 410 Gone (etcd compaction).
+    pub fn compact(&self) {
+        self.inner.lock().unwrap().history.clear();
+    }
+
+    pub fn open_watches(&self) -> usize {
+        let mut inner = self.inner.lock().unwrap();
+        inner.watchers.retain(|w| !w.sender.is_closed());
+        inner.watchers.len()
+    }
+
+    fn store(&self, kind: Kind, object: Value, announce: bool) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.resource_version += 1;
+        let rv = inner.resource_version;
+        let object = with_rv(object, rv);
+        let key = (
+            kind,
+            object["metadata"]["namespace"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+            object["metadata"]["name"].as_str().unwrap().to_string(),
+        );
+        let event = if inner.objects.contains_key(&key) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        inner.objects.insert(key, object.clone());
+        if announce {
+            inner.history.push((rv, event, kind, object.clone()));
+            broadcast(&mut inner, event, kind, &object);
+        }
+    }
+}
+
+fn with_rv(mut object: Value, rv: u64) -> Value {
+    object["metadata"]["resourceVersion"] = json!(rv.to_string());
+    object
+}
+
+fn selects(selector: &[(String, String)], object: &Value) -> bool {
+    selector
+        .iter()
+        .all(|(k, v)| object["metadata"]["labels"][k].as_str() == Some(v))
+}
+
+fn metadata_form(object: &Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": object["metadata"]})
+}
+
+fn event_line(event: &str, object: &Value, metadata_only: bool) -> Bytes {
+    let object = if metadata_only {
+        metadata_form(object)
+    } else {
+        object.clone()
+    };
+    Bytes::from(format!("{}\n", json!({"type": event, "object": object})))
+}
+
+fn broadcast(inner: &mut Inner, event: &'static str, kind: Kind, object: &Value) {
+    let namespace = object["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    inner.watchers.retain(|watcher| {
+        if watcher.kind != kind
+            || watcher
+                .namespace
+                .as_ref()
+                .is_some_and(|ns| *ns != namespace)
+            || !selects(&watcher.selector, object)
+        {
+            return !watcher.sender.is_closed();
+        }
+        watcher
+            .sender
+            .send(Ok(event_line(event, object, watcher.metadata_only)))
+            .is_ok()
+    });
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Response {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code});
+    (
+        StatusCode::from_u16(code).unwrap(),
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn json_response(value: Value) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
+}
+
+/// (kind, namespace, name) of a path.
+fn route(path: &str) -> Option<(Kind, Option<String>, Option<String>)> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (rest, batch) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => (rest, false),
+        ["apis", "batch", "v1", rest @ ..] => (rest, true),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] => (Some(ns.to_string()), rest),
+        rest => (None, rest),
+    };
+    let (resource, name) = match rest {
+        [resource] => (*resource, None),
+        [resource, name] => (*resource, Some(name.to_string())),
+        _ => return None,
+    };
+    let kind = match (resource, batch) {
+        ("pods", false) => Kind::Pod,
+        ("configmaps", false) => Kind::ConfigMap,
+        ("jobs", true) => Kind::Job,
+        _ => return None,
+    };
+    Some((kind, namespace, name))
+}
+
+fn query(uri: &Uri) -> BTreeMap<String, String> {
+    uri.query()
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                v.replace("%3D", "=")
+                    .replace("%2C", ",")
+                    .replace("%2F", "/"),
+            )
+        })
+        .collect()
+}
+
+async fn handle(
+    State(api): State<FakeApi>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let faults = {
+        let mut inner = api.inner.lock().unwrap();
+        inner.calls.push(format!(
+            "{method} {}",
+            uri.path_and_query().map(|p| p.as_str()).unwrap_or("")
+        ));
+        inner.faults.clone()
+    };
+    if faults.down {
+        return status(
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        );
+    }
+    let Some((kind, namespace, name)) = route(uri.path()) else {
+        return status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
+    };
+    if kind == Kind::Job && faults.jobs_forbidden {
+        return status(
+            403,
+            "Forbidden",
+            "jobs.batch is forbidden: User \"system:serviceaccount:agents:worker\" cannot list resource \"jobs\"",
+        );
+    }
+    let metadata_only = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadata"));
+    let query = query(&uri);
+    match (method, name) {
+        (Method::GET, Some(name)) => {
+            if !faults.get_delay.is_zero() {
+                tokio::time::sleep(faults.get_delay).await;
+            }
+            let object = api
+                .inner
+                .lock()
+                .unwrap()
+                .objects
+                .get(&(kind, namespace.unwrap_or_default(), name.clone()))
+                .cloned();
+            match object {
+                Some(object) if metadata_only => json_response(metadata_form(&object)),
+                Some(object) => json_response(object),
+                None => status(404, "NotFound", &format!("pods \"{name}\" not found")),
+            }
+        }
+        (Method::GET, None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+            watch(&api, kind, namespace, &query, metadata_only)
+        }
+        (Method::GET, None) => {
+            let inner = api.inner.lock().unwrap();
+            let selector = parse_selector(&query);
+            let items: Vec<Value> = inner
+                .objects
+                .iter()
+                .filter(|((k, ns, _), object)| {
+                    *k == kind
+                        && namespace.as_ref().is_none_or(|n| n == ns)
+                        && selects(&selector, object)
+                })
+                .map(|(_, object)| {
+                    if metadata_only {
+                        metadata_form(object)
+                    } else {
+                        object.clone()
+                    }
+                })
+                .collect();
+            let (api_version, list_kind) = if metadata_only {
+                ("meta.k8s.io/v1", "PartialObjectMetadataList".to_string())
+            } else {
+                (kind.api_version(), format!("{}List", kind.name()))
+            };
+            json_response(
+                json!({"apiVersion": api_version, "kind": list_kind, "metadata": {"resourceVersion": inner.resource_version.to_string()}, "items": items}),
+            )
+        }
+        (Method::DELETE, Some(name)) => {
+            delete(&api, kind, namespace.unwrap_or_default(), name, &faults)
+        }
+        _ => status(
+            405,
+            "MethodNotAllowed",
+            "not supported by the test API server",
+        ),
+    }
+}
+
+fn parse_selector(query: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    query
+        .get("labelSelector")
+        .map(|s| {
+            s.split(',')
+                .filter_map(|term| term.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn watch(
+    api: &FakeApi,
+    kind: Kind,
+    namespace: Option<String>,
+    query: &BTreeMap<String, String>,
+    metadata_only: bool,
+) -> Response {
+    let mut inner = api.inner.lock().unwrap();
+    let since: u64 = query
+        .get("resourceVersion")
+        .and_then(|rv| rv.parse().ok())
+        .unwrap_or(0);
+    let oldest = inner
+        .history
+        .first()
+        .map_or(inner.resource_version, |(rv, ..)| rv - 1);
+    let (sender, receiver) = mpsc::unbounded_channel();
+    if inner.faults.gone_on_next_watch || since < oldest {
+        inner.faults.gone_on_next_watch = false;
+        let line = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("too old resource version: {since} ({oldest})"), "reason": "Expired", "code": 410}});
+        let _ = sender.send(Ok(Bytes::from(format!("{line}\n"))));
+        drop(sender);
+    } else {
+        let selector = parse_selector(query);
+        for (rv, event, k, object) in &inner.history {
+            if *rv > since
+                && *k == kind
+                && namespace
+                    .as_ref()
+                    .is_none_or(|ns| object["metadata"]["namespace"] == **ns)
+                && selects(&selector, object)
+            {
+                let _ = sender.send(Ok(event_line(event, object, metadata_only)));
+            }
+        }
+        inner.watchers.push(Watcher {
+            kind,
+            namespace,
+            selector,
+            metadata_only,
+            sender,
+        });
+    }
+    let stream = tokio_stream_from(receiver);
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+fn tokio_stream_from(
+    mut receiver: mpsc::UnboundedReceiver<Result<Bytes, Infallible>>,
+) -> impl futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    futures::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
+fn delete(api: &FakeApi, kind: Kind, namespace: String, name: String, faults: &Faults) -> Response {
+    let object = api
+        .inner
+        .lock()
+        .unwrap()
+        .objects
+        .get(&(kind, namespace.clone(), name.clone()))
+        .cloned();
+    let Some(object) = object else {
+        return status(
+            404,
+            "NotFound",
+            &format!("{} \"{name}\" not found", kind.name().to_lowercase()),
+        );
+    };
+    let uid = object["metadata"]["uid"].clone();
+    if kind == Kind::Pod && (faults.pods_never_go || !faults.pod_linger.is_zero()) {
+        api.terminate_pod(&namespace, &name);
+        if !faults.pods_never_go {
+            let (api, linger, namespace, name) = (
+                api.clone(),
+                faults.pod_linger,
+                namespace.clone(),
+                name.clone(),
+            );
+            tokio::spawn(async move {
+                tokio::time::sleep(linger).await;
+                api.remove(Kind::Pod, &namespace, &name);
+            });
+        }
+    } else {
+        api.remove(kind, &namespace, &name);
+    }
+    json_response(
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+        "details": {"name": name, "kind": kind.name().to_lowercase(), "uid": uid}}),
+    )
+}

@@ -1,0 +1,473 @@
+//! Owner lookup in a cluster: the real kube client, the real watch and
+//! index, against the loopback API server of `tests/apiserver`. Each
+//! scenario asserts the decision and the API calls it took.
+
+mod apiserver;
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use apiserver::{FakeApi, Faults, Running};
+use ownerguard::admit::{Policy, WebhookKind};
+use ownerguard::cache::{WatchSettings, Watches};
+use ownerguard::metrics::Metrics;
+use ownerguard::owner::OwnerLookup;
+use ownerguard::owner::cluster::ClusterLookup;
+use ownerguard::webhook::Webhook;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+const NS: &str = "agents";
+const U1: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000001";
+const U2: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000002";
+
+struct Cluster {
+    server: Running,
+    watches: Arc<Watches>,
+    webhook: Webhook,
+    metrics: Arc<Metrics>,
+}
+
+impl Cluster {
+    /// The API server with `setup` done, then ownerguard watching it.
+    async fn start(settings: WatchSettings, setup: impl FnOnce(&FakeApi)) -> Self {
+        let server = FakeApi::start().await;
+        setup(&server.api);
+        let client = server.client();
+        let metrics = Arc::new(Metrics::default());
+        let watches = Arc::new(Watches::spawn(client.clone(), &settings, metrics.clone()));
+        let lookup = Arc::new(ClusterLookup::new(client, watches.clone()));
+        let webhook = Webhook::new(Policy::default(), lookup, metrics.clone());
+        Self {
+            server,
+            watches,
+            webhook,
+            metrics,
+        }
+    }
+
+    fn api(&self) -> &FakeApi {
+        &self.server.api
+    }
+
+    async fn synced(&self) {
+        eventually("the cache to sync", || self.watches.is_synced()).await;
+        assert!(self.webhook.owner_source().is_ready());
+    }
+
+    /// Review a pod CREATE declaring owner `name` with `uid`.
+    async fn review(&self, name: &str, uid: &str, api_timeout: Option<Duration>) -> Value {
+        let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "r-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": NS, "operation": "CREATE", "userInfo": {"username": "alice"},
+            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "agent-", "namespace": NS,
+                "labels": {"ownerguard.io/owner-pod": name, "ownerguard.io/owner-uid": uid}}}}});
+        let answer = self
+            .webhook
+            .review(
+                WebhookKind::Mutate,
+                &serde_json::to_vec(&review).unwrap(),
+                api_timeout,
+            )
+            .await
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&answer.body).unwrap();
+        common::assert_apiserver_accepts(&review, &answer, WebhookKind::Mutate);
+        answer["response"].clone()
+    }
+
+    fn gets(&self) -> Vec<String> {
+        self.api()
+            .calls_matching("GET /api/v1/namespaces/agents/pods/")
+    }
+}
+
+async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn running_workers(api: &FakeApi) {
+    api.put_pod(NS, "w-1", U1);
+    api.put_pod(NS, "w-2", U2);
+}
+
+#[tokio::test]
+async fn readiness_waits_for_the_first_list() {
+    let server = FakeApi::start().await;
+    server.api.set_faults(Faults {
+        down: true,
+        ..Faults::default()
+    });
+    let client = server.client();
+    let watches = Arc::new(Watches::spawn(
+        client.clone(),
+        &WatchSettings::default(),
+        Arc::new(Metrics::default()),
+    ));
+    let lookup = ClusterLookup::new(client, watches.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!lookup.is_ready(), "ready before any list succeeded");
+    server.api.set_faults(Faults::default());
+    eventually("readiness after the API comes back", || lookup.is_ready()).await;
+}
+
+#[tokio::test]
+async fn owner_seen_by_the_watch_is_answered_from_the_cache_without_a_get() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    // The list is metadata-only, over every namespace.
+    let lists = cluster.api().calls_matching("GET /api/v1/pods?");
+    assert!(!lists.is_empty(), "{:?}", cluster.api().calls());
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["auditAnnotations"]["owner-source"], "cache");
+    assert!(
+        cluster.gets().is_empty(),
+        "GET made for a cached owner: {:?}",
+        cluster.gets()
+    );
+    assert!(
+        cluster
+            .metrics
+            .encode()
+            .contains("ownerguard_owner_cache_pods 2")
+    );
+    assert!(
+        cluster
+            .metrics
+            .encode()
+            .contains(r#"ownerguard_owner_lookups_total{source="cache",result="found"} 1"#)
+    );
+}
+
+#[tokio::test]
+async fn owner_added_later_reaches_the_cache_through_the_watch() {
+    let cluster = Cluster::start(WatchSettings::default(), |_| {}).await;
+    cluster.synced().await;
+    cluster.api().put_pod(NS, "w-3", U1);
+    eventually("the ADDED event", || {
+        cluster.watches.index.get(NS, "w-3").is_some()
+    })
+    .await;
+    cluster.api().bookmark();
+    let response = cluster.review("w-3", U1, None).await;
+    assert_eq!(response["auditAnnotations"]["owner-source"], "cache");
+    assert!(cluster.gets().is_empty());
+}
+
+#[tokio::test]
+async fn owner_created_after_the_last_watch_event_is_found_by_one_get() {
+    let cluster = Cluster::start(WatchSettings::default(), |_| {}).await;
+    cluster.synced().await;
+    // The worker started a moment ago: its watch event has not arrived.
+    cluster.api().put_pod_unannounced(NS, "w-new", U1);
+    let response = cluster.review("w-new", U1, None).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(response["auditAnnotations"]["owner-source"], "api");
+    assert_eq!(
+        cluster.gets(),
+        vec!["GET /api/v1/namespaces/agents/pods/w-new".to_string()]
+    );
+}
+
+#[tokio::test]
+async fn owner_deleted_is_denied() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    cluster.api().remove(apiserver::Kind::Pod, NS, "w-1");
+    eventually("the DELETED event", || {
+        cluster.watches.index.get(NS, "w-1").is_none()
+    })
+    .await;
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 403);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not found in namespace 'agents'")
+    );
+    // A miss is checked live before the denial.
+    assert_eq!(cluster.gets().len(), 1);
+}
+
+#[tokio::test]
+async fn owner_being_deleted_is_denied_from_the_cache() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    cluster.api().terminate_pod(NS, "w-1");
+    eventually("the MODIFIED event", || {
+        cluster
+            .watches
+            .index
+            .get(NS, "w-1")
+            .is_some_and(|p| p.terminating)
+    })
+    .await;
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(response["allowed"], false);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is being deleted")
+    );
+    assert!(cluster.gets().is_empty());
+}
+
+#[tokio::test]
+async fn uid_replaced_by_a_new_pod_of_the_same_name_is_denied_after_a_get() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    // The pod was recreated under the same name: a new uid.
+    cluster.api().remove(apiserver::Kind::Pod, NS, "w-1");
+    cluster.api().put_pod(NS, "w-1", U2);
+    eventually("the new pod", || {
+        cluster
+            .watches
+            .index
+            .get(NS, "w-1")
+            .is_some_and(|p| p.uid == U2)
+    })
+    .await;
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("has uid '{U2}', not '{U1}'")),
+        "{message}"
+    );
+    assert_eq!(
+        cluster.gets().len(),
+        1,
+        "a uid mismatch is checked live once"
+    );
+}
+
+#[tokio::test]
+async fn api_down_after_sync_cache_still_serves_and_misses_deny_503_in_budget() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    cluster.api().update_faults(|f| f.down = true);
+    cluster.api().drop_watches();
+    let response = cluster
+        .review("w-1", U1, Some(Duration::from_secs(10)))
+        .await;
+    assert_eq!(response["allowed"], true, "a cached owner is still served");
+    assert_eq!(response["auditAnnotations"]["owner-source"], "cache");
+    // kube retries a 503 with backoff; the lookup budget (2s) ends it.
+    let started = Instant::now();
+    let response = cluster
+        .review("w-unknown", U1, Some(Duration::from_secs(10)))
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "not bounded by the lookup budget"
+    );
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 503);
+    let metrics = cluster.metrics.encode();
+    let failed = [
+        r#"source="api",result="error"} 1"#,
+        r#"source="api",result="timeout"} 1"#,
+    ];
+    assert!(failed.iter().any(|f| metrics.contains(f)), "{metrics}");
+    assert!(
+        cluster.watches.is_synced(),
+        "a lost watch does not make the cache unready"
+    );
+}
+
+#[tokio::test]
+async fn api_slower_than_the_budget_is_answered_before_the_deadline() {
+    let cluster = Cluster::start(WatchSettings::default(), |_| {}).await;
+    cluster.synced().await;
+    cluster
+        .api()
+        .update_faults(|f| f.get_delay = Duration::from_secs(30));
+    let started = Instant::now();
+    // The API server gives the call 1s: the lookup gets 750 ms of it.
+    let response = cluster
+        .review("w-slow", U1, Some(Duration::from_secs(1)))
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not bounded by ?timeout="
+    );
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 503);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out"),
+        "{response}"
+    );
+}
+
+#[tokio::test]
+async fn fail_open_allows_with_a_warning_when_the_api_is_down() {
+    let server = FakeApi::start().await;
+    let client = server.client();
+    let metrics = Arc::new(Metrics::default());
+    let watches = Arc::new(Watches::spawn(
+        client.clone(),
+        &WatchSettings::default(),
+        metrics.clone(),
+    ));
+    eventually("sync", || watches.is_synced()).await;
+    server.api.update_faults(|f| f.down = true);
+    let policy = Policy {
+        fail_open: true,
+        ..Policy::default()
+    };
+    let webhook = Webhook::new(
+        policy,
+        Arc::new(ClusterLookup::new(client, watches)),
+        metrics,
+    );
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "r", "operation": "CREATE", "namespace": NS, "kind": {"kind": "Pod"},
+        "object": {"metadata": {"name": "a", "labels": {"ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": U1}}}}});
+    let answer = webhook
+        .review(
+            WebhookKind::Mutate,
+            &serde_json::to_vec(&review).unwrap(),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(answer.response.allowed);
+    assert_eq!(answer.response.warnings.len(), 1);
+}
+
+#[tokio::test]
+async fn dropped_watch_resumes_from_its_resource_version() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    eventually("the watch", || cluster.api().open_watches() == 1).await;
+    let lists_before = cluster
+        .api()
+        .calls_matching("GET /api/v1/pods?")
+        .iter()
+        .filter(|c| !c.contains("watch=true"))
+        .count();
+    cluster.api().drop_watches();
+    // Changes while the watch is down arrive on the resumed watch.
+    cluster.api().remove(apiserver::Kind::Pod, NS, "w-2");
+    cluster.api().put_pod(NS, "w-4", U2);
+    eventually("the replayed events", || {
+        cluster.watches.index.get(NS, "w-4").is_some()
+            && cluster.watches.index.get(NS, "w-2").is_none()
+    })
+    .await;
+    let lists_after = cluster
+        .api()
+        .calls_matching("GET /api/v1/pods?")
+        .iter()
+        .filter(|c| !c.contains("watch=true"))
+        .count();
+    assert_eq!(
+        lists_before, lists_after,
+        "a resumable watch needs no relist"
+    );
+}
+
+#[tokio::test]
+async fn watch_410_gone_relists_and_swaps_the_index() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    eventually("the watch", || cluster.api().open_watches() == 1).await;
+    // While the watch is down, etcd compacts past its resourceVersion.
+    cluster.api().drop_watches();
+    cluster.api().compact();
+    cluster.api().update_faults(|f| f.gone_on_next_watch = true);
+    cluster.api().remove(apiserver::Kind::Pod, NS, "w-2");
+    cluster.api().compact();
+    cluster.api().put_pod_unannounced(NS, "w-5", U2);
+    eventually("the relist", || {
+        cluster.watches.index.get(NS, "w-5").is_some()
+    })
+    .await;
+    assert!(
+        cluster.watches.index.get(NS, "w-2").is_none(),
+        "a pod deleted during the gap survived the relist"
+    );
+    assert!(cluster.watches.index.get(NS, "w-1").is_some());
+    assert!(cluster.watches.is_synced());
+    let lists = cluster
+        .api()
+        .calls_matching("GET /api/v1/pods?")
+        .iter()
+        .filter(|c| !c.contains("watch=true"))
+        .count();
+    assert!(
+        lists >= 2,
+        "no relist after 410: {:?}",
+        cluster.api().calls()
+    );
+    let response = cluster.review("w-5", U2, None).await;
+    assert_eq!(response["auditAnnotations"]["owner-source"], "cache");
+}
+
+#[tokio::test]
+async fn namespace_and_selector_limit_the_watch_and_others_are_looked_up_live() {
+    let settings = WatchSettings {
+        namespaces: vec![NS.to_string()],
+        selector: Some("app=worker".to_string()),
+    };
+    let cluster = Cluster::start(settings, |api| {
+        api.put(
+            apiserver::Kind::Pod,
+            NS,
+            "w-1",
+            U1,
+            json!({"app": "worker"}),
+            &[],
+        );
+        api.put(
+            apiserver::Kind::Pod,
+            NS,
+            "w-2",
+            U2,
+            json!({"app": "other"}),
+            &[],
+        );
+        api.put(
+            apiserver::Kind::Pod,
+            "elsewhere",
+            "w-1",
+            U1,
+            json!({"app": "worker"}),
+            &[],
+        );
+    })
+    .await;
+    cluster.synced().await;
+    let lists = cluster
+        .api()
+        .calls_matching("GET /api/v1/namespaces/agents/pods?");
+    assert!(
+        lists.iter().any(|c| c.contains("labelSelector=app")),
+        "{lists:?}"
+    );
+    assert!(
+        cluster.api().calls_matching("GET /api/v1/pods?").is_empty(),
+        "watched all namespaces"
+    );
+    assert_eq!(cluster.watches.index.len(), 1);
+    assert_eq!(
+        cluster.review("w-1", U1, None).await["auditAnnotations"]["owner-source"],
+        "cache"
+    );
+    // Not selected: looked up live, and found.
+    let response = cluster.review("w-2", U2, None).await;
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["auditAnnotations"]["owner-source"], "api");
+}
