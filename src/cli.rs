@@ -40,6 +40,29 @@ pub enum Command {
     /// Make a CA and a serving certificate (ca.crt, tls.crt, tls.key) and
     /// print the base64 caBundle for the webhook configurations.
     Certs(CertsArgs),
+    /// Delete the pods, Jobs (with their pods) and ConfigMaps of a namespace
+    /// whose ownerReferences name the owner pod's uid, and wait until the
+    /// pods are gone. A restarted worker calls it at boot.
+    Release(ReleaseArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReleaseArgs {
+    /// Namespace of the owner pod and of what it owns.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: String,
+
+    /// Name of the owner pod (downward API metadata.name).
+    #[arg(long, env = "POD_NAME")]
+    pub owner_pod: String,
+
+    /// Uid of the owner pod (downward API metadata.uid).
+    #[arg(long, env = "POD_UID")]
+    pub owner_uid: String,
+
+    /// How long to wait for the deleted pods to be gone.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    pub timeout: Duration,
 }
 
 /// The settings every decision depends on.

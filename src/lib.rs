@@ -36,6 +36,7 @@ pub mod offline;
 pub mod owner;
 pub mod patch;
 pub mod record;
+pub mod release;
 pub mod review;
 pub mod server;
 pub mod telemetry;

@@ -8,12 +8,13 @@ use tracing::{error, info};
 
 use ownerguard::cache::{WatchSettings, Watches};
 use ownerguard::certs::{self, CA_CERT, TLS_CERT, TLS_KEY};
-use ownerguard::cli::{CertsArgs, Cli, Command, ServeArgs};
+use ownerguard::cli::{CertsArgs, Cli, Command, ReleaseArgs, ServeArgs};
 use ownerguard::metrics::Metrics;
 use ownerguard::owner::OwnerLookup;
 use ownerguard::owner::cluster::ClusterLookup;
 use ownerguard::owner::inventory::Inventory;
 use ownerguard::record::Recorder;
+use ownerguard::release::Owner;
 use ownerguard::server::{ServeOptions, Server, shutdown_signal};
 use ownerguard::webhook::Webhook;
 use ownerguard::{offline, telemetry};
@@ -42,6 +43,7 @@ fn main() -> ExitCode {
         Command::Review(args) => runtime.block_on(offline::run(args)),
         Command::Serve(args) => report(runtime.block_on(serve(args))),
         Command::Certs(args) => report(write_certs(&args)),
+        Command::Release(args) => report(runtime.block_on(release(args))),
     }
 }
 
@@ -54,6 +56,33 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
+    let owner = Owner {
+        namespace: args.namespace,
+        name: args.owner_pod,
+        uid: args.owner_uid,
+    };
+    // Refused before any request, the client included.
+    for (what, value) in [
+        ("--namespace", &owner.namespace),
+        ("--owner-pod", &owner.name),
+        ("--owner-uid", &owner.uid),
+    ] {
+        if value.trim().is_empty() {
+            bail!("{what} is empty: release needs the owner pod's namespace, name and uid");
+        }
+    }
+    let client = kube::Client::try_default()
+        .await
+        .context("no cluster (in-cluster config or KUBECONFIG)")?;
+    let released = ownerguard::release::release(client, &owner, args.timeout).await?;
+    println!(
+        "released {} pod(s), {} Job(s) and {} ConfigMap(s) of pod '{}' in namespace '{}'",
+        released.pods, released.jobs, released.config_maps, owner.name, owner.namespace
+    );
+    Ok(())
 }
 
 fn write_certs(args: &CertsArgs) -> anyhow::Result<()> {

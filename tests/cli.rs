@@ -2,13 +2,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use base64::Engine;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const UID: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000001";
 
@@ -199,100 +197,19 @@ fn serve_dev_answers_over_tls_and_exits_0_on_sigterm() {
         format!("kind: Pod\nmetadata: {{name: w-1, namespace: agents, uid: {UID}}}\n"),
     )
     .unwrap();
-    let mut child = ownerguard()
-        .args([
-            "serve",
-            "--dev",
-            "--pods",
-            "pods.yaml",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ])
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let serving: Value = loop {
-        let line = lines.next().expect("server exited before serving").unwrap();
-        let event: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        if event["message"] == "serving" {
-            break event;
-        }
-    };
-    let addr = serving["addr"].as_str().unwrap().to_string();
+    let serve = common::Serve::start(dir.path(), &["--pods", "pods.yaml"], &[]);
     assert!(dir.path().join("certs/tls.key").exists() && dir.path().join("certs/ca.crt").exists());
-
-    let ca = std::fs::read_to_string(dir.path().join("certs/ca.crt")).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let answer = runtime.block_on(send_over_tls(&addr, &ca));
+    let answer = runtime.block_on(common::send_over_tls(&serve.addr, &serve.ca(), UID));
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     assert!(answer["response"]["patch"].is_string());
-
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let exit = loop {
-        if let Some(exit) = child.try_wait().unwrap() {
-            break exit;
-        }
-        assert!(Instant::now() < deadline, "no exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(exit.code(), Some(0));
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let rest = serve.terminate();
     assert!(
         rest.iter()
             .any(|l| l.contains("\"decision\"") && l.contains("\"result\":\"patched\"")),
         "no decision line: {rest:?}"
     );
-}
-
-async fn send_over_tls(addr: &str, ca: &str) -> Value {
-    use http_body_util::{BodyExt, Full};
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
-        .unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_only()
-        .enable_http1()
-        .build();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build(connector);
-    let port = addr.rsplit(':').next().unwrap();
-    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "cli-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "namespace": "agents", "operation": "CREATE", "userInfo": {"username": "alice"},
-        "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent-1", "labels": {"ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": UID}}}}});
-    let request = hyper::Request::post(format!("https://localhost:{port}/mutate?timeout=10s"))
-        .header("content-type", "application/json")
-        .body(Full::new(bytes::Bytes::from(
-            serde_json::to_vec(&review).unwrap(),
-        )))
-        .unwrap();
-    let response = client.request(request).await.unwrap();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    serde_json::from_slice(&body).unwrap()
 }

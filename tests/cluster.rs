@@ -471,3 +471,49 @@ async fn namespace_and_selector_limit_the_watch_and_others_are_looked_up_live() 
     assert_eq!(response["allowed"], true);
     assert_eq!(response["auditAnnotations"]["owner-source"], "api");
 }
+
+/// `ownerguard serve` with KUBECONFIG pointing at the test API server, over
+/// TLS: not ready until the pods are listed, then answers from the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_kubeconfig_answers_from_the_cluster_over_tls() {
+    let server = FakeApi::start().await;
+    running_workers(&server.api);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.kubeconfig(dir.path());
+    let serve = common::Serve::start(
+        dir.path(),
+        &["--namespace", NS],
+        &[("KUBECONFIG", &kubeconfig)],
+    );
+    let metrics_addr = serve.metrics_addr.clone();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while common::http_get(&metrics_addr, "/readyz").await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let answer = common::send_over_tls(&serve.addr, &serve.ca(), U1).await;
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    assert_eq!(
+        answer["response"]["auditAnnotations"]["owner-source"],
+        "cache"
+    );
+    assert!(
+        server
+            .api
+            .calls_matching("GET /api/v1/namespaces/agents/pods/")
+            .is_empty()
+    );
+    let (_, metrics) = common::http_get(&metrics_addr, "/metrics").await;
+    assert!(
+        metrics.contains("ownerguard_owner_cache_pods 2"),
+        "{metrics}"
+    );
+    let answer = common::send_over_tls(&serve.addr, &serve.ca(), U2).await;
+    assert_eq!(
+        answer["response"]["status"]["code"], 403,
+        "w-1 with w-2's uid: {answer}"
+    );
+    tokio::task::spawn_blocking(move || serve.terminate())
+        .await
+        .unwrap();
+}

@@ -68,6 +68,9 @@ pub struct Faults {
     pub pod_linger: Duration,
     /// Deleted pods never go (stuck finalizer).
     pub pods_never_go: bool,
+    /// Right after a list of this kind is served, the named object is
+    /// replaced by a new one (another uid, no owner): a race made certain.
+    pub replace_after_list: Option<(Kind, String, String)>,
 }
 
 struct Watcher {
@@ -414,13 +417,16 @@ async fn handle(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    body: Bytes,
 ) -> Response {
     let faults = {
         let mut inner = api.inner.lock().unwrap();
-        inner.calls.push(format!(
-            "{method} {}",
-            uri.path_and_query().map(|p| p.as_str()).unwrap_or("")
-        ));
+        let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("");
+        let mut call = format!("{method} {path}");
+        if !body.is_empty() {
+            call = format!("{call} {}", String::from_utf8_lossy(&body));
+        }
+        inner.calls.push(call);
         inner.faults.clone()
     };
     if faults.down {
@@ -494,13 +500,23 @@ async fn handle(
             } else {
                 (kind.api_version(), format!("{}List", kind.name()))
             };
-            json_response(
-                json!({"apiVersion": api_version, "kind": list_kind, "metadata": {"resourceVersion": inner.resource_version.to_string()}, "items": items}),
-            )
+            let list = json!({"apiVersion": api_version, "kind": list_kind, "metadata": {"resourceVersion": inner.resource_version.to_string()}, "items": items});
+            drop(inner);
+            if let Some((k, ns, name)) = faults.replace_after_list.filter(|(k, ..)| *k == kind) {
+                api.update_faults(|f| f.replace_after_list = None);
+                api.remove(k, &ns, &name);
+                api.put(k, &ns, &name, "replaced-uid", json!({}), &[]);
+            }
+            json_response(list)
         }
-        (Method::DELETE, Some(name)) => {
-            delete(&api, kind, namespace.unwrap_or_default(), name, &faults)
-        }
+        (Method::DELETE, Some(name)) => delete(
+            &api,
+            kind,
+            namespace.unwrap_or_default(),
+            name,
+            &faults,
+            &body,
+        ),
         _ => status(
             405,
             "MethodNotAllowed",
@@ -578,7 +594,14 @@ fn tokio_stream_from(
     futures::stream::poll_fn(move |cx| receiver.poll_recv(cx))
 }
 
-fn delete(api: &FakeApi, kind: Kind, namespace: String, name: String, faults: &Faults) -> Response {
+fn delete(
+    api: &FakeApi,
+    kind: Kind,
+    namespace: String,
+    name: String,
+    faults: &Faults,
+    body: &[u8],
+) -> Response {
     let object = api
         .inner
         .lock()
@@ -594,6 +617,16 @@ fn delete(api: &FakeApi, kind: Kind, namespace: String, name: String, faults: &F
         );
     };
     let uid = object["metadata"]["uid"].clone();
+    // DeleteOptions.preconditions.uid: another object of that name is 409.
+    let options: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let precondition = &options["preconditions"]["uid"];
+    if !precondition.is_null() && *precondition != uid {
+        return status(
+            409,
+            "Conflict",
+            "Precondition failed: UID in precondition does not match the UID in record",
+        );
+    }
     if kind == Kind::Pod && (faults.pods_never_go || !faults.pod_linger.is_zero()) {
         api.terminate_pod(&namespace, &name);
         if !faults.pods_never_go {

@@ -119,3 +119,149 @@ pub fn assert_apiserver_accepts(request: &Value, answer: &Value, kind: WebhookKi
         assert!(!key.contains('/'), "audit annotation key with '/': {key}");
     }
 }
+
+/// `ownerguard serve --dev` running in `dir`, on loopback ports it picks.
+pub struct Serve {
+    pub child: std::process::Child,
+    pub addr: String,
+    pub metrics_addr: String,
+    pub dir: PathBuf,
+    lines: Option<std::io::Lines<std::io::BufReader<std::process::ChildStderr>>>,
+}
+
+impl Serve {
+    /// Start and wait for the `serving` log line.
+    pub fn start(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Self {
+        use std::io::BufRead;
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ownerguard"));
+        command
+            .args([
+                "serve",
+                "--dev",
+                "--addr",
+                "127.0.0.1:0",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let serving: Value = loop {
+            let line = lines.next().expect("server exited before serving").unwrap();
+            let event: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if event["message"] == "serving" {
+                break event;
+            }
+        };
+        let addr = serving["addr"].as_str().unwrap().to_string();
+        let metrics_addr = serving["metrics_addr"].as_str().unwrap().to_string();
+        Self {
+            child,
+            addr,
+            metrics_addr,
+            dir: dir.to_path_buf(),
+            lines: Some(lines),
+        }
+    }
+
+    pub fn ca(&self) -> String {
+        std::fs::read_to_string(self.dir.join("certs/ca.crt")).unwrap()
+    }
+
+    /// SIGTERM; assert exit 0; the log lines written after `serving`.
+    pub fn terminate(mut self) -> Vec<String> {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let exit = loop {
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                break exit;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no exit after SIGTERM"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        assert_eq!(exit.code(), Some(0), "exit after SIGTERM");
+        self.lines
+            .take()
+            .map(|lines| lines.map_while(Result::ok).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+/// POST a CREATE of a pod owned by w-1 (`uid`) in `agents` to `addr` over
+/// TLS, trusting `ca`; the decoded answer.
+pub async fn send_over_tls(addr: &str, ca: &str, uid: &str) -> Value {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_only()
+        .enable_http1()
+        .build();
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(connector);
+    let port = addr.rsplit(':').next().unwrap();
+    let review = serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "e2e-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": "agents", "operation": "CREATE", "userInfo": {"username": "alice"},
+        "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent-1", "labels": {"ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": uid}}}}});
+    let request = hyper::Request::post(format!("https://localhost:{port}/mutate?timeout=10s"))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            serde_json::to_vec(&review).unwrap(),
+        )))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// GET a plain-HTTP path; status and body.
+pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    match client
+        .get(format!("http://{addr}{path}").parse().unwrap())
+        .await
+    {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+        Err(_) => (0, String::new()),
+    }
+}
