@@ -517,3 +517,32 @@ async fn serve_with_kubeconfig_answers_from_the_cluster_over_tls() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_large_list_is_read_page_by_page() {
+    let cluster = Cluster::start(WatchSettings::default(), |api| {
+        api.load_pods((0..1_234).map(|i| {
+            (
+                format!("team-{}", i % 7),
+                format!("agent-{i:05}"),
+                format!("uid-{i}"),
+            )
+        }));
+    })
+    .await;
+    cluster.synced().await;
+    assert_eq!(cluster.watches.index.len(), 1_234);
+    let pages = cluster.api().calls_matching("GET /api/v1/pods?");
+    assert!(
+        pages.iter().any(|c| c.contains("continue=1000")),
+        "not paged: {pages:?}"
+    );
+    assert_eq!(
+        cluster
+            .watches
+            .index
+            .get("team-3", "agent-00010")
+            .map(|p| p.uid),
+        Some("uid-10".to_string())
+    );
+}

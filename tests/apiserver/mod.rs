@@ -196,6 +196,18 @@ impl FakeApi {
         self.store(kind, object, true);
     }
 
+    /// Many pods at once, without watch events or history (benchmarks).
+    pub fn load_pods(&self, pods: impl IntoIterator<Item = (String, String, String)>) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.resource_version += 1;
+        let rv = inner.resource_version.to_string();
+        for (namespace, name, uid) in pods {
+            let object = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "uid": uid,
+                "resourceVersion": rv, "creationTimestamp": "2026-11-29T12:00:00Z", "labels": {"app": "agent"}}});
+            inner.objects.insert((Kind::Pod, namespace, name), object);
+        }
+    }
+
     /// A pod the watch has not told about yet: it exists for GET and LIST,
     /// but its ADDED event is held back (a worker that just started).
     pub fn put_pod_unannounced(&self, namespace: &str, name: &str, uid: &str) {
@@ -479,14 +491,25 @@ async fn handle(
         (Method::GET, None) => {
             let inner = api.inner.lock().unwrap();
             let selector = parse_selector(&query);
-            let items: Vec<Value> = inner
-                .objects
-                .iter()
-                .filter(|((k, ns, _), object)| {
-                    *k == kind
-                        && namespace.as_ref().is_none_or(|n| n == ns)
-                        && selects(&selector, object)
-                })
+            // Pages of `limit`, the `continue` token being the offset.
+            let offset: usize = query
+                .get("continue")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let limit: usize = query
+                .get("limit")
+                .and_then(|l| l.parse().ok())
+                .filter(|l| *l > 0)
+                .unwrap_or(usize::MAX);
+            let mut matching = inner.objects.iter().filter(|((k, ns, _), object)| {
+                *k == kind
+                    && namespace.as_ref().is_none_or(|n| n == ns)
+                    && selects(&selector, object)
+            });
+            let items: Vec<Value> = matching
+                .by_ref()
+                .skip(offset)
+                .take(limit)
                 .map(|(_, object)| {
                     if metadata_only {
                         metadata_form(object)
@@ -500,7 +523,10 @@ async fn handle(
             } else {
                 (kind.api_version(), format!("{}List", kind.name()))
             };
-            let list = json!({"apiVersion": api_version, "kind": list_kind, "metadata": {"resourceVersion": inner.resource_version.to_string()}, "items": items});
+            let mut list = json!({"apiVersion": api_version, "kind": list_kind, "metadata": {"resourceVersion": inner.resource_version.to_string()}, "items": items});
+            if matching.next().is_some() {
+                list["metadata"]["continue"] = json!((offset + limit).to_string());
+            }
             drop(inner);
             if let Some((k, ns, name)) = faults.replace_after_list.filter(|(k, ..)| *k == kind) {
                 api.update_faults(|f| f.replace_after_list = None);
