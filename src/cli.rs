@@ -44,6 +44,32 @@ pub enum Command {
     /// whose ownerReferences name the owner pod's uid, and wait until the
     /// pods are gone. A restarted worker calls it at boot.
     Release(ReleaseArgs),
+    /// Check a live installation: webhook configurations, caBundle against
+    /// the serving certificate and its days left, namespace exclusions,
+    /// failurePolicy and timeoutSeconds against the server's flags, replicas
+    /// and PodDisruptionBudget. One line per check; exit 1 when one fails.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DoctorArgs {
+    /// Namespace ownerguard is installed in.
+    #[arg(long, default_value = "ownerguard")]
+    pub namespace: String,
+
+    /// Name of the webhook configurations and of the Deployment (the
+    /// release's full name).
+    #[arg(long, default_value = "ownerguard")]
+    pub name: String,
+
+    /// Secret of the serving certificate (default: the Deployment's tls
+    /// volume, else <name>-tls).
+    #[arg(long)]
+    pub tls_secret: Option<String>,
+
+    /// Fail when the serving certificate has fewer days left.
+    #[arg(long, default_value_t = 14)]
+    pub min_certificate_days: i64,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -90,6 +90,9 @@ struct Inner {
     calls: Vec<String>,
     watchers: Vec<Watcher>,
     faults: Faults,
+    /// Any other object, by its API path (for `doctor`): GET by path, and a
+    /// list of a collection path gives the objects directly under it.
+    raw: BTreeMap<String, Value>,
 }
 
 #[derive(Clone, Default)]
@@ -261,6 +264,15 @@ impl FakeApi {
             namespace.to_string(),
             name.to_string(),
         ))
+    }
+
+    /// Serve `object` at `path` (e.g. /apis/apps/v1/namespaces/x/deployments/y).
+    pub fn put_raw(&self, path: &str, object: Value) {
+        self.inner
+            .lock()
+            .unwrap()
+            .raw
+            .insert(path.to_string(), object);
     }
 
     /// A BOOKMARK on every open watch.
@@ -447,6 +459,28 @@ async fn handle(
             "ServiceUnavailable",
             "the server is currently unable to handle the request",
         );
+    }
+    if method == Method::GET {
+        let inner = api.inner.lock().unwrap();
+        if let Some(object) = inner.raw.get(uri.path()) {
+            return json_response(object.clone());
+        }
+        let prefix = format!("{}/", uri.path());
+        let items: Vec<Value> = inner
+            .raw
+            .iter()
+            .filter(|(path, _)| {
+                path.strip_prefix(&prefix)
+                    .is_some_and(|rest| !rest.contains('/'))
+            })
+            .map(|(_, object)| object.clone())
+            .collect();
+        let known_collection = uri.path().ends_with("/poddisruptionbudgets");
+        if !items.is_empty() || known_collection {
+            return json_response(
+                json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items}),
+            );
+        }
     }
     let Some((kind, namespace, name)) = route(uri.path()) else {
         return status(
