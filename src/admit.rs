@@ -62,6 +62,39 @@ pub struct Checks {
     warnings: Vec<String>,
 }
 
+impl Checks {
+    fn new(namespace: String, object: ObjectName) -> Self {
+        Self {
+            namespace,
+            object,
+            claims: Vec::new(),
+            patch: MetadataPatch::default(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The requester check on every claim: a denial, or warnings kept.
+    fn check_requester(
+        &mut self,
+        claims: &[Claim],
+        requester: Option<&Requester>,
+        policy: &Policy,
+    ) -> Result<(), Denial> {
+        for claim in claims {
+            let warning = check_requester(
+                claim,
+                &self.object,
+                &self.namespace,
+                &policy.labels,
+                requester,
+                policy.requester_check,
+            )?;
+            self.warnings.extend(warning);
+        }
+        Ok(())
+    }
+}
+
 /// An allowed request.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Allowed {
@@ -216,24 +249,8 @@ fn plan_create(
     let mut claims: Vec<Claim> = label_claim.iter().cloned().collect();
     claims.extend(reference_owners(meta, &object, &namespace, |_| false)?);
 
-    let mut checks = Checks {
-        namespace,
-        object,
-        claims: Vec::new(),
-        patch: MetadataPatch::default(),
-        warnings: Vec::new(),
-    };
-    for claim in &claims {
-        let warning = check_requester(
-            claim,
-            &checks.object,
-            &checks.namespace,
-            labels,
-            requester.as_ref(),
-            policy.requester_check,
-        )?;
-        checks.warnings.extend(warning);
-    }
+    let mut checks = Checks::new(namespace, object);
+    checks.check_requester(&claims, requester.as_ref(), policy)?;
 
     let references = meta.owner_references.as_deref().unwrap_or_default();
     let mut unblocked = BTreeSet::new();
@@ -363,13 +380,7 @@ fn plan_update(
         }
     }
 
-    let mut checks = Checks {
-        namespace,
-        object,
-        claims: Vec::new(),
-        patch: MetadataPatch::default(),
-        warnings: Vec::new(),
-    };
+    let mut checks = Checks::new(namespace, object);
     let old_references = old.owner_references.as_deref().unwrap_or_default();
     let references = meta.owner_references.as_deref().unwrap_or_default();
     let mut unblocked = BTreeSet::new();
@@ -411,17 +422,7 @@ fn plan_update(
         known.contains(uid)
     })?;
     let requester = Requester::from_user_info(&request.user_info);
-    for claim in &added {
-        let warning = check_requester(
-            claim,
-            &checks.object,
-            &checks.namespace,
-            labels,
-            requester.as_ref(),
-            policy.requester_check,
-        )?;
-        checks.warnings.extend(warning);
-    }
+    checks.check_requester(&added, requester.as_ref(), policy)?;
     unblock_references(&mut checks, &added, meta, webhook, &mut unblocked)?;
     checks.claims = added;
     Ok(Some(checks))

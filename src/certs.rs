@@ -52,21 +52,7 @@ pub fn generate(dns: &[String], ips: &[IpAddr], days: u32) -> Result<Generated, 
     let not_before = OffsetDateTime::now_utc() - Duration::hours(1);
     let not_after = OffsetDateTime::now_utc() + Duration::days(i64::from(days));
 
-    let ca_key = KeyPair::generate()?;
-    let mut ca = CertificateParams::default();
-    ca.distinguished_name = DistinguishedName::new();
-    ca.distinguished_name
-        .push(DnType::CommonName, "ownerguard CA");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    ca.not_before = not_before;
-    ca.not_after = not_after;
-    let ca_cert = ca.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca, ca_key);
+    let (ca_cert, issuer) = new_ca("ownerguard CA", not_before, not_after)?;
 
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(dns.to_vec())?;
@@ -92,6 +78,30 @@ pub fn generate(dns: &[String], ips: &[IpAddr], days: u32) -> Result<Generated, 
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
     })
+}
+
+/// A self-signed CA that signs leaves only (path length 0).
+fn new_ca(
+    common_name: &str,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+) -> Result<(rcgen::Certificate, Issuer<'static, KeyPair>), CertsError> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.not_before = not_before;
+    params.not_after = not_after;
+    let certificate = params.self_signed(&key)?;
+    Ok((certificate, Issuer::new(params, key)))
 }
 
 impl Generated {
@@ -145,18 +155,12 @@ fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
 ///
 /// [`CertsError::Generate`] when rcgen refuses.
 pub fn generate_client(common_name: &str, days: u32) -> Result<Generated, CertsError> {
-    let ca_key = KeyPair::generate()?;
-    let mut ca = CertificateParams::default();
-    ca.distinguished_name
-        .push(DnType::CommonName, "ownerguard client CA");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    ca.not_after = OffsetDateTime::now_utc() + Duration::days(i64::from(days));
-    let ca_cert = ca.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca, ca_key);
+    let now = OffsetDateTime::now_utc();
+    let (ca_cert, issuer) = new_ca(
+        "ownerguard client CA",
+        now - Duration::hours(1),
+        now + Duration::days(i64::from(days)),
+    )?;
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::default();
     params
