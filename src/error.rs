@@ -15,6 +15,9 @@ pub enum DecodeError {
     /// The body is not JSON, or its fields have the wrong types.
     #[error("malformed AdmissionReview: {0}")]
     Json(#[source] serde_json::Error),
+    /// The body is not UTF-8, so not JSON.
+    #[error("malformed AdmissionReview: not UTF-8: {0}")]
+    Utf8(#[source] std::str::Utf8Error),
     /// Valid JSON, but not an `admission.k8s.io/v1` or `v1beta1` review.
     #[error("not an admission.k8s.io/v1 or v1beta1 AdmissionReview: {0}")]
     NotAReview(String),
