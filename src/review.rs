@@ -72,21 +72,39 @@ async fn handle(
     if declared_length.is_some_and(|length| length > MAX_BODY_BYTES) {
         return too_large();
     }
-    let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return too_large(),
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("cannot read the request body: {e}"),
-            );
+    // The whole request, body included, within what the API server waits:
+    // a client that trickles its body must not hold a task for ever.
+    let timeout = api_timeout(uri);
+    let deadline = timeout.unwrap_or(MAX_API_TIMEOUT);
+    let answer = tokio::time::timeout(deadline, async {
+        let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return too_large(),
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("cannot read the request body: {e}"),
+                );
+            }
+        };
+        match webhook.review(kind, &bytes, timeout).await {
+            Ok(answer) => {
+                ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
+            }
+            Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
         }
-    };
-    match webhook.review(kind, &bytes, api_timeout(uri)).await {
-        Ok(answer) => ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response(),
-        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
-    }
+    });
+    answer.await.unwrap_or_else(|_| {
+        error(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!("request not complete within {}ms", deadline.as_millis()),
+        )
+    })
 }
+
+/// The longest the API server waits for a webhook (`timeoutSeconds` is at
+/// most 30): the bound of a request that does not say.
+pub const MAX_API_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The API server's `?timeout=` (Go duration syntax), if given and valid.
 fn api_timeout(uri: &Uri) -> Option<Duration> {

@@ -197,7 +197,11 @@ fn serve_dev_answers_over_tls_and_exits_0_on_sigterm() {
         format!("kind: Pod\nmetadata: {{name: w-1, namespace: agents, uid: {UID}}}\n"),
     )
     .unwrap();
-    let serve = common::Serve::start(dir.path(), &["--pods", "pods.yaml"], &[]);
+    let serve = common::Serve::start(
+        dir.path(),
+        &["--pods", "pods.yaml", "--record", "recorded"],
+        &[],
+    );
     assert!(dir.path().join("certs/tls.key").exists() && dir.path().join("certs/ca.crt").exists());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -207,6 +211,25 @@ fn serve_dev_answers_over_tls_and_exits_0_on_sigterm() {
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     assert!(answer["response"]["patch"].is_string());
     let rest = serve.terminate();
+    // --record wrote the review as a test case.
+    let cases: Vec<_> = std::fs::read_dir(dir.path().join("recorded"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(cases.len(), 1, "{cases:?}");
+    for file in [
+        "request.json",
+        "pods.yaml",
+        "case.yaml",
+        "response.json",
+        "patched.json",
+    ] {
+        assert!(
+            cases[0].join(file).exists(),
+            "no {file} in {}",
+            cases[0].display()
+        );
+    }
     assert!(
         rest.iter()
             .any(|l| l.contains("\"decision\"") && l.contains("\"result\":\"patched\"")),

@@ -570,3 +570,49 @@ async fn shutdown_turns_readiness_off_and_lets_in_flight_reviews_finish() {
         .unwrap()
         .unwrap();
 }
+
+/// A client that sends its headers, then trickles its body, is cut off at
+/// the API server's timeout with a 408; the server keeps serving.
+#[tokio::test]
+async fn a_trickled_body_is_cut_off_at_the_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start(Arc::new(inventory()), None, Duration::ZERO).await;
+    let connector =
+        tokio_rustls::TlsConnector::from(Arc::new(client_config(&[&server.ca.ca_pem], None)));
+    let tcp = tokio::net::TcpStream::connect(server.https).await.unwrap();
+    let mut tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.write_all(b"POST /mutate?timeout=1s HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"apiVersion\"")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buffer = [0u8; 4096];
+        loop {
+            let n = tls.read(&mut buffer).await.unwrap_or(0);
+            answer.extend_from_slice(&buffer[..n]);
+            if n == 0 || answer.windows(4).any(|w| w == b"\r\n\r\n") && answer.ends_with(b"}") {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the server held the connection");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("\"code\":408"), "{text}");
+    // Still serving.
+    let client = client(&server.ca.ca_pem, Version::HTTP_11, None);
+    let sent = review("uid-after-trickle", "w-1");
+    let (status, _, answer) = post(
+        &client,
+        &server.url("/mutate"),
+        serde_json::to_vec(&sent).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_patched(&sent, &answer);
+    server.stop().await;
+}
