@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::admission::{AdmissionRequest, AdmissionResponse, Review, ReviewVersion, Status};
 use crate::admit::{self, Allowed, Checks, Policy, WebhookKind};
@@ -92,6 +92,7 @@ impl Webhook {
         let review = match Review::from_json(body) {
             Ok(review) => review,
             Err(error) => {
+                warn!(webhook = webhook.as_str(), %error, "refused a body that is not a review");
                 self.metrics.observe_request(
                     webhook.as_str(),
                     "",
@@ -110,7 +111,10 @@ impl Webhook {
             Ok(None) => Ok(Allowed::default()),
             Ok(Some(checks)) => {
                 let lookups = self.lookup_owners(&checks, deadline).await;
-                seen = Seen::of(&checks.namespace, &lookups);
+                // Only --record reads what the lookups saw.
+                if self.recorder.is_some() {
+                    seen = Seen::of(&checks.namespace, &lookups);
+                }
                 admit::decide(checks, &lookups, &self.policy)
             }
         };
