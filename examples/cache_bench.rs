@@ -9,21 +9,14 @@
 
 #[path = "../tests/apiserver/mod.rs"]
 mod apiserver;
+#[path = "../tests/common/process.rs"]
+mod process;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use ownerguard::cache::PodIndex;
-
-fn rss_bytes(pid: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
 
 /// Pod names and uids shaped like a real cluster's: 1,000 namespaces,
 /// ReplicaSet-style names, canonical UUIDs.
@@ -58,11 +51,11 @@ fn index_figures(pods: &[(String, String, String)]) {
         })
         .collect();
     let index = PodIndex::default();
-    let before = rss_bytes("self");
+    let before = process::rss_bytes("self");
     for meta in &metas {
         index.apply(meta);
     }
-    let after = rss_bytes("self");
+    let after = process::rss_bytes("self");
     println!(
         "index: {} pods, RSS growth {:.1} MiB, {:.0} bytes per pod",
         index.len(),
@@ -98,7 +91,8 @@ fn index_figures(pods: &[(String, String, String)]) {
     }
     let random = random_started.elapsed();
     println!(
-        "index: same lookups with cold keys from all 150,000: {:.0} ns each",
+        "index: same lookups with cold keys from all {}: {:.0} ns each",
+        pods.len(),
         random.as_nanos() as f64 / lookups as f64
     );
     println!(
@@ -123,45 +117,19 @@ async fn serve_figures(pods: Vec<(String, String, String)>) {
         .unwrap()
         .join("ownerguard");
     let started = Instant::now();
-    let mut child = Command::new(&binary)
-        .args([
-            "serve",
-            "--dev",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .env("OWNERGUARD_LOG", "info")
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("build the release binary first: bench/cache.sh does");
-    // The addresses it bound, from its `serving` log line.
-    let stderr = child.stderr.take().unwrap();
-    let metrics_addr = tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        let mut lines = std::io::BufReader::new(stderr).lines();
-        let addr = loop {
-            let line = lines
-                .next()
-                .expect("ownerguard exited before serving")
-                .unwrap();
-            let event: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            if event["message"] == "serving" {
-                break event["metrics_addr"].as_str().unwrap().to_string();
-            }
-        };
-        // Keep draining so the child never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        addr
-    })
-    .await
-    .unwrap();
+    let kubeconfig = kubeconfig.into_os_string();
+    let env = [
+        ("KUBECONFIG", kubeconfig.as_os_str()),
+        ("OWNERGUARD_LOG", std::ffi::OsStr::new("info")),
+    ];
+    let process::Serving {
+        mut child,
+        metrics_addr,
+        lines,
+        ..
+    } = tokio::task::block_in_place(|| process::spawn_serve(&binary, dir.path(), &[], &env));
+    // Keep draining its log so it never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
     let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http();
@@ -180,7 +148,7 @@ async fn serve_figures(pods: Vec<(String, String, String)>) {
     }
     let ready_after = started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let rss = rss_bytes(&child.id().to_string());
+    let rss = process::rss_bytes(&child.id().to_string());
     println!(
         "serve: {count} pods listed (pages of 500) and indexed, ready after {:.2}s",
         ready_after.as_secs_f64()

@@ -5,9 +5,7 @@
 //! one HTTP/2 connection. Prints throughput and latency percentiles. Client
 //! and server share the machine's cores: the figures are for both.
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -15,21 +13,12 @@ use http_body_util::{BodyExt, Full};
 use hyper::Version;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
+
+#[path = "../tests/common/process.rs"]
+mod process;
 
 async fn run(version: Version, addr: &str, ca: &str, body: Bytes, clients: usize, seconds: u64) {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
-        .unwrap();
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls = process::client_tls(ca);
     // Go's net package, which the API server uses, sets TCP_NODELAY on
     // every connection: so does this client, or Nagle's algorithm on its
     // side would add delayed-ACK stalls (40 ms) that the API server never has.
@@ -113,35 +102,18 @@ fn main() {
         .unwrap()
         .join("ownerguard");
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(binary)
-        .args([
-            "serve",
-            "--dev",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--pods",
-        ])
-        .arg(root.join("examples/pods.yaml"))
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("build the release binary first: bench/load.sh does");
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("ownerguard exited before serving")
-            .unwrap();
-        let event: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-        if event["message"] == "serving" {
-            break event["addr"].as_str().unwrap().to_string();
-        }
-    };
+    let pods = root.join("examples/pods.yaml");
+    let process::Serving {
+        mut child,
+        addr,
+        lines,
+        ..
+    } = process::spawn_serve(
+        &binary,
+        dir.path(),
+        &["--pods", pods.to_str().unwrap()],
+        &[],
+    );
     // Drain the decision log lines, as a log collector would.
     std::thread::spawn(move || lines.for_each(drop));
     let ca = std::fs::read_to_string(dir.path().join("certs/ca.crt")).unwrap();
@@ -154,14 +126,8 @@ fn main() {
         run(Version::HTTP_11, &addr, &ca, body.clone(), clients, seconds).await;
         run(Version::HTTP_2, &addr, &ca, body, clients, seconds).await;
     });
-    let status =
-        std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
-    if let Some(rss) = status.lines().find(|l| l.starts_with("VmRSS:")) {
-        println!(
-            "server {}",
-            rss.split_whitespace().collect::<Vec<_>>().join(" ")
-        );
-    }
+    let rss = process::rss_bytes(&child.id().to_string());
+    println!("server RSS {:.1} MiB", rss as f64 / 1048576.0);
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();

@@ -120,6 +120,8 @@ pub fn assert_apiserver_accepts(request: &Value, answer: &Value, kind: WebhookKi
     }
 }
 
+pub mod process;
+
 /// `ownerguard serve --dev` running in `dir`, on loopback ports it picks.
 pub struct Serve {
     pub child: std::process::Child,
@@ -132,43 +134,16 @@ pub struct Serve {
 impl Serve {
     /// Start and wait for the `serving` log line.
     pub fn start(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Self {
-        use std::io::BufRead;
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ownerguard"));
-        command
-            .args([
-                "serve",
-                "--dev",
-                "--addr",
-                "127.0.0.1:0",
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-            ])
-            .args(args)
-            .current_dir(dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped());
-        for (key, value) in env {
-            command.env(key, value);
-        }
-        let mut child = command.spawn().unwrap();
-        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-        let serving: Value = loop {
-            let line = lines.next().expect("server exited before serving").unwrap();
-            let event: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-            if event["message"] == "serving" {
-                break event;
-            }
-        };
-        let addr = serving["addr"].as_str().unwrap().to_string();
-        let metrics_addr = serving["metrics_addr"].as_str().unwrap().to_string();
+        let env: Vec<(&str, &std::ffi::OsStr)> =
+            env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+        let serving =
+            process::spawn_serve(Path::new(env!("CARGO_BIN_EXE_ownerguard")), dir, args, &env);
         Self {
-            child,
-            addr,
-            metrics_addr,
+            child: serving.child,
+            addr: serving.addr,
+            metrics_addr: serving.metrics_addr,
             dir: dir.to_path_buf(),
-            lines: Some(lines),
+            lines: Some(serving.lines),
         }
     }
 
@@ -211,19 +186,7 @@ impl Drop for Serve {
 /// POST a CREATE of a pod owned by w-1 (`uid`) in `agents` to `addr` over
 /// TLS, trusting `ca`; the decoded answer.
 pub async fn send_over_tls(addr: &str, ca: &str, uid: &str) -> Value {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
-        .unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let config = process::client_tls(ca);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config)
         .https_only()
