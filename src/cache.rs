@@ -128,10 +128,22 @@ pub struct Relist {
 impl Relist {
     pub fn add(&mut self, metadata: &ObjectMeta) {
         if let Some((namespace, name, entry)) = entry_of(metadata) {
-            self.pods
-                .entry(namespace.into())
-                .or_default()
-                .insert(name.into(), entry);
+            insert(&mut self.pods, namespace, name, entry);
+        }
+    }
+}
+
+/// Put one pod in `pods`; the namespace key is allocated only for a
+/// namespace not seen yet.
+fn insert(pods: &mut Pods, namespace: &str, name: &str, entry: Entry) {
+    match pods.get_mut(namespace) {
+        Some(names) => {
+            names.insert(name.into(), entry);
+        }
+        None => {
+            let mut names = Names::default();
+            names.insert(name.into(), entry);
+            pods.insert(namespace.into(), names);
         }
     }
 }
@@ -191,16 +203,7 @@ impl PodIndex {
             return;
         };
         if let Ok(mut pods) = self.pods.write() {
-            match pods.get_mut(namespace) {
-                Some(names) => {
-                    names.insert(name.into(), entry);
-                }
-                None => {
-                    let mut names = Names::default();
-                    names.insert(name.into(), entry);
-                    pods.insert(namespace.into(), names);
-                }
-            }
+            insert(&mut pods, namespace, name, entry);
         }
     }
 
