@@ -15,7 +15,7 @@ use ownerguard::owner::OwnerLookup;
 use ownerguard::owner::cluster::ClusterLookup;
 use ownerguard::owner::inventory::Inventory;
 use ownerguard::record::Recorder;
-use ownerguard::release::Owner;
+use ownerguard::release::{Owner, ReleaseError};
 use ownerguard::server::{ServeOptions, Server, shutdown_signal};
 use ownerguard::webhook::Webhook;
 use ownerguard::{offline, telemetry};
@@ -66,15 +66,14 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
         name: args.owner_pod,
         uid: args.owner_uid,
     };
-    // Refused before any request, the client included.
-    for (what, value) in [
-        ("--namespace", &owner.namespace),
-        ("--owner-pod", &owner.name),
-        ("--owner-uid", &owner.uid),
-    ] {
-        if value.trim().is_empty() {
-            bail!("{what} is empty: release needs the owner pod's namespace, name and uid");
-        }
+    // Refused before any request, the client included; named by its flag.
+    if let Err(ReleaseError::InvalidOwner { what }) = owner.validate() {
+        let flag = match what {
+            "namespace" => "--namespace",
+            "name" => "--owner-pod",
+            _ => "--owner-uid",
+        };
+        bail!("{flag} is empty: release needs the owner pod's namespace, name and uid");
     }
     let client = kube::Client::try_default()
         .await

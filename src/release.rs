@@ -74,6 +74,26 @@ pub struct Owner {
     pub uid: String,
 }
 
+impl Owner {
+    /// Refuse an empty or blank namespace, name or uid, before any request.
+    ///
+    /// # Errors
+    ///
+    /// [`ReleaseError::InvalidOwner`] naming the blank field.
+    pub fn validate(&self) -> Result<(), ReleaseError> {
+        for (what, value) in [
+            ("namespace", &self.namespace),
+            ("name", &self.name),
+            ("uid", &self.uid),
+        ] {
+            if value.trim().is_empty() {
+                return Err(ReleaseError::InvalidOwner { what });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Release what `owner` owns; wait up to `timeout` for its pods to go.
 ///
 /// # Errors
@@ -86,15 +106,7 @@ pub async fn release(
     owner: &Owner,
     timeout: Duration,
 ) -> Result<Released, ReleaseError> {
-    for (what, value) in [
-        ("namespace", &owner.namespace),
-        ("name", &owner.name),
-        ("uid", &owner.uid),
-    ] {
-        if value.trim().is_empty() {
-            return Err(ReleaseError::InvalidOwner { what });
-        }
-    }
+    owner.validate()?;
     let namespace = owner.namespace.as_str();
     let api_error = |action: &str| {
         let (action, namespace) = (action.to_string(), namespace.to_string());
