@@ -151,13 +151,7 @@ impl Server {
             shutting_down: AtomicBool::new(false),
         });
 
-        let metrics_handle = webhook.metrics().clone();
-        let reload = tokio::spawn(certificate.clone().watch(
-            options.tls_reload_interval,
-            move |not_after| {
-                metrics_handle.set_certificate_expiry(not_after);
-            },
-        ));
+        let reload = tokio::spawn(certificate.clone().watch(options.tls_reload_interval));
 
         let (stop_metrics, metrics_stopped) = watch::channel(false);
         let metrics_app = metrics_router(health.clone());
@@ -258,6 +252,7 @@ pub fn metrics_router(health: Arc<Health>) -> Router {
 
 async fn metrics(State(health): State<Arc<Health>>) -> Response {
     let metrics = health.webhook.metrics();
+    // Read at each scrape: always the certificate in use, reloaded or not.
     metrics.set_certificate_expiry(health.certificate.not_after());
     (
         [(

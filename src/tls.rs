@@ -119,14 +119,8 @@ impl ReloadingCertificate {
         Ok(true)
     }
 
-    /// Poll the files every `interval`, forever; report the expiry of the
-    /// certificate in use through `on_load`.
-    pub async fn watch(
-        self: Arc<Self>,
-        interval: Duration,
-        on_load: impl Fn(i64) + Send + 'static,
-    ) {
-        on_load(self.not_after());
+    /// Poll the files every `interval`, forever.
+    pub async fn watch(self: Arc<Self>, interval: Duration) {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -134,7 +128,6 @@ impl ReloadingCertificate {
             match self.reload_if_changed() {
                 Ok(true) => {
                     info!(cert = %self.cert_path.display(), not_after = self.not_after(), "serving certificate reloaded");
-                    on_load(self.not_after());
                 }
                 Ok(false) => {}
                 Err(error) => {
