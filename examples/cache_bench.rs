@@ -109,13 +109,7 @@ async fn serve_figures(pods: Vec<(String, String, String)>) {
     server.api.load_pods(pods);
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = server.kubeconfig(dir.path());
-    let binary = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("ownerguard");
+    let binary = process::release_binary();
     let started = Instant::now();
     let kubeconfig = kubeconfig.into_os_string();
     let env = [

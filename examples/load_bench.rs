@@ -18,7 +18,7 @@ use hyper_util::rt::TokioExecutor;
 mod process;
 
 async fn run(version: Version, addr: &str, ca: &str, body: Bytes, clients: usize, seconds: u64) {
-    let tls = process::client_tls(ca);
+    let tls = process::client_tls(&[ca], None);
     // Go's net package, which the API server uses, sets TCP_NODELAY on
     // every connection: so does this client, or Nagle's algorithm on its
     // side would add delayed-ACK stalls (40 ms) that the API server never has.
@@ -94,13 +94,7 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(10);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let binary = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("ownerguard");
+    let binary = process::release_binary();
     let dir = tempfile::tempdir().unwrap();
     let pods = root.join("examples/pods.yaml");
     let process::Serving {

@@ -21,7 +21,7 @@ use ownerguard::owner::{Lookup, ObservedPod, OwnerLookup};
 use ownerguard::server::{ServeOptions, Server};
 use ownerguard::webhook::Webhook;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -125,33 +125,11 @@ impl TestServer {
     }
 }
 
-fn roots(cas: &[&str]) -> rustls::RootCertStore {
-    let mut roots = rustls::RootCertStore::empty();
-    for pem in cas {
-        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-            roots.add(cert.unwrap()).unwrap();
-        }
-    }
-    roots
-}
-
 fn client_config(cas: &[&str], identity: Option<&Generated>) -> rustls::ClientConfig {
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots(cas));
-    match identity {
-        None => builder.with_no_client_auth(),
-        Some(id) => {
-            let chain = CertificateDer::pem_slice_iter(id.cert_pem.as_bytes())
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap();
-            let key = PrivateKeyDer::from_pem_slice(id.key_pem.as_bytes()).unwrap();
-            builder.with_client_auth_cert(chain, key).unwrap()
-        }
-    }
+    common::process::client_tls(
+        cas,
+        identity.map(|id| (id.cert_pem.as_str(), id.key_pem.as_str())),
+    )
 }
 
 type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
@@ -467,15 +445,7 @@ async fn api_server_timeout_bounds_a_slow_lookup() {
 }
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
-    let response = client
-        .get(format!("http://{addr}{path}").parse().unwrap())
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
+    common::http_get(&addr.to_string(), path).await
 }
 
 #[tokio::test]

@@ -186,7 +186,7 @@ impl Drop for Serve {
 /// POST a CREATE of a pod owned by w-1 (`uid`) in `agents` to `addr` over
 /// TLS, trusting `ca`; the decoded answer.
 pub async fn send_over_tls(addr: &str, ca: &str, uid: &str) -> Value {
-    let config = process::client_tls(ca);
+    let config = process::client_tls(&[ca], None);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config)
         .https_only()

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::Arc;
 
-use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// A running `ownerguard serve --dev` on loopback ports it picked.
 pub struct Serving {
@@ -76,17 +76,41 @@ pub fn spawn_serve(
     }
 }
 
-/// A rustls client configuration trusting the PEM CA `ca`.
-pub fn client_tls(ca: &str) -> rustls::ClientConfig {
+/// A rustls client configuration trusting the PEM CAs `cas`, presenting
+/// the client certificate `identity` (PEM chain, PEM key) if given.
+pub fn client_tls(cas: &[&str], identity: Option<(&str, &str)>) -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
+    for pem in cas {
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
     }
-    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots);
+    match identity {
+        None => builder.with_no_client_auth(),
+        Some((chain, key)) => {
+            let chain = CertificateDer::pem_slice_iter(chain.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+            let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+    }
+}
+
+/// The release build of `ownerguard`, beside the running benchmark
+/// (`target/release/examples/x` -> `target/release/ownerguard`).
+pub fn release_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .and_then(Path::parent)
         .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth()
+        .join("ownerguard")
 }
 
 /// The resident memory of process `pid` ("self" for this one), in bytes.
