@@ -71,6 +71,17 @@ pub struct Faults {
     /// Right after a list of this kind is served, the named object is
     /// replaced by a new one (another uid, no owner): a race made certain.
     pub replace_after_list: Option<(Kind, String, String)>,
+    /// GETs of one object answer 429 Too Many Requests, with this
+    /// `Retry-After` (seconds) when given.
+    pub throttled: Option<Option<u64>>,
+    /// Watch requests answer 500: the watch keeps failing.
+    pub watch_fails: bool,
+    /// Changes are not sent to open watches, which stay open: a stream that
+    /// lost its events, or went silent.
+    pub mute_watches: bool,
+    /// DELETE of this kind (of this name only, when given) answers this
+    /// code.
+    pub delete_fails: Option<(Kind, Option<String>, u16)>,
 }
 
 struct Watcher {
@@ -196,6 +207,23 @@ impl FakeApi {
         if !references.is_empty() {
             object["metadata"]["ownerReferences"] = Value::Array(references);
         }
+        self.store(kind, object, true);
+    }
+
+    /// Create or replace an object with exactly these `ownerReferences`.
+    pub fn put_with_references(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        references: Value,
+    ) {
+        let object = json!({
+            "apiVersion": kind.api_version(), "kind": kind.name(),
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "ownerReferences": references,
+                         "creationTimestamp": "2026-11-29T12:00:00Z"},
+        });
         self.store(kind, object, true);
     }
 
@@ -355,6 +383,9 @@ fn event_line(event: &str, object: &Value, metadata_only: bool) -> Bytes {
 }
 
 fn broadcast(inner: &mut Inner, event: &'static str, kind: Kind, object: &Value) {
+    if inner.faults.mute_watches {
+        return;
+    }
     let namespace = object["metadata"]["namespace"]
         .as_str()
         .unwrap_or_default()
@@ -496,6 +527,30 @@ async fn handle(
             "jobs.batch is forbidden: User \"system:serviceaccount:agents:worker\" cannot list resource \"jobs\"",
         );
     }
+    if let Some(retry_after) = faults.throttled
+        && method == Method::GET
+        && name.is_some()
+    {
+        let mut response = status(
+            429,
+            "TooManyRequests",
+            "too many requests, please try again later",
+        );
+        if let Some(seconds) = retry_after {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from_str(&seconds.to_string()).unwrap(),
+            );
+        }
+        return response;
+    }
+    if let Some((failing, only, code)) = &faults.delete_fails
+        && method == Method::DELETE
+        && *failing == kind
+        && only.as_ref().is_none_or(|only| name.as_ref() == Some(only))
+    {
+        return status(*code, "Failure", "injected delete failure");
+    }
     let metadata_only = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -520,6 +575,9 @@ async fn handle(
             }
         }
         (Method::GET, None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+            if faults.watch_fails {
+                return status(500, "InternalError", "injected watch failure");
+            }
             watch(&api, kind, namespace, &query, metadata_only)
         }
         (Method::GET, None) => {
