@@ -630,7 +630,7 @@ async fn report_health(
 }
 
 /// How often the watch-health gauge is set.
-const HEALTH_REPORT_INTERVAL: Duration = Duration::from_secs(5);
+const HEALTH_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Exponential backoff with jitter between failed watches: 0.5 s doubling
 /// to 30 s.

@@ -12,7 +12,7 @@ use ownerguard::cli::{CertsArgs, Cli, Command, DoctorArgs, ReleaseArgs, ServeArg
 use ownerguard::doctor::{DoctorOptions, Verdict};
 use ownerguard::metrics::Metrics;
 use ownerguard::owner::OwnerLookup;
-use ownerguard::owner::cluster::{ClusterLookup, LookupLimits};
+use ownerguard::owner::cluster::{ClusterLookup, LookupLimits, lookup_config};
 use ownerguard::owner::inventory::Inventory;
 use ownerguard::record::Recorder;
 use ownerguard::release::{Owner, ReleaseError};
@@ -155,16 +155,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Arc::new(inventory)
         }
         None => {
-            // No client-side retries: kube's default retries 429/503/504
-            // up to 15 times, which turns one lookup into a burst against an
-            // API server that is already struggling. The lookup retries
-            // once, within its budget; the watch has its own backoff.
-            let mut config = kube::Config::infer().await.context(
+            let config = kube::Config::infer().await.context(
                 "no cluster to look owners up in (in-cluster config or KUBECONFIG); \
                  pass --pods FILE to run without one",
             )?;
-            config.default_retry = false;
-            let client = kube::Client::try_from(config).context("cannot build the API client")?;
+            let client = kube::Client::try_from(lookup_config(config))
+                .context("cannot build the API client")?;
             let settings = WatchSettings {
                 namespaces: args.namespaces.clone(),
                 selector: args.owner_selector.clone(),

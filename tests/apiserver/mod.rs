@@ -104,6 +104,9 @@ struct Inner {
     /// Any other object, by its API path (for `doctor`): GET by path, and a
     /// list of a collection path gives the objects directly under it.
     raw: BTreeMap<String, Value>,
+    /// GETs of one object being answered now, and the most at once.
+    gets_in_flight: usize,
+    max_gets_in_flight: usize,
 }
 
 #[derive(Clone, Default)]
@@ -128,12 +131,17 @@ impl Running {
         format!("http://{}", self.addr)
     }
 
-    /// A kube client for this server.
-    pub fn client(&self) -> kube::Client {
+    /// A kube client configuration for this server.
+    pub fn config(&self) -> kube::Config {
         let mut config = kube::Config::new(self.url().parse().unwrap());
         config.default_namespace = "default".into();
         config.read_timeout = Some(Duration::from_secs(295));
-        kube::Client::try_from(config).unwrap()
+        config
+    }
+
+    /// A kube client for this server.
+    pub fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.config()).unwrap()
     }
 
     /// A kubeconfig file pointing at this server.
@@ -195,9 +203,21 @@ impl FakeApi {
         labels: Value,
         owner_uids: &[&str],
     ) {
+        // A reference names its pod as a real one does: by the name of the
+        // pod of that uid in the namespace, when there is one.
+        let pod_name = |uid: &str| {
+            let inner = self.inner.lock().unwrap();
+            inner
+                .objects
+                .iter()
+                .find(|((k, ns, _), object)| {
+                    *k == Kind::Pod && ns == namespace && object["metadata"]["uid"] == uid
+                })
+                .map_or_else(|| format!("owner-{uid}"), |((_, _, name), _)| name.clone())
+        };
         let references: Vec<Value> = owner_uids
             .iter()
-            .map(|uid| json!({"apiVersion": "v1", "kind": "Pod", "name": format!("owner-{uid}"), "uid": uid, "controller": false, "blockOwnerDeletion": false}))
+            .map(|uid| json!({"apiVersion": "v1", "kind": "Pod", "name": pod_name(uid), "uid": uid, "controller": false, "blockOwnerDeletion": false}))
             .collect();
         let mut object = json!({
             "apiVersion": kind.api_version(), "kind": kind.name(),
@@ -324,6 +344,11 @@ impl FakeApi {
     /// 410 Gone (etcd compaction).
     pub fn compact(&self) {
         self.inner.lock().unwrap().history.clear();
+    }
+
+    /// The most GETs of one object answered at once so far.
+    pub fn max_gets_in_flight(&self) -> usize {
+        self.inner.lock().unwrap().max_gets_in_flight
     }
 
     pub fn open_watches(&self) -> usize {
@@ -558,9 +583,15 @@ async fn handle(
     let query = query(&uri);
     match (method, name) {
         (Method::GET, Some(name)) => {
+            {
+                let mut inner = api.inner.lock().unwrap();
+                inner.gets_in_flight += 1;
+                inner.max_gets_in_flight = inner.max_gets_in_flight.max(inner.gets_in_flight);
+            }
             if !faults.get_delay.is_zero() {
                 tokio::time::sleep(faults.get_delay).await;
             }
+            api.inner.lock().unwrap().gets_in_flight -= 1;
             let object = api
                 .inner
                 .lock()
