@@ -95,23 +95,30 @@ async fn run_case(dir: &Path, update: bool) -> Result<(), String> {
     }
 }
 
+/// The case directories directly under `dir`.
+fn cases(dir: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join(fixture::REQUEST).exists())
+        .collect()
+}
+
 #[tokio::test]
 async fn golden_cases() {
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
-    let mut dirs: Vec<_> = std::fs::read_dir(common::fixtures())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join(fixture::REQUEST).exists())
-        .collect();
+    let mut dirs = cases(&common::fixtures());
+    // What the real API server sent, recorded by the end-to-end suite.
+    dirs.extend(cases(&common::fixtures().join("recorded")));
     dirs.sort();
     assert!(dirs.len() >= 30, "only {} cases", dirs.len());
     let mut failures = Vec::new();
     for dir in &dirs {
         if let Err(message) = run_case(dir, update).await {
-            failures.push(format!(
-                "{}: {message}",
-                dir.file_name().unwrap().to_string_lossy()
-            ));
+            let name = dir.strip_prefix(common::fixtures()).unwrap_or(dir);
+            failures.push(format!("{}: {message}", name.display()));
         }
     }
     assert!(
