@@ -24,7 +24,7 @@ use crate::admission::{AdmissionRequest, ObjectHead, ObjectMeta, Operation};
 use crate::error::{Denial, ObjectName, Subject};
 use crate::names::is_namespace;
 use crate::owner::resolve::{
-    Delegate, OwnerLabels, RequesterCheck, RequesterPolicy, label, references,
+    Delegate, OwnerLabels, Requester, RequesterCheck, RequesterPolicy, label, references,
 };
 use crate::owner::{Claim, Lookup, Source};
 use crate::patch::MetadataPatch;
@@ -414,14 +414,35 @@ fn first_declared_owner(meta: &ObjectMeta, labels: &OwnerLabels) -> String {
         .unwrap_or_default()
 }
 
-fn object_of<'a>(request: &'a AdmissionRequest, at: &Subject) -> Result<&'a ObjectHead, Denial> {
-    request
-        .object
-        .as_ref()
-        .ok_or_else(|| Denial::MissingObject {
-            at: at.clone(),
+/// The object under review and how messages name it.
+fn object_of(request: &AdmissionRequest) -> Result<(ObjectName, &ObjectHead), Denial> {
+    let object = object_name(request);
+    match &request.object {
+        Some(head) => Ok((object, head)),
+        None => Err(Denial::MissingObject {
+            at: Subject {
+                object,
+                namespace: request.namespace.clone().unwrap_or_default(),
+            },
             operation: request.operation.as_str().to_string(),
-        })
+        }),
+    }
+}
+
+/// The pod the request comes from, judged for an object at `at`.
+fn requester_of(
+    request: &AdmissionRequest,
+    at: &Subject,
+    declared: &str,
+) -> Result<Option<Requester>, Denial> {
+    Requester::from_user_info(&request.user_info, &at.namespace).map_err(|problem| {
+        Denial::MalformedIdentity {
+            at: at.clone(),
+            owner: declared.to_string(),
+            keys: "authentication.kubernetes.io/pod-name and pod-uid",
+            problem,
+        }
+    })
 }
 
 fn cluster_scoped(object: &ObjectName, meta: &ObjectMeta, labels: &OwnerLabels) -> Denial {

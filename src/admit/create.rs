@@ -6,14 +6,13 @@ use crate::admission::AdmissionRequest;
 use crate::error::{Denial, Subject};
 use crate::owner::Claim;
 use crate::owner::resolve::{
-    Origin, Requester, annotation, check_requester, label, label_owner, reference_owners,
-    references,
+    Origin, annotation, check_requester, label, label_owner, reference_owners, references,
 };
 use crate::patch::MetadataPatch;
 
 use super::{
     Checks, Judge, LookupNeed, Policy, WebhookKind, blocking, check_reference_count,
-    cluster_scoped, first_declared_owner, merge_lookups, namespace_of, object_name, object_of,
+    cluster_scoped, first_declared_owner, merge_lookups, namespace_of, object_of, requester_of,
     templates, unblock_warning,
 };
 
@@ -32,12 +31,7 @@ pub(super) fn plan(
     webhook: WebhookKind,
     policy: &Policy,
 ) -> Result<Option<Checks>, Denial> {
-    let object = object_name(request);
-    let provisional = Subject {
-        object: object.clone(),
-        namespace: request.namespace.clone().unwrap_or_default(),
-    };
-    let head = object_of(request, &provisional)?;
+    let (object, head) = object_of(request)?;
     let meta = &head.metadata;
     let labels = &policy.labels;
     if !labels.declared_in(meta) {
@@ -49,15 +43,7 @@ pub(super) fn plan(
     };
     let at = Subject { object, namespace };
     check_reference_count(meta, &at, policy)?;
-    let requester =
-        Requester::from_user_info(&request.user_info, &at.namespace).map_err(|problem| {
-            Denial::MalformedIdentity {
-                at: at.clone(),
-                owner: declared.clone(),
-                keys: "authentication.kubernetes.io/pod-name and pod-uid",
-                problem,
-            }
-        })?;
+    let requester = requester_of(request, &at, &declared)?;
     let requester = requester.as_ref();
 
     let owner = label_owner(meta, &at, requester, policy.requester_policy())?;

@@ -18,14 +18,14 @@ use crate::error::{Denial, Shown, Subject};
 use crate::names::is_pod_name;
 use crate::owner::Claim;
 use crate::owner::resolve::{
-    GARBAGE_COLLECTOR, OwnerLabels, REQUESTING_POD, Requester, annotation, check_requester, label,
+    GARBAGE_COLLECTOR, OwnerLabels, REQUESTING_POD, annotation, check_requester, label,
     reference_owners, references,
 };
 use crate::patch::MetadataPatch;
 
 use super::{
     Checks, Judge, LookupNeed, Policy, WebhookKind, blocking, check_reference_count,
-    cluster_scoped, first_declared_owner, merge_lookups, namespace_of, object_name, object_of,
+    cluster_scoped, first_declared_owner, merge_lookups, namespace_of, object_of, requester_of,
     templates, unblock_warning,
 };
 
@@ -80,12 +80,7 @@ pub(super) fn plan(
     webhook: WebhookKind,
     policy: &Policy,
 ) -> Result<Option<Checks>, Denial> {
-    let object = object_name(request);
-    let provisional = Subject {
-        object: object.clone(),
-        namespace: request.namespace.clone().unwrap_or_default(),
-    };
-    let head = object_of(request, &provisional)?;
+    let (object, head) = object_of(request)?;
     let meta = &head.metadata;
     let labels = &policy.labels;
     let old = request.old_object.as_ref().map(|o| &o.metadata);
@@ -109,15 +104,7 @@ pub(super) fn plan(
         });
     };
     check_reference_count(meta, &at, policy)?;
-    let requester =
-        Requester::from_user_info(&request.user_info, &at.namespace).map_err(|problem| {
-            Denial::MalformedIdentity {
-                at: at.clone(),
-                owner: declared.clone(),
-                keys: "authentication.kubernetes.io/pod-name and pod-uid",
-                problem,
-            }
-        })?;
+    let requester = requester_of(request, &at, &declared)?;
     let mutate = webhook == WebhookKind::Mutate;
     let garbage_collector = request.user_info.username == GARBAGE_COLLECTOR;
 
