@@ -59,7 +59,10 @@ async fn every_public_review_is_allowed_unchanged_by_both_webhooks() {
                 status.as_u16(),
                 &answer,
             ) {
-                panic!("{name} on /{}: the oracle finds the answer wrong:\n{wrong}\nanswer: {answer}", kind.as_str());
+                panic!(
+                    "{name} on /{}: the oracle finds the answer wrong:\n{wrong}\nanswer: {answer}",
+                    kind.as_str()
+                );
             }
             assert_eq!(
                 answer["response"]["allowed"],

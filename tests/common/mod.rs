@@ -152,8 +152,8 @@ pub fn oracle_pods(dir: &Path) -> Vec<oracle::Pod> {
     let Ok(text) = std::fs::read_to_string(&path) else {
         return Vec::new();
     };
-    let documents: Vec<Value> = serde_saphyr::from_multiple(&text)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     oracle::pods_of(&documents)
 }
 

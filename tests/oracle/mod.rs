@@ -130,9 +130,9 @@ impl Settings {
         let Some(rest) = username.strip_prefix("system:serviceaccount:") else {
             return false;
         };
-        self.delegates.iter().any(|d| {
-            d == username || d == rest || d.replacen('/', ":", 1) == rest
-        })
+        self.delegates
+            .iter()
+            .any(|d| d == username || d == rest || d.replacen('/', ":", 1) == rest)
     }
 }
 
@@ -151,13 +151,20 @@ pub fn judge(
     answer: &Value,
 ) -> Result<(), String> {
     let mut v = Violations::default();
+    let request = review.get("request").unwrap_or(review);
+    let garbage = !Meta::parse(&request["object"]).garbage.is_empty()
+        || !Meta::parse(&request["oldObject"]).garbage.is_empty();
+    if status == 400 && garbage {
+        // Not what the API server sends (it decodes objects into their
+        // types first): refusing the body is fine.
+        return Ok(());
+    }
     if status != 200 {
         return Err(format!(
             "HTTP {status} for a review the API server would send: {answer}"
         ));
     }
     check_wire(review, hook, answer, &mut v);
-    let request = review.get("request").unwrap_or(review);
     let world = World::new(request, pods, settings);
     let expect = expect(&world, hook);
     let response = &answer["response"];
@@ -189,7 +196,9 @@ impl Violations {
 // The wire: what the API server checks of any answer.
 
 fn check_wire(review: &Value, hook: Hook, answer: &Value, v: &mut Violations) {
-    let sent = review["apiVersion"].as_str().unwrap_or("admission.k8s.io/v1");
+    let sent = review["apiVersion"]
+        .as_str()
+        .unwrap_or("admission.k8s.io/v1");
     if answer["apiVersion"] != sent {
         v.push(format!(
             "wire: answered in {} to a review in {sent}",
@@ -197,7 +206,10 @@ fn check_wire(review: &Value, hook: Hook, answer: &Value, v: &mut Violations) {
         ));
     }
     if answer["kind"] != "AdmissionReview" {
-        v.push(format!("wire: kind {} is not AdmissionReview", answer["kind"]));
+        v.push(format!(
+            "wire: kind {} is not AdmissionReview",
+            answer["kind"]
+        ));
     }
     let request = review.get("request").unwrap_or(review);
     let sent_uid = request["uid"].as_str().unwrap_or("");
@@ -228,13 +240,17 @@ fn check_wire(review: &Value, hook: Hook, answer: &Value, v: &mut Violations) {
     for warning in response["warnings"].as_array().into_iter().flatten() {
         match warning.as_str() {
             Some(w) if w.len() < 120 => {}
-            _ => v.push(format!("wire: warning not a string under 120 characters: {warning}")),
+            _ => v.push(format!(
+                "wire: warning not a string under 120 characters: {warning}"
+            )),
         }
     }
     if let Some(annotations) = response.get("auditAnnotations") {
         for (key, value) in annotations.as_object().into_iter().flatten() {
             if key.contains('/') || key.is_empty() {
-                v.push(format!("wire: audit annotation key '{key}' (a key may not hold '/')"));
+                v.push(format!(
+                    "wire: audit annotation key '{key}' (a key may not hold '/')"
+                ));
             }
             if !value.is_string() {
                 v.push(format!("wire: audit annotation {key} is not a string"));
@@ -244,7 +260,9 @@ fn check_wire(review: &Value, hook: Hook, answer: &Value, v: &mut Violations) {
     if response["allowed"] == false {
         match response["status"]["code"].as_u64() {
             Some(400 | 403 | 503) => {}
-            other => v.push(format!("wire: denial code {other:?} is none of 400, 403, 503")),
+            other => v.push(format!(
+                "wire: denial code {other:?} is none of 400, 403, 503"
+            )),
         }
         if !response["status"]["message"]
             .as_str()
@@ -308,7 +326,10 @@ impl Entry {
             && self.api_version.is_some()
             && self.kind.is_some()
             && text_or_absent("name")
-            && self.block.as_ref().is_none_or(|b| b.is_boolean() || b.is_null())
+            && self
+                .block
+                .as_ref()
+                .is_none_or(|b| b.is_boolean() || b.is_null())
             && self
                 .controller
                 .as_ref()
@@ -368,7 +389,11 @@ impl Meta {
             meta.garbage.push("metadata is not an object".into());
             return meta;
         };
-        meta.name = metadata.get("name").and_then(Value::as_str).unwrap_or("").into();
+        meta.name = metadata
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .into();
         meta.generate_name = metadata
             .get("generateName")
             .and_then(Value::as_str)
@@ -394,8 +419,18 @@ impl Meta {
                 meta.refs_present = true;
                 for item in items {
                     match Entry::parse(item) {
-                        Some(entry) => meta.refs.push(entry),
-                        None => meta.garbage.push("an ownerReferences entry is not an object".into()),
+                        Some(entry) => {
+                            for key in ["apiVersion", "kind", "name", "uid"] {
+                                if entry.field(key).is_some_and(|v| !v.is_string()) {
+                                    meta.garbage
+                                        .push(format!("ownerReferences {key} is not a string"));
+                                }
+                            }
+                            meta.refs.push(entry)
+                        }
+                        None => meta
+                            .garbage
+                            .push("an ownerReferences entry is not an object".into()),
                     }
                 }
             }
@@ -441,10 +476,16 @@ enum State {
 enum Requester {
     /// No pod identity (nodes, people, controllers, other namespaces).
     Nobody,
-    Pod { name: String, uid: String },
+    Pod {
+        name: String,
+        uid: String,
+    },
     /// Pod extras present but malformed; `of_namespace`: the user is a
     /// service account of the object's namespace.
-    Malformed { why: String, of_namespace: bool },
+    Malformed {
+        why: String,
+        of_namespace: bool,
+    },
 }
 
 struct World<'a> {
@@ -464,7 +505,10 @@ struct World<'a> {
 impl<'a> World<'a> {
     fn new(request: &'a Value, pods: &'a [Pod], settings: &'a Settings) -> Self {
         let namespace = request["namespace"].as_str().map(str::to_string);
-        let username = request["userInfo"]["username"].as_str().unwrap_or("").to_string();
+        let username = request["userInfo"]["username"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         let requester = requester(request, namespace.as_deref().unwrap_or(""));
         Self {
             request,
@@ -486,7 +530,9 @@ impl<'a> World<'a> {
 
     fn pod(&self, name: &str) -> Option<&Pod> {
         let ns = self.ns();
-        self.pods.iter().find(|p| p.namespace == ns && p.name == name)
+        self.pods
+            .iter()
+            .find(|p| p.namespace == ns && p.name == name)
     }
 
     fn state(&self, name: &str, uid: &str) -> State {
@@ -522,14 +568,19 @@ fn requester(request: &Value, namespace: &str) -> Requester {
     let of_namespace = username
         .strip_prefix("system:serviceaccount:")
         .and_then(|rest| rest.split_once(':'))
-        .is_some_and(|(ns, name)| ns == namespace && !ns.is_empty() && !name.is_empty() && !name.contains(':'));
+        .is_some_and(|(ns, name)| {
+            ns == namespace && !ns.is_empty() && !name.is_empty() && !name.contains(':')
+        });
     let extra = &request["userInfo"]["extra"];
     let one = |key: &str| -> Result<Option<String>, String> {
         match extra.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Array(values)) => match values.as_slice() {
                 [Value::String(s)] if !s.is_empty() => Ok(Some(s.clone())),
-                _ => Err(format!("{key} holds {} instead of one non-empty string", Value::Array(values.clone()))),
+                _ => Err(format!(
+                    "{key} holds {} instead of one non-empty string",
+                    Value::Array(values.clone())
+                )),
             },
             Some(other) => Err(format!("{key} is {other}, not a list")),
         }
@@ -553,19 +604,24 @@ fn requester(request: &Value, namespace: &str) -> Requester {
 pub fn dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
 
 /// DNS-1123 subdomain: a pod name.
 pub fn dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(|part| {
-        !part.is_empty()
-            && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !part.starts_with('-')
-            && !part.ends_with('-')
-    })
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
 }
 
 // ---------------------------------------------------------------------------
@@ -626,18 +682,38 @@ impl Expect {
     fn require_live(&mut self, w: &World, name: &str, uid: &str, what: &str) {
         match w.state(name, uid) {
             State::Live => {}
-            State::Missing => self.deny(&[403], false, format!("{what} pod '{name}' does not exist in namespace '{}'", w.ns())),
-            State::OtherUid => self.deny(&[403], false, format!("{what} pod '{name}' has another uid than '{uid}'")),
-            State::Terminating => self.deny(&[403], false, format!("{what} pod '{name}' is being deleted")),
+            State::Missing => self.deny(
+                &[403],
+                false,
+                format!(
+                    "{what} pod '{name}' does not exist in namespace '{}'",
+                    w.ns()
+                ),
+            ),
+            State::OtherUid => self.deny(
+                &[403],
+                false,
+                format!("{what} pod '{name}' has another uid than '{uid}'"),
+            ),
+            State::Terminating => self.deny(
+                &[403],
+                false,
+                format!("{what} pod '{name}' is being deleted"),
+            ),
             State::Failed => self.lookup_failed(w, name),
         }
     }
     fn lookup_failed(&mut self, w: &World, name: &str) {
         if w.settings.fail_open {
-            self.warn.push(format!("lookup of '{name}' failed, allowed by --fail-open"));
+            self.warn
+                .push(format!("lookup of '{name}' failed, allowed by --fail-open"));
             self.unchecked.insert(name.to_string());
         } else {
-            self.deny(&[503], false, format!("lookup of '{name}' failed and --fail-open is off"));
+            self.deny(
+                &[503],
+                false,
+                format!("lookup of '{name}' failed and --fail-open is off"),
+            );
         }
     }
 }
@@ -706,7 +782,11 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
     // Rule 5, and class 11.
     let ns = w.ns();
     if ns.is_empty() {
-        e.deny(&[400, 403], true, "a cluster-scoped object cannot have a pod owner");
+        e.deny(
+            &[400, 403],
+            true,
+            "a cluster-scoped object cannot have a pod owner",
+        );
         return;
     }
     if !dns_label(ns) {
@@ -716,10 +796,18 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
     check_identity(w, e, true);
     // Rule 10.
     if refs.len() >= REFERENCES_ALWAYS_REFUSED {
-        e.deny(&[400], true, format!("{} Pod references: over any sane limit", refs.len()));
+        e.deny(
+            &[400],
+            true,
+            format!("{} Pod references: over any sane limit", refs.len()),
+        );
         return;
     } else if refs.len() > REFERENCES_ALWAYS_ACCEPTED {
-        e.maybe(&[400], true, format!("{} Pod references: may be over the limit", refs.len()));
+        e.maybe(
+            &[400],
+            true,
+            format!("{} Pod references: may be over the limit", refs.len()),
+        );
     }
 
     // The owner of the label.
@@ -733,7 +821,11 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
                 match w.requester_pod() {
                     Some((n, _)) => n.to_string(),
                     None => {
-                        e.deny(&[400, 403], true, "the 'requesting pod' label value without a pod-bound token");
+                        e.deny(
+                            &[400, 403],
+                            true,
+                            "the 'requesting pod' label value without a pod-bound token",
+                        );
                         String::new()
                     }
                 }
@@ -741,7 +833,11 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
                 name.to_string()
             };
             if !self_value && !dns_subdomain(&name) {
-                e.deny(&[400], true, format!("owner-pod label '{name}' is not a pod name (rule 7)"));
+                e.deny(
+                    &[400],
+                    true,
+                    format!("owner-pod label '{name}' is not a pod name (rule 7)"),
+                );
             } else if !name.is_empty() {
                 owner = owner_of_label(w, e, &name, uid);
             }
@@ -751,7 +847,16 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
     // Every Pod reference (rules 3, 6, 7).
     let owner_uid = owner.as_ref().map(|(_, u)| u.as_str());
     let owner_name = owner.as_ref().map(|(n, _)| n.as_str());
-    check_added_refs(w, hook, e, &refs, owner_name, owner_uid, pod_label.is_some(), true);
+    check_added_refs(
+        w,
+        hook,
+        e,
+        &refs,
+        owner_name,
+        owner_uid,
+        pod_label.is_some(),
+        true,
+    );
 
     if !e.deny.is_empty() {
         return;
@@ -763,11 +868,15 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
         looked.insert(name.clone());
         // /validate: the matching non-blocking reference must be there.
         if hook == Hook::Validate {
-            let matching = refs.iter().any(|r| {
-                r.exact() && r.name() == name && r.uid() == uid && !r.blocking()
-            });
+            let matching = refs
+                .iter()
+                .any(|r| r.exact() && r.name() == name && r.uid() == uid && !r.blocking());
             if !matching {
-                e.deny(&[400, 403], false, format!("/validate: no non-blocking reference to owner '{name}'"));
+                e.deny(
+                    &[400, 403],
+                    false,
+                    format!("/validate: no non-blocking reference to owner '{name}'"),
+                );
             }
         }
         e.owner = owner.clone();
@@ -782,7 +891,12 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
 
 /// The owner the labels declare: its uid from the uid label or the
 /// requester (rule 2), the requester check.
-fn owner_of_label(w: &World, e: &mut Expect, name: &str, uid_label: Option<&str>) -> Option<(String, String)> {
+fn owner_of_label(
+    w: &World,
+    e: &mut Expect,
+    name: &str,
+    uid_label: Option<&str>,
+) -> Option<(String, String)> {
     let requester = w.requester_pod();
     let requester_is_owner = requester.is_some_and(|(n, _)| n == name);
     // The requester check.
@@ -790,9 +904,11 @@ fn owner_of_label(w: &World, e: &mut Expect, name: &str, uid_label: Option<&str>
         && rname != name
     {
         match w.settings.requester_check {
-            RequesterCheck::Enforce if !w.delegate() => {
-                e.deny(&[403], true, format!("requester pod '{rname}' declares another pod '{name}' (requester check)"))
-            }
+            RequesterCheck::Enforce if !w.delegate() => e.deny(
+                &[403],
+                true,
+                format!("requester pod '{rname}' declares another pod '{name}' (requester check)"),
+            ),
             RequesterCheck::Warn if !w.delegate() => e.warn.push("requester check (warn)".into()),
             _ => {}
         }
@@ -806,7 +922,11 @@ fn owner_of_label(w: &World, e: &mut Expect, name: &str, uid_label: Option<&str>
             if let Some((_, ruid)) = requester.filter(|_| requester_is_owner)
                 && ruid != uid
             {
-                e.deny(&[400, 403], true, format!("uid label '{uid}' disagrees with the requesting owner pod's uid"));
+                e.deny(
+                    &[400, 403],
+                    true,
+                    format!("uid label '{uid}' disagrees with the requesting owner pod's uid"),
+                );
             }
             Some((name.to_string(), uid.to_string()))
         }
@@ -814,11 +934,19 @@ fn owner_of_label(w: &World, e: &mut Expect, name: &str, uid_label: Option<&str>
             Some((_, ruid)) if requester_is_owner => Some((name.to_string(), ruid.to_string())),
             Some(_) => {
                 // Issue 8 item 4: the requester check may come first.
-                e.deny(&[400, 403], true, "no uid label, and the requester is another pod");
+                e.deny(
+                    &[400, 403],
+                    true,
+                    "no uid label, and the requester is another pod",
+                );
                 None
             }
             None => {
-                e.deny(&[400], true, "no uid label, and the request does not come from the owner pod");
+                e.deny(
+                    &[400],
+                    true,
+                    "no uid label, and the request does not come from the owner pod",
+                );
                 None
             }
         },
@@ -852,37 +980,99 @@ fn check_added_refs(
 ) {
     for r in refs {
         if !r.well_formed() {
-            e.deny(&[400], true, format!("malformed Pod reference {}", r.show()));
+            if r.exact() || labelled {
+                e.deny(
+                    &[400],
+                    true,
+                    format!("malformed Pod reference {}", r.show()),
+                );
+            } else {
+                e.maybe(
+                    &[400],
+                    true,
+                    format!("malformed pod-like reference {}", r.show()),
+                );
+            }
             continue;
         }
         if !r.exact() {
             if owner_uid == Some(r.uid()) {
-                e.deny(&[400], true, format!("entry {} carries the owner's uid under another apiVersion/kind (rule 6)", r.show()));
+                e.deny(
+                    &[400],
+                    true,
+                    format!(
+                        "entry {} carries the owner's uid under another apiVersion/kind (rule 6)",
+                        r.show()
+                    ),
+                );
             } else if refs.iter().any(|o| o.exact() && o.uid() == r.uid()) {
-                e.deny(&[400], true, format!("entry {} contradicts a Pod reference with its uid", r.show()));
+                e.deny(
+                    &[400],
+                    true,
+                    format!(
+                        "entry {} contradicts a Pod reference with its uid",
+                        r.show()
+                    ),
+                );
             } else if labelled && r.pod_kind() {
                 e.deny(&[400], true, format!("entry {} names a pod the collector cannot resolve (apiVersion/kind not v1/Pod)", r.show()));
             } else {
-                e.maybe(&[400], true, format!("entry {} looks like a Pod reference but is not v1/Pod", r.show()));
+                e.maybe(
+                    &[400],
+                    true,
+                    format!(
+                        "entry {} looks like a Pod reference but is not v1/Pod",
+                        r.show()
+                    ),
+                );
             }
             continue;
         }
         if !dns_subdomain(r.name()) {
-            e.deny(&[400], true, format!("Pod reference name '{}' is not a pod name (rule 7)", r.name()));
+            e.deny(
+                &[400],
+                true,
+                format!(
+                    "Pod reference name '{}' is not a pod name (rule 7)",
+                    r.name()
+                ),
+            );
             continue;
         }
         if owner_uid == Some(r.uid()) && owner_name != Some(r.name()) {
-            e.deny(&[400], true, format!("entry {} carries the owner's uid with another name (rule 6)", r.show()));
+            e.deny(
+                &[400],
+                true,
+                format!(
+                    "entry {} carries the owner's uid with another name (rule 6)",
+                    r.show()
+                ),
+            );
         }
         if owner_name == Some(r.name()) && owner_uid.is_some_and(|u| u != r.uid()) {
-            e.deny(&[400, 403], true, format!("entry {} names the owner with another uid", r.show()));
+            e.deny(
+                &[400, 403],
+                true,
+                format!("entry {} names the owner with another uid", r.show()),
+            );
         }
         for o in refs.iter().filter(|o| o.exact() && o.well_formed()) {
             if o.uid() == r.uid() && o.name() != r.name() {
-                e.deny(&[400], true, format!("two Pod references with uid '{}' and different names", r.uid()));
+                e.deny(
+                    &[400],
+                    true,
+                    format!(
+                        "two Pod references with uid '{}' and different names",
+                        r.uid()
+                    ),
+                );
             }
             if o.name() == r.name() && o.uid() != r.uid() {
-                e.deny(&[400, 403], true, format!("two Pod references to '{}' with different uids", r.name()));
+                e.deny(
+                    &[400, 403],
+                    true,
+                    format!("two Pod references to '{}' with different uids", r.name()),
+                );
             }
         }
         // The requester check on references: the spec speaks of the
@@ -892,14 +1082,28 @@ fn check_added_refs(
             && w.settings.requester_check == RequesterCheck::Enforce
             && !w.delegate()
         {
-            e.maybe(&[403], true, format!("requester pod '{rname}' references another pod '{}'", r.name()));
+            e.maybe(
+                &[403],
+                true,
+                format!(
+                    "requester pod '{rname}' references another pod '{}'",
+                    r.name()
+                ),
+            );
         }
         if r.blocking() {
             let is_owner = owner_uid == Some(r.uid());
             match hook {
-                Hook::Mutate if !is_owner || !create => e.warn.push(format!("blocking reference to '{}' made non-blocking", r.name())),
+                Hook::Mutate if !is_owner || !create => e.warn.push(format!(
+                    "blocking reference to '{}' made non-blocking",
+                    r.name()
+                )),
                 Hook::Mutate => {}
-                Hook::Validate => e.deny(&[400, 403], false, format!("blocking Pod reference to '{}' on /validate", r.name())),
+                Hook::Validate => e.deny(
+                    &[400, 403],
+                    false,
+                    format!("blocking Pod reference to '{}' on /validate", r.name()),
+                ),
             }
         }
     }
@@ -933,7 +1137,11 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     let ns = w.ns();
     if ns.is_empty() {
         if declares_new {
-            e.deny(&[400, 403], true, "a cluster-scoped object cannot have a pod owner");
+            e.deny(
+                &[400, 403],
+                true,
+                "a cluster-scoped object cannot have a pod owner",
+            );
         } else {
             e.maybe(&[400, 403], true, "a cluster-scoped object had a pod owner");
         }
@@ -945,7 +1153,11 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     }
     check_identity(w, e, false);
     if new_refs.len() >= REFERENCES_ALWAYS_REFUSED && new_refs.len() > old_refs.len() {
-        e.deny(&[400], true, format!("{} Pod references: over any sane limit", new_refs.len()));
+        e.deny(
+            &[400],
+            true,
+            format!("{} Pod references: over any sane limit", new_refs.len()),
+        );
         return;
     } else if new_refs.len() > REFERENCES_ALWAYS_ACCEPTED {
         e.maybe(&[400], true, "many Pod references");
@@ -955,14 +1167,17 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     // The owner of the old object: its uid from the label, else from its
     // one exact reference of that name.
     let o_owner_uid: Option<String> = o_pod.and_then(|name| {
-        o_uid.filter(|u| !u.is_empty()).map(str::to_string).or_else(|| {
-            let uids: BTreeSet<&str> = old_refs
-                .iter()
-                .filter(|r| r.exact() && r.name() == name)
-                .map(|r| r.uid())
-                .collect();
-            (uids.len() == 1).then(|| uids.into_iter().next().unwrap().to_string())
-        })
+        o_uid
+            .filter(|u| !u.is_empty())
+            .map(str::to_string)
+            .or_else(|| {
+                let uids: BTreeSet<&str> = old_refs
+                    .iter()
+                    .filter(|r| r.exact() && r.name() == name)
+                    .map(|r| r.uid())
+                    .collect();
+                (uids.len() == 1).then(|| uids.into_iter().next().unwrap().to_string())
+            })
     });
     let o_owner_ref: Option<&Entry> = match (o_pod, &o_owner_uid) {
         (Some(name), Some(uid)) => old_refs
@@ -986,15 +1201,31 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         && n_pod.is_none()
     {
         if o_pod.is_none() && o_uid == Some(n) {
-            e.maybe(&[400], true, "uid label without owner-pod label, as the old object had");
+            e.maybe(
+                &[400],
+                true,
+                "uid label without owner-pod label, as the old object had",
+            );
         } else {
-            e.deny(&[400, 403], true, "uid label without owner-pod label (rule 9)");
+            e.deny(
+                &[400, 403],
+                true,
+                "uid label without owner-pod label (rule 9)",
+            );
         }
     }
     let mut labels_removed = false;
     match (o_pod, n_pod) {
-        (None, Some(n)) => e.deny(&[400, 403], true, format!("the update adds owner-pod label '{n}' (ownership is set at creation)")),
-        (Some(o), Some(n)) if o != n => e.deny(&[400, 403], true, format!("the update changes owner-pod label '{o}' to '{n}'")),
+        (None, Some(n)) => e.deny(
+            &[400, 403],
+            true,
+            format!("the update adds owner-pod label '{n}' (ownership is set at creation)"),
+        ),
+        (Some(o), Some(n)) if o != n => e.deny(
+            &[400, 403],
+            true,
+            format!("the update changes owner-pod label '{o}' to '{n}'"),
+        ),
         (Some(o), None) => {
             labels_removed = true;
             // Issue 8 item 3: only once no live owner's reference remains.
@@ -1011,7 +1242,11 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     let mut uid_label_restore: Option<String> = None;
     if !labels_removed && n_pod.is_some() {
         match (o_uid, n_uid) {
-            (Some(o), Some(n)) if o != n => e.deny(&[400, 403], true, format!("the update changes the uid label '{o}' to '{n}'")),
+            (Some(o), Some(n)) if o != n => e.deny(
+                &[400, 403],
+                true,
+                format!("the update changes the uid label '{o}' to '{n}'"),
+            ),
             (None, Some(n)) if o_pod.is_some() => {
                 let fine = o_owner_uid.as_deref() == Some(n);
                 if !fine {
@@ -1027,7 +1262,11 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
                                 uid_label_restore = Some(o.to_string());
                                 e.warn.push("uid label restored".into());
                             }
-                            Hook::Validate => e.deny(&[403], false, "the update drops the uid label while the owner lives"),
+                            Hook::Validate => e.deny(
+                                &[403],
+                                false,
+                                "the update drops the uid label while the owner lives",
+                            ),
                         },
                         Some(State::Failed) => {}
                         _ => e.maybe(&[403], false, "the update drops the uid label of an orphan"),
@@ -1060,10 +1299,18 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
                             if new.refs_present {
                                 // A deliberate removal rather than a
                                 // replace: refusing it is sound too.
-                                e.maybe(&[403], false, "the update removes the live owner's reference");
+                                e.maybe(
+                                    &[403],
+                                    false,
+                                    "the update removes the live owner's reference",
+                                );
                             }
                         }
-                        _ => e.deny(&[403], false, format!("the update removes the reference to live owner '{o_name}'")),
+                        _ => e.deny(
+                            &[403],
+                            false,
+                            format!("the update removes the reference to live owner '{o_name}'"),
+                        ),
                     },
                     Some(State::Failed) => {
                         e.no_restore.push(uid.to_string());
@@ -1074,17 +1321,38 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         } else {
             for r in in_new {
                 if r.tuple() != r_o.tuple() {
-                    e.deny(&[400, 403], true, format!("the update rewrites the owner's reference to {} (class 3)", r.show()));
+                    e.deny(
+                        &[400, 403],
+                        true,
+                        format!(
+                            "the update rewrites the owner's reference to {} (class 3)",
+                            r.show()
+                        ),
+                    );
                 } else if r.blocking() && !r_o.blocking() {
                     match hook {
                         Hook::Mutate => e.warn.push("owner reference unblocked".into()),
-                        Hook::Validate => e.deny(&[400, 403], true, "the update makes the owner's reference blocking"),
+                        Hook::Validate => e.deny(
+                            &[400, 403],
+                            true,
+                            "the update makes the owner's reference blocking",
+                        ),
                     }
+                } else if r.blocking() && hook == Hook::Validate {
+                    e.maybe(
+                        &[400, 403],
+                        true,
+                        "the owner's reference was blocking already",
+                    );
                 }
             }
             // Another entry (not v1/Pod) carrying the uid.
             for r in new.refs.iter().filter(|r| r.uid() == uid && !r.pod_kind()) {
-                e.deny(&[400, 403], true, format!("entry {} carries the owner's uid", r.show()));
+                e.deny(
+                    &[400, 403],
+                    true,
+                    format!("entry {} carries the owner's uid", r.show()),
+                );
             }
             e.owner = Some((o_name.to_string(), uid.to_string()));
             e.owner_required = !gc;
@@ -1102,7 +1370,10 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     }
 
     // Every other Pod reference of the old object.
-    for r in old_refs.iter().filter(|r| Some(r.uid()) != o_owner_ref.map(|o| o.uid())) {
+    for r in old_refs
+        .iter()
+        .filter(|r| Some(r.uid()) != o_owner_ref.map(|o| o.uid()))
+    {
         let same_uid: Vec<&&Entry> = new_refs.iter().filter(|n| n.uid() == r.uid()).collect();
         if same_uid.is_empty() && !new.refs.iter().any(|n| n.uid() == r.uid()) {
             if gc || !r.exact() || !r.well_formed() {
@@ -1110,8 +1381,22 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
                 continue;
             }
             match w.state(r.name(), r.uid()) {
-                State::Live if declares_new => e.deny(&[403], false, format!("the update removes the reference to live pod '{}'", r.name())),
-                State::Live => e.maybe(&[403], false, format!("the update removes the reference to live pod '{}'", r.name())),
+                State::Live if declares_new => e.deny(
+                    &[403],
+                    false,
+                    format!(
+                        "the update removes the reference to live pod '{}'",
+                        r.name()
+                    ),
+                ),
+                State::Live => e.maybe(
+                    &[403],
+                    false,
+                    format!(
+                        "the update removes the reference to live pod '{}'",
+                        r.name()
+                    ),
+                ),
                 State::Failed => e.lookup_failed(w, r.name()),
                 _ => e.no_restore.push(r.uid().to_string()),
             }
@@ -1119,11 +1404,23 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         }
         for n in same_uid {
             if n.tuple() != r.tuple() {
-                e.deny(&[400, 403], true, format!("the update rewrites the reference {} to {}", r.show(), n.show()));
+                e.deny(
+                    &[400, 403],
+                    true,
+                    format!(
+                        "the update rewrites the reference {} to {}",
+                        r.show(),
+                        n.show()
+                    ),
+                );
             } else if n.blocking() && !r.blocking() {
                 match hook {
                     Hook::Mutate => e.warn.push("reference unblocked".into()),
-                    Hook::Validate => e.deny(&[400, 403], true, format!("the update makes the reference to '{}' blocking", r.name())),
+                    Hook::Validate => e.deny(
+                        &[400, 403],
+                        true,
+                        format!("the update makes the reference to '{}' blocking", r.name()),
+                    ),
                 }
             } else if n.blocking() {
                 // Blocking already before: legacy, either answer.
@@ -1146,15 +1443,34 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         Some((n, u)) => (Some(n.clone()), Some(u.clone())),
         None => (None, None),
     };
-    check_added_refs(w, hook, e, &added, owner_name.as_deref(), owner_uid.as_deref(), n_pod.is_some(), false);
+    check_added_refs(
+        w,
+        hook,
+        e,
+        &added,
+        owner_name.as_deref(),
+        owner_uid.as_deref(),
+        n_pod.is_some(),
+        false,
+    );
     // Old inexact entries kept: legacy.
-    for r in new_refs.iter().filter(|r| !r.exact() && old_tuples.contains(&r.tuple())) {
-        e.maybe(&[400], true, format!("entry {} the old object already had", r.show()));
+    for r in new_refs
+        .iter()
+        .filter(|r| !r.exact() && old_tuples.contains(&r.tuple()))
+    {
+        e.maybe(
+            &[400],
+            true,
+            format!("entry {} the old object already had", r.show()),
+        );
     }
     if gc {
         // The collector's UPDATE that removes references: never denied,
         // never restored (SPEC §3 UPDATE, issue 8 item 2).
-        let only_removes = new.refs.iter().all(|r| old.refs.iter().any(|o| o.raw == r.raw))
+        let only_removes = new
+            .refs
+            .iter()
+            .all(|r| old.refs.iter().any(|o| o.raw == r.raw))
             && new.labels == old.labels;
         if only_removes {
             e.deny.clear();
@@ -1166,7 +1482,10 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     }
     if !e.deny.iter().any(|r| r.early) {
         let mut looked = BTreeSet::new();
-        for r in added.iter().filter(|r| r.exact() && r.well_formed() && dns_subdomain(r.name())) {
+        for r in added
+            .iter()
+            .filter(|r| r.exact() && r.well_formed() && dns_subdomain(r.name()))
+        {
             if looked.insert(r.name().to_string()) {
                 e.require_live(w, r.name(), r.uid(), "referenced");
             }
@@ -1196,7 +1515,7 @@ fn judge_denied(w: &World, e: &Expect, response: &Value, v: &mut Violations) {
         .collect();
     if !acceptable.contains(&code) {
         v.push(format!(
-            "wrong code {code}: the reasons to deny allow {acceptable:?} ({}): {message}",
+            "wrong denial code {code}: by the spec the code is one of {acceptable:?} ({}): {message}",
             reasons(&all)
         ));
     }
@@ -1212,7 +1531,10 @@ fn reasons(all: &[&Reason]) -> String {
 
 /// Text fit to search a message for: printable ASCII, no quote.
 fn plain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.bytes().all(|b| b.is_ascii_graphic() && b != b'\'' && b != b'"' && b != b'\\')
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'\'' && b != b'"' && b != b'\\')
 }
 
 fn check_message(w: &World, e: &Expect, message: &str, denial: bool, v: &mut Violations) {
@@ -1237,11 +1559,15 @@ fn check_message(w: &World, e: &Expect, message: &str, denial: bool, v: &mut Vio
     let object = if w.object.present { &w.object } else { &w.old };
     let name = object.shown_name();
     if plain(name) && !message.contains(name) {
-        v.push(format!("denial does not name the object '{name}': {message}"));
+        v.push(format!(
+            "denial does not name the object '{name}': {message}"
+        ));
     }
     let ns = w.ns();
     if plain(ns) && dns_label(ns) && !message.contains(ns) {
-        v.push(format!("denial does not name the namespace '{ns}': {message}"));
+        v.push(format!(
+            "denial does not name the namespace '{ns}': {message}"
+        ));
     }
     let pod_key = w.settings.pod_key();
     let owners: Vec<&str> = [w.object.label(&pod_key), w.old.label(&pod_key)]
@@ -1261,7 +1587,9 @@ fn check_message(w: &World, e: &Expect, message: &str, denial: bool, v: &mut Vio
             .any(|r| !r.name().is_empty() && message.contains(r.name()));
         let _ = e;
         if !names_a_ref {
-            v.push(format!("denial does not name the owner '{owner}': {message}"));
+            v.push(format!(
+                "denial does not name the owner '{owner}': {message}"
+            ));
         }
     }
 }
@@ -1272,7 +1600,10 @@ fn check_message(w: &World, e: &Expect, message: &str, denial: bool, v: &mut Vio
 fn judge_allowed(w: &World, hook: Hook, e: &Expect, response: &Value, v: &mut Violations) {
     if !e.deny.is_empty() {
         let all: Vec<&Reason> = e.deny.iter().collect();
-        v.push(format!("wrong allow: the spec denies this: {}", reasons(&all)));
+        v.push(format!(
+            "wrong allow: the spec denies this: {}",
+            reasons(&all)
+        ));
     }
     let warnings: Vec<&str> = response["warnings"]
         .as_array()
@@ -1284,7 +1615,10 @@ fn judge_allowed(w: &World, hook: Hook, e: &Expect, response: &Value, v: &mut Vi
         check_message(w, e, warning, false, v);
     }
     if !e.warn.is_empty() && warnings.is_empty() {
-        v.push(format!("allowed without a warning, though: {}", e.warn.join("; ")));
+        v.push(format!(
+            "allowed without a warning, though: {}",
+            e.warn.join("; ")
+        ));
     }
     let sent = &w.request["object"];
     let fin = match apply_patch(sent, response) {
@@ -1293,14 +1627,18 @@ fn judge_allowed(w: &World, hook: Hook, e: &Expect, response: &Value, v: &mut Vi
                 v.push("patched an object the spec leaves unchanged".into());
             }
             if patched == *sent {
-                v.push("a patch that changes nothing (rule 4: only when it changes something)".into());
+                v.push(
+                    "a patch that changes nothing (rule 4: only when it changes something)".into(),
+                );
             }
             only_metadata_changed(sent, &patched, v);
             patched
         }
         Ok(None) => sent.clone(),
         Err(problem) => {
-            v.push(format!("the API server fails the request with 500: {problem}"));
+            v.push(format!(
+                "the API server fails the request with 500: {problem}"
+            ));
             return;
         }
     };
@@ -1371,7 +1709,10 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
     let (pod_key, uid_key) = (s.pod_key(), s.uid_key());
     let mut meta = Meta::parse(fin);
     if !meta.garbage.is_empty() && w.object.garbage.is_empty() {
-        v.push(format!("the final object is malformed: {}", meta.garbage.join(", ")));
+        v.push(format!(
+            "the final object is malformed: {}",
+            meta.garbage.join(", ")
+        ));
     }
     meta.refs = dedup(&meta.refs);
     let update = w.operation == "UPDATE";
@@ -1383,14 +1724,20 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
     }
     let refs = pod_refs(&meta, &known);
     let inherited = |r: &Entry| update && old.refs.iter().any(|o| o.tuple() == r.tuple());
-    let old_blocking = |r: &Entry| old.refs.iter().any(|o| o.tuple() == r.tuple() && o.blocking());
+    let old_blocking = |r: &Entry| {
+        old.refs
+            .iter()
+            .any(|o| o.tuple() == r.tuple() && o.blocking())
+    };
     let patched = response.get("patch").is_some();
     let sent_has = |r: &Entry| sent.refs.iter().any(|o| o.raw == r.raw);
 
     // Every Pod reference: resolvable, live, non-blocking.
     for r in &refs {
         let why = if !r.exact() {
-            Some(format!("not apiVersion v1, kind Pod: the collector cannot resolve it"))
+            Some(format!(
+                "not apiVersion v1, kind Pod: the collector cannot resolve it"
+            ))
         } else if !r.well_formed() {
             Some("malformed".to_string())
         } else if !dns_subdomain(r.name()) {
@@ -1405,24 +1752,47 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
                 State::Terminating => Some(format!("pod '{}' is being deleted", r.name())),
             }
         };
+        // An object without owner label whose entry merely looks like a
+        // pod's (not v1/Pod, no uid the webhook knows): not ownerguard's.
+        let foreign = !r.exact()
+            && meta.label(&pod_key).is_none()
+            && !r.uid.as_deref().is_some_and(|u| known.contains(u));
         if let Some(why) = why
             && !inherited(r)
+            && !foreign
         {
-            v.push(format!("final object: Pod reference {} does not resolve: {why}", r.show()));
+            v.push(format!(
+                "final object: Pod reference {} does not resolve: {why}",
+                r.show()
+            ));
         }
         if r.blocking() && !(inherited(r) && old_blocking(r)) {
-            v.push(format!("final object: Pod reference {} is blocking (blockOwnerDeletion: true)", r.show()));
+            v.push(format!(
+                "final object: Pod reference {} is blocking (blockOwnerDeletion: true)",
+                r.show()
+            ));
         }
         if r.blocking() && hook == Hook::Mutate && patched && !sent_has(r) {
-            v.push(format!("final object: the patch wrote a blocking reference {}", r.show()));
+            v.push(format!(
+                "final object: the patch wrote a blocking reference {}",
+                r.show()
+            ));
         }
     }
     // No entry contradicts a pod it names by uid.
     for r in refs.iter().filter(|r| r.exact() && r.well_formed()) {
-        for o in meta.refs.iter().filter(|o| o.uid() == r.uid() && o.tuple() != r.tuple()) {
+        for o in meta
+            .refs
+            .iter()
+            .filter(|o| o.uid() == r.uid() && o.tuple() != r.tuple())
+        {
             let legacy = inherited(r) && update && old.refs.iter().any(|x| x.tuple() == o.tuple());
             if !legacy {
-                v.push(format!("final object: {} contradicts {} (same uid, another tuple)", o.show(), r.show()));
+                v.push(format!(
+                    "final object: {} contradicts {} (same uid, another tuple)",
+                    o.show(),
+                    r.show()
+                ));
             }
         }
     }
@@ -1448,10 +1818,11 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
     if let Some((name, uid)) = owner {
         let with_uid: Vec<&Entry> = meta.refs.iter().filter(|r| r.uid() == uid).collect();
         let exact = |r: &&Entry| r.exact() && r.name() == name;
-        if with_uid.len() > 1 {
+        let tuples: BTreeSet<Tuple> = with_uid.iter().map(|r| r.tuple()).collect();
+        if tuples.len() > 1 {
             v.push(format!(
-                "final object: {} entries carry the owner's uid '{uid}', the collector needs exactly one",
-                with_uid.len()
+                "final object: {} different references carry the owner's uid '{uid}', the collector needs exactly one",
+                tuples.len()
             ));
         }
         if e.owner_required && e.deny.is_empty() && !with_uid.iter().any(exact) {
@@ -1460,30 +1831,50 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
                 label = meta.label(&pod_key).unwrap_or("")
             ));
         }
-        if !update && hook == Hook::Mutate {
-            for r in with_uid.iter().filter(|r| exact(r)) {
-                if r.block != Some(Value::Bool(false)) {
-                    v.push(format!("final object: /mutate leaves the owner's reference without blockOwnerDeletion: false: {}", r.show()));
-                }
-            }
+        if !update
+            && hook == Hook::Mutate
+            && e.owner_required
+            && with_uid.iter().any(|r| exact(r))
+            && !with_uid
+                .iter()
+                .any(|r| exact(r) && r.block == Some(Value::Bool(false)))
+        {
+            v.push(format!(
+                "final object: /mutate leaves the owner's reference without blockOwnerDeletion: false (SPEC rule 2): {}",
+                with_uid[0].show()
+            ));
         }
         // The uid label.
         match meta.label(&uid_key) {
             Some(u) if u != uid => {
                 if !(update && old.label(&uid_key) == Some(u) && sent.label(&uid_key) == Some(u)) {
-                    v.push(format!("final object: uid label '{u}' is not the owner's uid '{uid}'"));
+                    v.push(format!(
+                        "final object: uid label '{u}' is not the owner's uid '{uid}'"
+                    ));
                 }
             }
             None if hook == Hook::Mutate && !update && e.owner_required => {
-                v.push(format!("final object: /mutate leaves no uid label (the owner's uid is '{uid}')"));
+                v.push(format!(
+                    "final object: /mutate leaves no uid label (the owner's uid is '{uid}')"
+                ));
             }
             _ => {}
         }
         // Pod templates (issue 8 item 1).
         if hook == Hook::Mutate && e.owner_required {
             for pointer in TEMPLATE_POINTERS {
-                let Some(labels) = template_labels(fin, pointer) else { continue };
-                if labels.get(&pod_key).and_then(Value::as_str) == Some(name.as_str())
+                let Some(labels) = template_labels(fin, pointer) else {
+                    continue;
+                };
+                // On UPDATE only what ownerguard added and the update omits
+                // must come back (kubectl replace); an old template that
+                // never had it may stay as it was.
+                let had_it = template_labels(&w.request["oldObject"], pointer)
+                    .and_then(|l| l.get(&uid_key))
+                    .and_then(Value::as_str)
+                    == Some(uid.as_str());
+                if (!update || had_it)
+                    && labels.get(&pod_key).and_then(Value::as_str) == Some(name.as_str())
                     && labels.get(&uid_key).and_then(Value::as_str) != Some(uid.as_str())
                 {
                     v.push(format!(
@@ -1497,7 +1888,10 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
     // Restores on UPDATE.
     if hook == Hook::Mutate && e.deny.is_empty() {
         for restore in &e.restore {
-            let back = meta.refs.iter().any(|r| r.tuple() == restore.tuple && !r.blocking());
+            let back = meta
+                .refs
+                .iter()
+                .any(|r| r.tuple() == restore.tuple && !r.blocking());
             let denied_maybe = e.maybe.iter().any(|r| r.codes.contains(&403));
             if !back && !denied_maybe {
                 v.push(format!(
@@ -1513,7 +1907,9 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
             if let Some(uid) = &restore.uid_label
                 && meta.label(&uid_key) != Some(uid.as_str())
             {
-                v.push(format!("final object: /mutate did not restore the uid label '{uid}'"));
+                v.push(format!(
+                    "final object: /mutate did not restore the uid label '{uid}'"
+                ));
             }
         }
     }
@@ -1523,12 +1919,16 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
         let mut parts = owner.splitn(3, '/');
         let (ns, name, uid) = (parts.next(), parts.next(), parts.next());
         if ns != Some(w.ns()) || name.is_none() || uid.is_none_or(str::is_empty) {
-            v.push(format!("audit annotation owner '{owner}' is not namespace/name/uid"));
+            v.push(format!(
+                "audit annotation owner '{owner}' is not namespace/name/uid"
+            ));
         }
         if let Some((n, u)) = &e.owner
             && (name != Some(n.as_str()) || uid != Some(u.as_str()))
         {
-            v.push(format!("audit annotation owner '{owner}' is not the owner {n}/{u}"));
+            v.push(format!(
+                "audit annotation owner '{owner}' is not the owner {n}/{u}"
+            ));
         }
         match response["auditAnnotations"]["owner-source"].as_str() {
             Some("cache" | "api" | "inventory") => {}
