@@ -621,7 +621,7 @@ impl ObjectSpec {
             let mut labels = Map::new();
             labels.insert("app".into(), json!("agent"));
             let owner = self.owner_name().unwrap_or("w-1");
-            if which >= 1 && which <= 2 {
+            if (1..=2).contains(&which) {
                 labels.insert(format!("{prefix}/owner-pod"), json!(owner));
             }
             if which == 2 {
@@ -643,7 +643,7 @@ impl ObjectSpec {
             }
             Shape::CronJob(t) => {
                 let mut job_labels = Map::new();
-                if t >= 1 && t <= 2 {
+                if (1..=2).contains(&t) {
                     job_labels.insert(
                         format!("{prefix}/owner-pod"),
                         json!(self.owner_name().unwrap_or("w-1")),

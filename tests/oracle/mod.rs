@@ -264,9 +264,9 @@ fn check_wire(review: &Value, hook: Hook, answer: &Value, v: &mut Violations) {
                 "wire: denial code {other:?} is none of 400, 403, 503"
             )),
         }
-        if !response["status"]["message"]
+        if response["status"]["message"]
             .as_str()
-            .is_some_and(|m| !m.trim().is_empty())
+            .is_none_or(|m| m.trim().is_empty())
         {
             v.push("wire: denial without a message".into());
         }
@@ -1253,28 +1253,23 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
                     e.maybe(&[400, 403], true, "the update adds a uid label");
                 }
             }
-            (Some(o), None) => {
-                // Omitted (kubectl replace): restored while the owner lives.
-                if o_owner_ref.is_some() {
-                    match owner_state(e) {
-                        Some(State::Live) => match hook {
-                            Hook::Mutate => {
-                                uid_label_restore = Some(o.to_string());
-                                e.warn.push("uid label restored".into());
-                            }
-                            Hook::Validate => e.deny(
-                                &[403],
-                                false,
-                                "the update drops the uid label while the owner lives",
-                            ),
-                        },
-                        Some(State::Failed) => {}
-                        _ => e.maybe(&[403], false, "the update drops the uid label of an orphan"),
+            // Omitted (kubectl replace): restored while the owner lives. A
+            // legacy object (no reference) may lose its labels.
+            (Some(o), None) if o_owner_ref.is_some() => match owner_state(e) {
+                Some(State::Live) => match hook {
+                    Hook::Mutate => {
+                        uid_label_restore = Some(o.to_string());
+                        e.warn.push("uid label restored".into());
                     }
-                } else {
-                    // Legacy object: no reference, labels may go.
-                }
-            }
+                    Hook::Validate => e.deny(
+                        &[403],
+                        false,
+                        "the update drops the uid label while the owner lives",
+                    ),
+                },
+                Some(State::Failed) => {}
+                _ => e.maybe(&[403], false, "the update drops the uid label of an orphan"),
+            },
             _ => {}
         }
     }
@@ -1735,9 +1730,7 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
     // Every Pod reference: resolvable, live, non-blocking.
     for r in &refs {
         let why = if !r.exact() {
-            Some(format!(
-                "not apiVersion v1, kind Pod: the collector cannot resolve it"
-            ))
+            Some("not apiVersion v1, kind Pod: the collector cannot resolve it".to_string())
         } else if !r.well_formed() {
             Some("malformed".to_string())
         } else if !dns_subdomain(r.name()) {
@@ -1834,7 +1827,7 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
         if !update
             && hook == Hook::Mutate
             && e.owner_required
-            && with_uid.iter().any(|r| exact(r))
+            && with_uid.iter().any(&exact)
             && !with_uid
                 .iter()
                 .any(|r| exact(r) && r.block == Some(Value::Bool(false)))
@@ -1846,12 +1839,16 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
         }
         // The uid label.
         match meta.label(&uid_key) {
-            Some(u) if u != uid => {
-                if !(update && old.label(&uid_key) == Some(u) && sent.label(&uid_key) == Some(u)) {
-                    v.push(format!(
-                        "final object: uid label '{u}' is not the owner's uid '{uid}'"
-                    ));
-                }
+            // A legacy uid label kept as it was is the update's business.
+            Some(u)
+                if u != uid
+                    && !(update
+                        && old.label(&uid_key) == Some(u)
+                        && sent.label(&uid_key) == Some(u)) =>
+            {
+                v.push(format!(
+                    "final object: uid label '{u}' is not the owner's uid '{uid}'"
+                ));
             }
             None if hook == Hook::Mutate && !update && e.owner_required => {
                 v.push(format!(
