@@ -55,4 +55,12 @@ for target in "${targets[@]}"; do
   done
 done
 [ "$found" = 0 ] && echo "none"
+# Each finding replayed, grouped by what the oracle finds wrong.
+if [ "$found" = 1 ]; then
+  for target in "${targets[@]}"; do
+    ls fuzz/artifacts/"$target"/crash-* >/dev/null 2>&1 || continue
+    echo "== $target, by class"
+    python3 fuzz/triage.py "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/$target" "fuzz/artifacts/$target"
+  done
+fi
 exit "$found"
