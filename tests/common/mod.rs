@@ -142,7 +142,11 @@ pub fn oracle_settings(config: &CaseConfig) -> oracle::Settings {
         fail_open: config.fail_open,
         delegates: Vec::new(),
         lookup_failures: config.lookup_failures.clone(),
+        // After the merge of issue 8: `config.delegates`,
+        // `Some(ownerguard::owner::resolve::REQUESTING_POD)` and
+        // `config.max_pod_references`.
         self_value: None,
+        max_pod_references: None,
     }
 }
 
