@@ -436,10 +436,10 @@ impl OwnerReference {
     }
 
     /// Whether this reference means a pod, in any spelling (`pod`, `POD`,
-    /// `apps/v1` `Pod`...): those that are not exactly [`Self::is_pod`]
-    /// are references the collector cannot resolve.
+    /// `Pods`, `apps/v1` `Pod`...): those that are not exactly
+    /// [`Self::is_pod`] are references the collector cannot resolve.
     pub fn means_pod(&self) -> bool {
-        self.kind.eq_ignore_ascii_case("pod")
+        self.kind.eq_ignore_ascii_case("pod") || self.kind.eq_ignore_ascii_case("pods")
     }
 }
 

@@ -133,6 +133,21 @@ impl fmt::Display for Shown<'_> {
     }
 }
 
+/// `, of the object owned by pod '...'` after a reference's pod, when the
+/// object's owner is another pod than the one the reference names.
+pub struct OwnedBy<'a>(pub &'a str, pub &'a str);
+
+impl fmt::Display for OwnedBy<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (owner, reference) = (self.0, self.1);
+        if owner == reference {
+            Ok(())
+        } else {
+            write!(f, " (the object's owner is pod '{}')", Shown(owner))
+        }
+    }
+}
+
 /// A request ownerguard refuses, and why.
 ///
 /// Every message names the object, its namespace, the owner and the fix.
@@ -318,8 +333,8 @@ pub enum Denial {
 
     /// A Pod ownerReference without name or uid.
     #[error(
-        "{at}: ownerReference #{index} to pod '{}' has no {field}: give the name and the uid of the \
-         owner pod", Shown(.owner)
+        "{at}: ownerReference #{index} (owner pod '{}') has no {field}: give both the name and the \
+         uid of the owner pod", Shown(.owner)
     )]
     MalformedReference {
         at: Subject,
@@ -330,24 +345,28 @@ pub enum Denial {
 
     /// A Pod ownerReference whose name cannot be a pod name.
     #[error(
-        "{at}: ownerReference #{index} names pod '{}', which is not a pod name: give the exact name \
-         of the owner pod (downward API metadata.name)", Shown(.owner)
+        "{at}: ownerReference #{index} names pod '{}'{}, which is not a pod name: give the exact name \
+         of the owner pod (downward API metadata.name)", Shown(.reference), OwnedBy(.owner, .reference)
     )]
     InvalidReferenceName {
         at: Subject,
+        /// The object's owner: its label's, or else the reference's name.
         owner: String,
+        reference: String,
         index: usize,
     },
 
     /// A reference that means a pod but is not exactly `v1`/`Pod`.
     #[error(
-        "{at}: ownerReference #{index} to pod '{}' has apiVersion '{}' and kind '{}': the garbage \
+        "{at}: ownerReference #{index} to pod '{}'{} has apiVersion '{}' and kind '{}': the garbage \
          collector resolves an owner by its exact apiVersion and kind, so write apiVersion v1 and kind \
-         Pod", Shown(.owner), Shown(.api_version), Shown(.kind)
+         Pod", Shown(.reference), OwnedBy(.owner, .reference), Shown(.api_version), Shown(.kind)
     )]
     InexactPodReference {
         at: Subject,
+        /// The object's owner: its label's, or else the reference's name.
         owner: String,
+        reference: String,
         index: usize,
         api_version: String,
         kind: String,

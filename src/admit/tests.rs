@@ -1352,11 +1352,13 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         Denial::InvalidReferenceName {
             at: at.clone(),
             owner: owner.clone(),
+            reference: "w-1/status".into(),
             index: 0,
         },
         Denial::InexactPodReference {
             at: at.clone(),
             owner: owner.clone(),
+            reference: "w-2".into(),
             index: 0,
             api_version: "v1".into(),
             kind: "pod".into(),
@@ -1501,9 +1503,11 @@ fn client_values_in_messages_are_cut_and_escaped() {
         },
         namespace: "agents".into(),
     };
+    let long = format!("x\n{}", "y".repeat(10_000));
     let message = Denial::InvalidReferenceName {
         at,
-        owner: format!("x\n{}", "y".repeat(10_000)),
+        owner: long.clone(),
+        reference: long,
         index: 0,
     }
     .to_string();

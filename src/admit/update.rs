@@ -107,6 +107,12 @@ pub(super) fn plan(
     let requester = requester_of(request, &at, &declared)?;
     let mutate = webhook == WebhookKind::Mutate;
     let garbage_collector = request.user_info.username == GARBAGE_COLLECTOR;
+    // The collector removing references (orphaning, or stripping dangling
+    // ones) is never denied nor undone, whatever else the object carries:
+    // refusing it leaves the owner stuck in Terminating.
+    if garbage_collector && only_removes_references(old, meta, labels) {
+        return Ok(None);
+    }
 
     let (label_removed, omitted) = label_changes(old, meta, &at, labels)?;
     let owner_label_kept = label(meta, &labels.pod).is_some() && label_removed.is_none();
@@ -248,6 +254,17 @@ pub(super) fn plan(
             omitted,
         })),
     }))
+}
+
+/// Whether the update keeps the owner keys and every reference it keeps is
+/// one the old object had, unchanged: it only removes references.
+fn only_removes_references(old: &ObjectMeta, meta: &ObjectMeta, labels: &OwnerLabels) -> bool {
+    label(old, &labels.pod) == label(meta, &labels.pod)
+        && label(old, &labels.uid) == label(meta, &labels.uid)
+        && annotation(old, &labels.pod_name) == annotation(meta, &labels.pod_name)
+        && references(meta)
+            .iter()
+            .all(|kept| references(old).contains(kept))
 }
 
 /// Compare the owner keys of the old and new objects.
@@ -393,6 +410,11 @@ pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch,
     let Some(owner) = &work.owner else {
         return Ok(patch);
     };
+    // The audit annotation names the object's owner, not a pod a reference
+    // added by the update names.
+    if judge.owner.as_ref().is_some_and(|o| o.name != owner.name) {
+        judge.owner = None;
+    }
     let owner_judged =
         !work.omitted.is_empty() || (work.label_removed.is_some() && owner.referenced);
     if !owner_judged || !judge.is_live(&owner.name, &owner.uid)? {

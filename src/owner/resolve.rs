@@ -356,10 +356,18 @@ pub fn reference_owners(
         if skip(reference) || !reference.means_pod() {
             continue;
         }
+        // Messages name the object's owner: the label's, else this pod.
+        let object_owner = owner
+            .map(|o| o.name.as_str())
+            .filter(|name| !name.is_empty())
+            .or(Some(reference.name.as_str()).filter(|name| !name.is_empty()))
+            .unwrap_or("(unnamed)")
+            .to_string();
         if !reference.is_pod() {
             return Err(Denial::InexactPodReference {
                 at: at.clone(),
-                owner: reference.name.clone(),
+                owner: object_owner,
+                reference: reference.name.clone(),
                 index,
                 api_version: reference.api_version.clone(),
                 kind: reference.kind.clone(),
@@ -375,7 +383,7 @@ pub fn reference_owners(
         if let Some(field) = missing {
             return Err(Denial::MalformedReference {
                 at: at.clone(),
-                owner: reference.name.clone(),
+                owner: object_owner,
                 index,
                 field,
             });
@@ -383,7 +391,8 @@ pub fn reference_owners(
         if !is_pod_name(&reference.name) {
             return Err(Denial::InvalidReferenceName {
                 at: at.clone(),
-                owner: reference.name.clone(),
+                owner: object_owner,
+                reference: reference.name.clone(),
                 index,
             });
         }
