@@ -389,6 +389,19 @@ pub enum Denial {
         name: String,
     },
 
+    /// A Pod reference naming a pod the object already names, under
+    /// another uid.
+    #[error(
+        "{at}: ownerReference #{index} names pod '{owner}' with another uid than the object gives it \
+         elsewhere (its uid label or another reference): a pod has one uid, and a new pod of the \
+         same name is another owner, so keep only the reference with the uid of the running pod"
+    )]
+    ConflictingUid {
+        at: Subject,
+        owner: String,
+        index: usize,
+    },
+
     /// More Pod references than ownerguard checks in one review.
     #[error(
         "{at}: the object carries {count} Pod ownerReferences (first: pod '{}'), more than the {limit} \
@@ -546,6 +559,7 @@ impl Denial {
             | Self::InvalidReferenceName { .. }
             | Self::InexactPodReference { .. }
             | Self::ContradictingReference { .. }
+            | Self::ConflictingUid { .. }
             | Self::TooManyReferences { .. }
             | Self::TemplateOwnerMismatch { .. }
             | Self::MissingOldObject { .. }

@@ -86,7 +86,7 @@ pub(super) fn plan(
         if mutate && owner.by_self && annotation(meta, &labels.pod_name).is_none() {
             patch.add_annotation(meta, &labels.pod_name, name);
         }
-        templates::complete(head, &at, &owner.claim, labels, webhook, &mut patch)?;
+        templates::complete(head, None, &at, &owner.claim, labels, webhook, &mut patch)?;
     }
 
     // Every Pod reference non-blocking: a `true` is set to false with a

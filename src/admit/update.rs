@@ -11,7 +11,7 @@
 //!   The collector's own UPDATEs are never refused nor undone.
 //! - A Pod reference the update adds is checked as on CREATE.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::admission::{AdmissionRequest, ObjectMeta, OwnerReference};
 use crate::error::{Denial, Shown, Subject};
@@ -121,6 +121,18 @@ pub(super) fn plan(
     let mut patch = MetadataPatch::default();
     let mut warnings = Vec::new();
     let (old_references, new_references) = (references(old), references(meta));
+    // Indexed by uid: an object may carry thousands of references, and
+    // comparing every pair would let one UPDATE hold a core for seconds.
+    let mut new_by_uid: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (index, reference) in new_references.iter().enumerate() {
+        new_by_uid.entry(&reference.uid).or_default().push(index);
+    }
+    let old_pod_uids: HashSet<&str> = old_references
+        .iter()
+        .filter(|r| r.is_pod())
+        .map(|r| r.uid.as_str())
+        .collect();
+    let old_entries: HashSet<&OwnerReference> = old_references.iter().collect();
 
     // The Pod references the old object had: kept whole and non-blocking,
     // or removed (judged once their pods are looked up).
@@ -130,11 +142,9 @@ pub(super) fn plan(
         if !seen.insert(before.uid.as_str()) {
             continue;
         }
-        let kept: Vec<(usize, &OwnerReference)> = new_references
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.uid == before.uid)
-            .collect();
+        let kept = new_by_uid
+            .get(before.uid.as_str())
+            .map_or(&[][..], Vec::as_slice);
         if kept.is_empty() {
             if !garbage_collector {
                 let owners = owner
@@ -147,7 +157,8 @@ pub(super) fn plan(
             }
             continue;
         }
-        for (index, after) in kept {
+        for &index in kept {
+            let after = &new_references[index];
             if !(after.is_pod() && after.name == before.name) {
                 return Err(Denial::OwnerReferenceChanged {
                     at,
@@ -168,15 +179,10 @@ pub(super) fn plan(
     }
 
     // Pod references the update adds (or rewrites from an entry that was
-    // not a Pod reference): checked as on CREATE.
+    // not a Pod reference): checked as on CREATE, against the owner of
+    // record too (a reference to it under another uid contradicts it).
     let unchanged = |reference: &OwnerReference| {
-        old_references.iter().any(|before| {
-            before.uid == reference.uid
-                && (before.is_pod()
-                    || (before.api_version == reference.api_version
-                        && before.kind == reference.kind
-                        && before.name == reference.name))
-        })
+        old_pod_uids.contains(reference.uid.as_str()) || old_entries.contains(reference)
     };
     let owner_claim = owner.as_ref().map(|o| Claim {
         name: o.name.clone(),
@@ -204,7 +210,15 @@ pub(super) fn plan(
     }
 
     if owner_label_kept && let Some(owner) = &owner_claim {
-        templates::complete(head, &at, owner, labels, webhook, &mut patch)?;
+        templates::complete(
+            head,
+            request.old_object.as_ref(),
+            &at,
+            owner,
+            labels,
+            webhook,
+            &mut patch,
+        )?;
     }
 
     let mut lookups: Vec<LookupNeed> = claims
@@ -262,9 +276,10 @@ fn only_removes_references(old: &ObjectMeta, meta: &ObjectMeta, labels: &OwnerLa
     label(old, &labels.pod) == label(meta, &labels.pod)
         && label(old, &labels.uid) == label(meta, &labels.uid)
         && annotation(old, &labels.pod_name) == annotation(meta, &labels.pod_name)
-        && references(meta)
-            .iter()
-            .all(|kept| references(old).contains(kept))
+        && {
+            let before: HashSet<&OwnerReference> = references(old).iter().collect();
+            references(meta).iter().all(|kept| before.contains(kept))
+        }
 }
 
 /// Compare the owner keys of the old and new objects.
@@ -340,8 +355,10 @@ fn label_changes(
                 });
             }
         }
-        // Removing the owner label but keeping the rest names no owner.
-        if pod_after.is_none() && after.is_some() {
+        // Removing the owner label but keeping the uid label names no
+        // owner. (The name annotation left behind is inert: it only
+        // completes `Self`.)
+        if pod_after.is_none() && after.is_some() && !is_annotation {
             return Err(Denial::HalfClaim {
                 at: at.clone(),
                 key: key.clone(),

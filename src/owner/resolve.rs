@@ -343,6 +343,8 @@ pub fn label_owner(
 ///   not exactly `apiVersion: v1`, `kind: Pod`;
 /// - [`Denial::MalformedReference`], [`Denial::InvalidReferenceName`]: a
 ///   Pod reference without name or uid, or whose name is not a pod name;
+/// - [`Denial::ConflictingUid`]: a Pod reference naming the label's owner
+///   or another reference's pod under another uid;
 /// - [`Denial::ContradictingReference`]: an entry with the uid of the
 ///   label's owner or of a Pod reference, but not that same reference.
 pub fn reference_owners(
@@ -401,6 +403,31 @@ pub fn reference_owners(
             uid: reference.uid.clone(),
             origin: Origin::Reference(index),
         });
+    }
+    // One name, one uid: a Pod reference naming the label's owner, or the
+    // pod of another reference, under another uid contradicts it (a pod
+    // replaced under the same name is another pod).
+    let mut uids_by_name: HashMap<&str, &str> = HashMap::new();
+    if let Some(owner) = owner {
+        uids_by_name.insert(&owner.name, &owner.uid);
+    }
+    for claim in &claims {
+        match uids_by_name.get(claim.name.as_str()) {
+            Some(&uid) if uid != claim.uid => {
+                let Origin::Reference(index) = claim.origin else {
+                    continue;
+                };
+                return Err(Denial::ConflictingUid {
+                    at: at.clone(),
+                    owner: claim.name.clone(),
+                    index,
+                });
+            }
+            Some(_) => {}
+            None => {
+                uids_by_name.insert(&claim.name, &claim.uid);
+            }
+        }
     }
     // One uid, one pod: every entry carrying the uid of the label's owner
     // or of a Pod reference must be that very reference.

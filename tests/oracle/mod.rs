@@ -509,7 +509,16 @@ struct World<'a> {
 
 impl<'a> World<'a> {
     fn new(request: &'a Value, pods: &'a [Pod], settings: &'a Settings) -> Self {
-        let namespace = request["namespace"].as_str().map(str::to_string);
+        // A Namespace is cluster-scoped, though the API server sets the
+        // request's namespace to the Namespace's own name.
+        let namespace_object = (request["kind"]["group"].as_str().unwrap_or("") == ""
+            && request["kind"]["kind"] == "Namespace")
+            || (request["resource"]["group"].as_str().unwrap_or("") == ""
+                && request["resource"]["resource"] == "namespaces");
+        let namespace = request["namespace"]
+            .as_str()
+            .filter(|_| !namespace_object)
+            .map(str::to_string);
         let username = request["userInfo"]["username"]
             .as_str()
             .unwrap_or("")
@@ -1535,8 +1544,12 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         .filter(|r| !old_tuples.contains(&r.tuple()))
         .filter(|r| !old_refs.iter().any(|o| o.uid() == r.uid() && r.uid() != ""))
         .collect();
+    // The owner the labels name stays the owner whether it lives or not:
+    // an added reference to its name under another uid (a new pod of the
+    // same name) would change ownership after creation.
     let (owner_name, owner_uid) = match &e.owner {
         Some((n, u)) => (Some(n.clone()), Some(u.clone())),
+        None if !labels_removed => (o_pod.map(str::to_string), o_owner_uid.clone()),
         None => (None, None),
     };
     check_templates(w, e);
