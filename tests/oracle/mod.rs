@@ -511,10 +511,9 @@ impl<'a> World<'a> {
     fn new(request: &'a Value, pods: &'a [Pod], settings: &'a Settings) -> Self {
         // A Namespace is cluster-scoped, though the API server sets the
         // request's namespace to the Namespace's own name.
-        let namespace_object = (request["kind"]["group"].as_str().unwrap_or("") == ""
-            && request["kind"]["kind"] == "Namespace")
-            || (request["resource"]["group"].as_str().unwrap_or("") == ""
-                && request["resource"]["resource"] == "namespaces");
+        let core = |field: &str| request[field]["group"].as_str().unwrap_or("").is_empty();
+        let namespace_object = (core("kind") && request["kind"]["kind"] == "Namespace")
+            || (core("resource") && request["resource"]["resource"] == "namespaces");
         let namespace = request["namespace"]
             .as_str()
             .filter(|_| !namespace_object)
