@@ -34,6 +34,7 @@ pub struct Metrics {
     lookups: Family<LookupLabels, Counter>,
     cache_pods: Gauge,
     certificate_expiry: Gauge,
+    tls_reload_failures: Counter,
     /// The `resource` label values seen so far: at most
     /// [`MAX_RESOURCE_LABELS`], the rest counted as `other`.
     resources: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -100,6 +101,12 @@ impl Default for Metrics {
             "Expiry (notAfter, Unix time) of the serving certificate in use",
             certificate_expiry.clone(),
         );
+        let tls_reload_failures = Counter::default();
+        registry.register(
+            "tls_reload_failures",
+            "Reloads of changed certificate files that failed (unreadable, half-written or mismatched pair); the previous certificate stays in use",
+            tls_reload_failures.clone(),
+        );
         Self {
             registry,
             requests,
@@ -107,6 +114,7 @@ impl Default for Metrics {
             lookups,
             cache_pods,
             certificate_expiry,
+            tls_reload_failures,
             resources: Default::default(),
         }
     }
@@ -161,6 +169,12 @@ impl Metrics {
         self.certificate_expiry.set(unix_seconds);
     }
 
+    /// The counter of failed certificate reloads, for [`crate::tls`] to
+    /// count into.
+    pub fn tls_reload_failures(&self) -> Counter {
+        self.tls_reload_failures.clone()
+    }
+
     /// The registry in the Prometheus text format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -202,6 +216,7 @@ mod tests {
         metrics.observe_lookup("inventory", "found");
         metrics.set_cache_pods(3);
         metrics.set_certificate_expiry(1_900_000_000);
+        metrics.tls_reload_failures().inc();
         let text = metrics.encode();
         for expected in [
             r#"ownerguard_admission_requests_total{webhook="mutate",operation="CREATE",resource="pods",result="patched"} 1"#,
@@ -209,6 +224,7 @@ mod tests {
             r#"ownerguard_owner_lookups_total{source="inventory",result="found"} 1"#,
             "ownerguard_owner_cache_pods 3",
             "ownerguard_tls_certificate_expiry_timestamp_seconds 1900000000",
+            "ownerguard_tls_reload_failures_total 1",
         ] {
             assert!(text.contains(expected), "missing {expected} in\n{text}");
         }
