@@ -430,8 +430,8 @@ fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, String> {
 
 /// The Secret and key behind the server's `--tls-cert` file: the volume
 /// mounted at the longest prefix of that path, and the key that volume
-/// puts at the remaining path.
-fn serving_certificate_source(deployment: &Deployment) -> ServingCertificate {
+/// puts at the remaining path. ([`gather`] then reads the Secret.)
+pub fn serving_certificate_source(deployment: &Deployment) -> ServingCertificate {
     let unusable = |problem: String| ServingCertificate {
         problem: Some(problem),
         ..ServingCertificate::default()
