@@ -9,7 +9,7 @@ use tracing::{error, info};
 use ownerguard::cache::{WatchSettings, Watches};
 use ownerguard::certs::{self, CA_CERT, TLS_CERT, TLS_KEY};
 use ownerguard::cli::{CertsArgs, Cli, Command, DoctorArgs, ReleaseArgs, ServeArgs};
-use ownerguard::doctor::{DoctorOptions, Verdict};
+use ownerguard::doctor::DoctorOptions;
 use ownerguard::metrics::Metrics;
 use ownerguard::owner::OwnerLookup;
 use ownerguard::owner::cluster::{ClusterLookup, LookupLimits, lookup_config};
@@ -87,36 +87,7 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
 }
 
 async fn doctor(args: DoctorArgs) -> ExitCode {
-    let options = DoctorOptions {
-        namespace: args.namespace,
-        name: args.name,
-        tls_secret: args.tls_secret,
-        min_certificate_days: args.min_certificate_days,
-    };
-    let installation = match kube::Client::try_default().await {
-        Ok(client) => ownerguard::doctor::gather(client, &options).await,
-        Err(e) => {
-            println!("FAIL cluster: cannot connect (in-cluster config or KUBECONFIG): {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let installation = match installation {
-        Ok(installation) => installation,
-        Err(e) => {
-            println!("FAIL cluster: cannot read the installation: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let checks = ownerguard::doctor::check(&installation, &options, now);
-    for check in &checks {
-        println!("{check}");
-    }
-    if checks.iter().any(|c| c.verdict == Verdict::Fail) {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    ownerguard::doctor::run(&DoctorOptions::from(args)).await
 }
 
 fn write_certs(args: &CertsArgs) -> anyhow::Result<()> {
