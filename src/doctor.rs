@@ -1426,18 +1426,10 @@ pub async fn probe_until(
 /// The whole command: gather, check, probe, print one line per check.
 /// Exit 1 when one fails.
 pub async fn run(options: &DoctorOptions) -> ExitCode {
-    // No retries of 429, 503 and 504 inside the client (kube retries them
-    // with a backoff of up to minutes): a check reports what it sees, and
-    // the probe's own loop is what waits.
-    let client = match kube::Config::infer().await.map(|mut config| {
-        config.default_retry = false;
-        kube::Client::try_from(config)
-    }) {
-        Ok(Ok(client)) => client,
-        Ok(Err(e)) => {
-            println!("FAIL cluster: cannot build a client: {e}");
-            return ExitCode::FAILURE;
-        }
+    // No retries inside the client (crate::client): a check reports what it
+    // sees, and the probe's own loop is what waits.
+    let client = match crate::client::infer().await {
+        Ok(client) => client,
         Err(e) => {
             println!("FAIL cluster: cannot connect (in-cluster config or KUBECONFIG): {e}");
             return ExitCode::FAILURE;

@@ -12,7 +12,7 @@ use ownerguard::cli::{CertsArgs, Cli, Command, DoctorArgs, ReleaseArgs, ServeArg
 use ownerguard::doctor::DoctorOptions;
 use ownerguard::metrics::Metrics;
 use ownerguard::owner::OwnerLookup;
-use ownerguard::owner::cluster::{ClusterLookup, LookupLimits, lookup_config};
+use ownerguard::owner::cluster::{ClusterLookup, LookupLimits};
 use ownerguard::owner::inventory::Inventory;
 use ownerguard::record::Recorder;
 use ownerguard::release::{Owner, ReleaseError};
@@ -75,9 +75,7 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
         };
         bail!("{flag} is empty: release needs the owner pod's namespace, name and uid");
     }
-    let client = kube::Client::try_default()
-        .await
-        .context("no cluster (in-cluster config or KUBECONFIG)")?;
+    let client = ownerguard::client::infer().await?;
     let released = ownerguard::release::release(client, &owner, args.timeout).await?;
     println!(
         "released {} pod(s), {} Job(s) and {} ConfigMap(s) of pod '{}' in namespace '{}'",
@@ -126,12 +124,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Arc::new(inventory)
         }
         None => {
-            let config = kube::Config::infer().await.context(
-                "no cluster to look owners up in (in-cluster config or KUBECONFIG); \
-                 pass --pods FILE to run without one",
-            )?;
-            let client = kube::Client::try_from(lookup_config(config))
-                .context("cannot build the API client")?;
+            let client = ownerguard::client::infer()
+                .await
+                .context("no cluster to look owners up in; pass --pods FILE to run without one")?;
             let settings = WatchSettings {
                 namespaces: args.namespaces.clone(),
                 selector: args.owner_selector.clone(),
