@@ -624,8 +624,8 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
                     .unwrap_or_default(),
             ));
         }
-        checks.push(check_path(&webhook));
         let role = role(&webhook, key_prefix);
+        checks.push(check_path(&webhook, role));
         checks.push(check_rules(&webhook, role));
         checks.push(check_object_selector(&webhook, role, key_prefix));
         checks.push(check_exclusion(&webhook, namespace));
@@ -890,7 +890,7 @@ fn check_service(
     }
 }
 
-fn check_path(webhook: &WebhookView<'_>) -> Check {
+fn check_path(webhook: &WebhookView<'_>, role: Role) -> Check {
     let subject = format!("path of {}", webhook.label());
     let path = match (&webhook.client_config.service, &webhook.client_config.url) {
         (Some(service), _) => service.path.clone().unwrap_or_default(),
@@ -901,9 +901,22 @@ fn check_path(webhook: &WebhookView<'_>) -> Check {
         (None, None) => String::new(),
     };
     let path = path.split('?').next().unwrap_or_default().to_string();
-    let expected = webhook.configuration.path();
+    // The cluster-wide switch calls /validate-all, which fails open on a
+    // lookup failure as its webhook does; /validate there works too, but
+    // denies a lookup failure with 503 under failurePolicy Ignore.
+    let expected = match (webhook.configuration, role) {
+        (Configuration::Validating, Role::Unlabelled) => "/validate-all",
+        (configuration, _) => configuration.path(),
+    };
     if path == expected {
         return line(Verdict::Ok, subject, format!("calls {path}"));
+    }
+    if role == Role::Unlabelled && path == "/validate" {
+        return line(
+            Verdict::Warn,
+            subject,
+            "calls /validate: a failed owner lookup is denied (503) though the webhook fails open; /validate-all allows it".to_string(),
+        );
     }
     let shown = if path.is_empty() { "/" } else { path.as_str() };
     let effect = match (webhook.configuration, shown) {

@@ -156,7 +156,7 @@ fn the_cluster_wide_switch_has_its_own_policy_and_opt_out() {
     let switch = validating.find("{{- if .enabled }}").expect("the switch");
     let guarded = &validating[switch..];
     for expected in [
-        "\"path\" \"/validate\"",
+        "\"path\" \"/validate-all\"",
         "(list \"CREATE\")",
         "\"operator\" \"DoesNotExist\"",
         "include \"ownerguard.matchConditions.podReferences\"",
@@ -944,7 +944,7 @@ fn helm_renders_the_cluster_wide_switch_failing_open_with_an_opt_out() {
     let all = &webhooks[1];
     assert_eq!(all["name"], "validate-all.ownerguard.io");
     assert_eq!(all["failurePolicy"], "Ignore");
-    assert_eq!(all["clientConfig"]["service"]["path"], "/validate");
+    assert_eq!(all["clientConfig"]["service"]["path"], "/validate-all");
     assert_eq!(all["rules"][0]["operations"], json!(["CREATE"]));
     assert_eq!(
         all["objectSelector"]["matchExpressions"][0]["operator"],

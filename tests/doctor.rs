@@ -388,6 +388,7 @@ async fn the_cluster_wide_webhook_is_judged_as_such() {
     all["objectSelector"]["matchExpressions"][0]["operator"] = json!("DoesNotExist");
     all["rules"][0]["operations"] = json!(["CREATE"]);
     all["failurePolicy"] = json!("Ignore");
+    all["clientConfig"]["service"]["path"] = json!("/validate-all");
     setup.at(VALIDATING)["webhooks"]
         .as_array_mut()
         .unwrap()
@@ -395,9 +396,20 @@ async fn the_cluster_wide_webhook_is_judged_as_such() {
     let checks = run(&setup).await;
     assert!(
         checks.iter().all(|c| c.verdict == Verdict::Ok),
-        "Ignore and CREATE only are right for it: {checks:#?}"
+        "Ignore, CREATE only and /validate-all are right for it: {checks:#?}"
     );
     assert_eq!(checks.len(), 22 + 8);
+    // /validate works there, but fails closed on a lookup: a warning.
+    setup.at(VALIDATING)["webhooks"][1]["clientConfig"]["service"]["path"] = json!("/validate");
+    let warned: Vec<String> = run(&setup)
+        .await
+        .iter()
+        .filter(|c| c.verdict != Verdict::Ok)
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert!(warned[0].starts_with("warn path of"), "{warned:#?}");
+    setup.at(VALIDATING)["webhooks"][1]["clientConfig"]["service"]["path"] = json!("/validate-all");
     // With Fail it warns: an outage then stops pod creation cluster-wide.
     let webhooks = setup.at(VALIDATING)["webhooks"].as_array_mut().unwrap();
     webhooks[1]["failurePolicy"] = json!("Fail");

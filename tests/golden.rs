@@ -310,3 +310,35 @@ fn every_rule_has_a_golden_case() {
     }
     let _ = WebhookKind::Mutate;
 }
+
+/// `/validate-all` (the chart's cluster-wide switch, failurePolicy Ignore)
+/// decides as `/validate` but allows a failed lookup with a warning;
+/// `/validate` denies it 503.
+#[tokio::test]
+async fn validate_all_fails_open_where_validate_fails_closed() {
+    let dir = common::fixtures().join("validate-create-unlabelled-blocking-reference");
+    let config = CaseConfig {
+        lookup_failures: vec!["w-1".to_string()],
+        ..CaseConfig::default()
+    };
+    let webhook = Arc::new(common::case_webhook(&dir, &config));
+    let mut request = read_json(&dir.join(fixture::REQUEST));
+    request["request"]["object"]["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] =
+        serde_json::json!(false);
+    let body = serde_json::to_vec(&request).unwrap();
+    let (_, closed) = common::send_to(webhook.clone(), "validate", body.clone()).await;
+    assert_eq!(closed["response"]["status"]["code"], 503, "{closed}");
+    let (_, open) = common::send_to(webhook.clone(), "validate-all", body.clone()).await;
+    assert_eq!(open["response"]["allowed"], true, "{open}");
+    assert_eq!(
+        open["response"]["warnings"].as_array().map(Vec::len),
+        Some(1)
+    );
+    assert!(open["response"].get("patch").is_none());
+    // Everything else is decided as on /validate.
+    request["request"]["object"]["metadata"]["ownerReferences"][0]["name"] =
+        serde_json::json!("w-1?x=1");
+    let body = serde_json::to_vec(&request).unwrap();
+    let (_, bad) = common::send_to(webhook, "validate-all", body).await;
+    assert_eq!(bad["response"]["status"]["code"], 400, "{bad}");
+}

@@ -49,7 +49,12 @@ pub fn case_webhook(dir: &Path, config: &CaseConfig) -> Webhook {
 /// POST `body` to `/<webhook>?timeout=10s` through the real router, no
 /// socket; the status and the decoded JSON answer.
 pub async fn send(webhook: Arc<Webhook>, kind: WebhookKind, body: Vec<u8>) -> (StatusCode, Value) {
-    let request = Request::post(format!("/{}?timeout=10s", kind.as_str()))
+    send_to(webhook, kind.as_str(), body).await
+}
+
+/// POST `body` to `/<path>?timeout=10s` through the real router.
+pub async fn send_to(webhook: Arc<Webhook>, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+    let request = Request::post(format!("/{path}?timeout=10s"))
         .header("content-type", "application/json")
         .body(Body::from(body))
         .unwrap();
