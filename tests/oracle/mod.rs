@@ -118,7 +118,9 @@ impl Default for Settings {
             fail_open: false,
             delegates: Vec::new(),
             lookup_failures: Vec::new(),
-            self_value: None,
+            // The README's decision (issue 8 item 4): `Self` means the pod
+            // that sends the request.
+            self_value: Some("Self".into()),
             max_pod_references: None,
         }
     }
@@ -603,6 +605,11 @@ fn requester(request: &Value, namespace: &str) -> Requester {
         (Ok(name), Ok(uid)) => (name, uid),
     };
     match (name, uid) {
+        // A pod name the API server could never have signed.
+        (Some(name), Some(_)) if !dns_subdomain(&name) => Requester::Malformed {
+            why: format!("pod-name {name:?} is not a pod name"),
+            of_namespace,
+        },
         (None, None) => Requester::Nobody,
         (Some(_), None) | (None, Some(_)) => Requester::Malformed {
             why: "one pod extra without the other".into(),
@@ -611,6 +618,16 @@ fn requester(request: &Value, namespace: &str) -> Requester {
         (Some(name), Some(uid)) if of_namespace => Requester::Pod { name, uid },
         (Some(_), Some(_)) => Requester::Nobody,
     }
+}
+
+/// A label value: at most 63 characters of `[A-Za-z0-9._-]`, starting and
+/// ending alphanumeric.
+pub fn label_value(s: &str) -> bool {
+    s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes().next().is_none_or(|b| b.is_ascii_alphanumeric())
+        && s.bytes().last().is_none_or(|b| b.is_ascii_alphanumeric())
 }
 
 /// DNS-1123 label: a namespace.
@@ -991,6 +1008,16 @@ fn owner_of_label(
     match uid_label {
         Some("") => {
             e.deny(&[400], true, "empty uid label");
+            None
+        }
+        // Not even a label value (the API server would refuse the object):
+        // a malformed owner label, 400.
+        Some(uid) if !label_value(uid) => {
+            e.deny(
+                &[400],
+                true,
+                format!("uid label {uid:?} is not a label value"),
+            );
             None
         }
         Some(uid) => {
