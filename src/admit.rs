@@ -426,17 +426,30 @@ fn first_declared_owner(meta: &ObjectMeta, labels: &OwnerLabels) -> String {
 }
 
 /// The object under review and how messages name it.
-fn object_of(request: &AdmissionRequest) -> Result<(ObjectName, &ObjectHead), Denial> {
+fn object_of<'a>(
+    request: &'a AdmissionRequest,
+    labels: &OwnerLabels,
+) -> Result<(ObjectName, &'a ObjectHead), Denial> {
     let object = object_name(request);
     match &request.object {
         Some(head) => Ok((object, head)),
-        None => Err(Denial::MissingObject {
-            at: Subject {
-                object,
-                namespace: request.namespace.clone().unwrap_or_default(),
-            },
-            operation: request.operation.as_str().to_string(),
-        }),
+        None => {
+            let owner = request
+                .old_object
+                .as_ref()
+                .map(|old| first_declared_owner(&old.metadata, labels))
+                .filter(|owner| !owner.is_empty())
+                .unwrap_or_else(|| "none named".to_string());
+            Err(Denial::MissingObject {
+                at: Subject {
+                    object,
+                    namespace: request.namespace.clone().unwrap_or_default(),
+                    owner: None,
+                },
+                owner,
+                operation: request.operation.as_str().to_string(),
+            })
+        }
     }
 }
 

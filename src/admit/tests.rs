@@ -1263,6 +1263,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
             generated: false,
         },
         namespace: "agents".to_string(),
+        owner: None,
     };
     let owner = "w-1".to_string();
     let key = "ownerguard.io/owner-uid".to_string();
@@ -1422,6 +1423,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
             owner: owner.clone(),
         },
         Denial::MissingObject {
+            owner: owner.clone(),
             at: at.clone(),
             operation: "CREATE of w-1's object".into(),
         },
@@ -1508,6 +1510,7 @@ fn client_values_in_messages_are_cut_and_escaped() {
             generated: false,
         },
         namespace: "agents".into(),
+        owner: None,
     };
     let long = format!("x\n{}", "y".repeat(10_000));
     let message = Denial::InvalidReferenceName {

@@ -80,7 +80,7 @@ pub(super) fn plan(
     webhook: WebhookKind,
     policy: &Policy,
 ) -> Result<Option<Checks>, Denial> {
-    let (object, head) = object_of(request)?;
+    let (object, head) = object_of(request, &policy.labels)?;
     let meta = &head.metadata;
     let labels = &policy.labels;
     let old = request.old_object.as_ref().map(|o| &o.metadata);
@@ -96,7 +96,11 @@ pub(super) fn plan(
         None if labels.declared_in(meta) => return Err(cluster_scoped(&object, meta, labels)),
         None => return Ok(None),
     };
-    let at = Subject { object, namespace };
+    let at = Subject {
+        object,
+        namespace,
+        owner: Some(declared.clone()).filter(|owner| !owner.is_empty()),
+    };
     let Some(old) = old else {
         return Err(Denial::MissingOldObject {
             at,
@@ -114,9 +118,13 @@ pub(super) fn plan(
         return Ok(None);
     }
 
-    let (label_removed, omitted) = label_changes(old, meta, &at, labels)?;
+    let written = owner_as_written(old, labels);
+    // Looked up, restored, checked against: only an owner whose name can
+    // be a pod's.
+    let owner = written.clone().filter(|o| is_pod_name(&o.name));
+    let owner_uid = written.as_ref().map(|o| o.uid.as_str());
+    let (label_removed, omitted) = label_changes(old, meta, &at, labels, owner_uid)?;
     let owner_label_kept = label(meta, &labels.pod).is_some() && label_removed.is_none();
-    let owner = owner_of_record(old, labels);
 
     let mut patch = MetadataPatch::default();
     let mut warnings = Vec::new();
@@ -127,9 +135,12 @@ pub(super) fn plan(
     for (index, reference) in new_references.iter().enumerate() {
         new_by_uid.entry(&reference.uid).or_default().push(index);
     }
+    // A Pod reference without uid (from before ownerguard: the API server
+    // validates references after admission) identifies nothing to keep.
+    let tracked = |r: &&OwnerReference| r.is_pod() && !r.uid.is_empty();
     let old_pod_uids: HashSet<&str> = old_references
         .iter()
-        .filter(|r| r.is_pod())
+        .filter(tracked)
         .map(|r| r.uid.as_str())
         .collect();
     let old_entries: HashSet<&OwnerReference> = old_references.iter().collect();
@@ -138,7 +149,7 @@ pub(super) fn plan(
     // or removed (judged once their pods are looked up).
     let mut removed = Vec::new();
     let mut seen = HashSet::new();
-    for before in old_references.iter().filter(|r| r.is_pod()) {
+    for before in old_references.iter().filter(tracked) {
         if !seen.insert(before.uid.as_str()) {
             continue;
         }
@@ -189,7 +200,7 @@ pub(super) fn plan(
         uid: o.uid.clone(),
         origin: crate::owner::Origin::Label,
     });
-    let claims = reference_owners(meta, &at, owner_claim.as_ref(), unchanged)?;
+    let claims = reference_owners(meta, &at, owner_claim.as_ref(), &declared, unchanged)?;
     for claim in &claims {
         warnings.extend(check_requester(
             claim,
@@ -296,6 +307,7 @@ fn label_changes(
     meta: &ObjectMeta,
     at: &Subject,
     labels: &OwnerLabels,
+    owner_uid: Option<&str>,
 ) -> Result<(Option<String>, Vec<Omitted>), Denial> {
     let shown = |v: Option<&str>| v.map_or("(none)".to_string(), |v| format!("'{}'", Shown(v)));
     let (pod_before, pod_after) = (label(old, &labels.pod), label(meta, &labels.pod));
@@ -344,6 +356,9 @@ fn label_changes(
                 annotation: is_annotation,
             }),
             (Some(_), None) => {}
+            // The uid label of an object that had only the owner's
+            // reference: it says what the reference said, no change.
+            (None, Some(value)) if !is_annotation && owner_uid == Some(value) => {}
             _ => {
                 let what = if is_annotation { "annotation" } else { "label" };
                 return Err(Denial::OwnerLabelChanged {
@@ -369,22 +384,20 @@ fn label_changes(
     Ok((label_removed, omitted))
 }
 
-/// The owner the old object's labels name, when they name one with a uid
-/// (from the uid label, or else from its one reference to that pod).
-fn owner_of_record(old: &ObjectMeta, labels: &OwnerLabels) -> Option<OwnerOfRecord> {
+/// The owner the old object's labels name, as written, when they name one
+/// with a uid (from the uid label, or else from its one reference to that
+/// pod).
+fn owner_as_written(old: &ObjectMeta, labels: &OwnerLabels) -> Option<OwnerOfRecord> {
     let value = label(old, &labels.pod)?;
     let name = if value == REQUESTING_POD {
         annotation(old, &labels.pod_name)?
     } else {
         value
     };
-    if !is_pod_name(name) {
-        return None;
-    }
     let to_owner = || {
         references(old)
             .iter()
-            .filter(move |r| r.is_pod() && r.name == name)
+            .filter(move |r| r.is_pod() && r.name == name && !r.uid.is_empty())
     };
     let uid = match label(old, &labels.uid) {
         Some(uid) => uid,

@@ -335,7 +335,8 @@ pub fn label_owner(
 
 /// The owners the Pod `ownerReferences` declare, in order, each checked as
 /// a whole tuple (SPEC §3 rules 6 and 7), skipping the entries `skip`
-/// accepts (those an UPDATE already had).
+/// accepts (those an UPDATE already had). `owner` is the label's owner;
+/// `declared` what the object names as owner, for messages.
 ///
 /// # Errors
 ///
@@ -351,6 +352,7 @@ pub fn reference_owners(
     meta: &ObjectMeta,
     at: &Subject,
     owner: Option<&Claim>,
+    declared: &str,
     skip: impl Fn(&OwnerReference) -> bool,
 ) -> Result<Vec<Claim>, Denial> {
     let mut claims = Vec::new();
@@ -358,9 +360,11 @@ pub fn reference_owners(
         if skip(reference) || !reference.means_pod() {
             continue;
         }
-        // Messages name the object's owner: the label's, else this pod.
+        // Messages name the object's owner: the label's (as resolved, or
+        // as written), else this pod.
         let object_owner = owner
             .map(|o| o.name.as_str())
+            .or(Some(declared))
             .filter(|name| !name.is_empty())
             .or(Some(reference.name.as_str()).filter(|name| !name.is_empty()))
             .unwrap_or("(unnamed)")

@@ -319,10 +319,17 @@ impl Entry {
     }
     /// Named like a pod: the API server's discovery would not resolve it
     /// unless it is exact.
+    /// Named like a pod, as the README states the rule: the kind's ASCII
+    /// letters and digits, in any case, spell `pod` or `pods` (`Pod `,
+    /// `"Pod"`, `p.o.d`...). None of those but `v1`/`Pod` is resolvable.
     fn pod_kind(&self) -> bool {
         self.exact()
             || self.kind.as_deref().is_some_and(|k| {
-                let k = k.trim().to_ascii_lowercase();
+                let k: String = k
+                    .chars()
+                    .filter(char::is_ascii_alphanumeric)
+                    .map(|c| c.to_ascii_lowercase())
+                    .collect();
                 k == "pod" || k == "pods"
             })
     }
@@ -516,8 +523,16 @@ impl<'a> World<'a> {
         let core = |field: &str| request[field]["group"].as_str().unwrap_or("").is_empty();
         let namespace_object = (core("kind") && request["kind"]["kind"] == "Namespace")
             || (core("resource") && request["resource"]["resource"] == "namespaces");
+        // The request's namespace, else the object's (a hand-written
+        // review may give only the object's: the API server gives both).
         let namespace = request["namespace"]
             .as_str()
+            .filter(|ns| !ns.is_empty())
+            .or_else(|| {
+                request["object"]["metadata"]["namespace"]
+                    .as_str()
+                    .filter(|ns| !ns.is_empty())
+            })
             .filter(|_| !namespace_object)
             .map(str::to_string);
         let username = request["userInfo"]["username"]
@@ -541,6 +556,19 @@ impl<'a> World<'a> {
 
     fn ns(&self) -> &str {
         self.namespace.as_deref().unwrap_or("")
+    }
+
+    /// The request and its object name different namespaces: the API
+    /// server never sends that (it refuses such an object before
+    /// admission), so it is a malformed review.
+    fn namespace_mismatch(&self) -> bool {
+        fn of(value: &Value) -> Option<&str> {
+            value.as_str().filter(|ns| !ns.is_empty())
+        }
+        matches!(
+            (of(&self.request["namespace"]), of(&self.request["object"]["metadata"]["namespace"])),
+            (Some(a), Some(b)) if a != b
+        )
     }
 
     fn pod(&self, name: &str) -> Option<&Pod> {
@@ -835,6 +863,14 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
     }
     if !dns_label(ns) {
         e.deny(&[400], true, format!("namespace '{ns}' is not a DNS label"));
+        return;
+    }
+    if w.namespace_mismatch() {
+        e.deny(
+            &[400],
+            true,
+            "the request's and the object's namespaces differ",
+        );
         return;
     }
     check_identity(w, e, true);
@@ -1251,6 +1287,14 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     }
     if !dns_label(ns) {
         e.deny(&[400], true, format!("namespace '{ns}' is not a DNS label"));
+        return;
+    }
+    if w.namespace_mismatch() {
+        e.deny(
+            &[400],
+            true,
+            "the request's and the object's namespaces differ",
+        );
         return;
     }
     check_identity(w, e, false);
@@ -1961,7 +2005,15 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
         let with_uid: Vec<&Entry> = meta.refs.iter().filter(|r| r.uid() == uid).collect();
         let exact = |r: &&Entry| r.exact() && r.name() == name;
         let tuples: BTreeSet<Tuple> = with_uid.iter().map(|r| r.tuple()).collect();
-        if tuples.len() > 1 {
+        // On UPDATE, what the old object already carried is legacy.
+        let old_tuples: BTreeSet<Tuple> = w
+            .old
+            .refs
+            .iter()
+            .filter(|r| r.uid() == uid)
+            .map(|r| r.tuple())
+            .collect();
+        if tuples.len() > 1 && !(update && tuples.is_subset(&old_tuples)) {
             v.push(format!(
                 "final object: {} different references carry the owner's uid '{uid}', the collector needs exactly one",
                 tuples.len()
