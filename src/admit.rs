@@ -292,6 +292,11 @@ impl Judge<'_> {
 
     /// Remember the first owner found alive, for the audit annotations.
     fn checked(&mut self, name: &str, uid: &str) {
+        // The annotation names the object's owner, never another pod a
+        // reference names (even when the owner itself went unchecked).
+        if self.at.owner.as_deref().is_some_and(|owner| owner != name) {
+            return;
+        }
         let source = self
             .lookups
             .get(name)

@@ -189,6 +189,34 @@ pub(super) fn plan(
         }
     }
 
+    // A reference that meant a pod but was not exactly v1/Pod (made before
+    // ownerguard): kept as it was, or removed; rewritten under its uid it
+    // is a change of ownership like any other (403).
+    let legacy = old_references
+        .iter()
+        .filter(|r| r.means_pod() && !r.is_pod() && !r.uid.is_empty())
+        .filter(|r| !old_pod_uids.contains(r.uid.as_str()));
+    for before in legacy {
+        let rewritten = new_by_uid
+            .get(before.uid.as_str())
+            .into_iter()
+            .flatten()
+            .map(|&index| &new_references[index])
+            .find(|after| {
+                (&after.api_version, &after.kind, &after.name)
+                    != (&before.api_version, &before.kind, &before.name)
+            });
+        if let Some(after) = rewritten {
+            return Err(Denial::OwnerReferenceChanged {
+                at,
+                owner: before.name.clone(),
+                api_version: after.api_version.clone(),
+                kind: after.kind.clone(),
+                name: after.name.clone(),
+            });
+        }
+    }
+
     // Pod references the update adds (or rewrites from an entry that was
     // not a Pod reference): checked as on CREATE, against the owner of
     // record too (a reference to it under another uid contradicts it).

@@ -822,7 +822,17 @@ fn known_uids(w: &World, metas: &[&Meta]) -> BTreeSet<String> {
             }
         }
     }
-    if let Some((_, uid)) = w.requester_pod() {
+    // The requester's uid names a pod of the object only when the object
+    // declares the requester as its owner (by name or Self): an object
+    // that declares no owner declares nothing (rule 1).
+    let pod_key = w.settings.pod_key();
+    if let Some((name, uid)) = w.requester_pod()
+        && metas.iter().any(|meta| {
+            meta.label(&pod_key).is_some_and(|owner| {
+                owner == name || w.settings.self_value.as_deref() == Some(owner)
+            })
+        })
+    {
         uids.insert(uid.to_string());
     }
     uids
@@ -992,7 +1002,17 @@ fn check_templates(w: &World, e: &mut Expect) {
         let template_uid = template_labels(&w.request["object"], pointer)
             .and_then(|l| l.get(&uid_key))
             .and_then(Value::as_str);
-        let object_uid = w.object.label(&uid_key).or(w.old.label(&uid_key));
+        // The owner's uid: its uid label, the old object's, or the
+        // requesting owner pod's.
+        let requester_uid = w
+            .requester_pod()
+            .filter(|(name, _)| *name == owner || w.settings.self_value.as_deref() == Some(owner))
+            .map(|(_, uid)| uid);
+        let object_uid = w
+            .object
+            .label(&uid_key)
+            .or(w.old.label(&uid_key))
+            .or(requester_uid);
         if let (Some(t), Some(o)) = (template_uid, object_uid)
             && t != o
         {
