@@ -143,7 +143,9 @@ pub(super) fn plan(
         .filter(tracked)
         .map(|r| r.uid.as_str())
         .collect();
-    let old_entries: HashSet<&OwnerReference> = old_references.iter().collect();
+    // By tuple: a reference whose controller or blockOwnerDeletion flag
+    // changed is the same reference.
+    let old_entries: HashSet<(&str, &str, &str, &str)> = old_references.iter().map(tuple).collect();
 
     // The Pod references the old object had: kept whole and non-blocking,
     // or removed (judged once their pods are looked up).
@@ -221,7 +223,7 @@ pub(super) fn plan(
     // not a Pod reference): checked as on CREATE, against the owner of
     // record too (a reference to it under another uid contradicts it).
     let unchanged = |reference: &OwnerReference| {
-        old_pod_uids.contains(reference.uid.as_str()) || old_entries.contains(reference)
+        old_pod_uids.contains(reference.uid.as_str()) || old_entries.contains(&tuple(reference))
     };
     let owner_claim = owner.as_ref().map(|o| Claim {
         name: o.name.clone(),
@@ -309,6 +311,16 @@ pub(super) fn plan(
     }))
 }
 
+/// What identifies a reference: apiVersion, kind, name and uid.
+fn tuple(reference: &OwnerReference) -> (&str, &str, &str, &str) {
+    (
+        &reference.api_version,
+        &reference.kind,
+        &reference.name,
+        &reference.uid,
+    )
+}
+
 /// Whether the update keeps the owner keys and every reference it keeps is
 /// one the old object had, unchanged: it only removes references.
 fn only_removes_references(old: &ObjectMeta, meta: &ObjectMeta, labels: &OwnerLabels) -> bool {
@@ -361,13 +373,10 @@ fn label_changes(
         _ => None,
     };
     let mut omitted = Vec::new();
+    // An empty uid label says nothing: as good as none.
+    let uid_label = |meta| label(meta, &labels.uid).filter(|uid| !uid.is_empty());
     let keys = [
-        (
-            &labels.uid,
-            label(old, &labels.uid),
-            label(meta, &labels.uid),
-            false,
-        ),
+        (&labels.uid, uid_label(old), uid_label(meta), false),
         (
             &labels.pod_name,
             annotation(old, &labels.pod_name),
@@ -427,7 +436,8 @@ fn owner_as_written(old: &ObjectMeta, labels: &OwnerLabels) -> Option<OwnerOfRec
             .iter()
             .filter(move |r| r.is_pod() && r.name == name && !r.uid.is_empty())
     };
-    let uid = match label(old, &labels.uid) {
+    // An empty uid label (from before ownerguard) says nothing.
+    let uid = match label(old, &labels.uid).filter(|uid| !uid.is_empty()) {
         Some(uid) => uid,
         None => {
             let mut uids = to_owner().map(|r| r.uid.as_str());

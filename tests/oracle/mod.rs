@@ -813,7 +813,11 @@ fn known_uids(w: &World, metas: &[&Meta]) -> BTreeSet<String> {
     let mut uids = BTreeSet::new();
     let uid_key = w.settings.uid_key();
     for meta in metas {
-        if let Some(u) = meta.label(&uid_key).filter(|u| !u.is_empty()) {
+        // A uid label names a pod only beside the owner-pod label: alone it
+        // names no owner (rule 9).
+        if let Some(u) = meta.label(&uid_key).filter(|u| !u.is_empty())
+            && meta.label(&w.settings.pod_key()).is_some()
+        {
             uids.insert(u.to_string());
         }
         for entry in meta.refs.iter().filter(|e| e.exact()) {
@@ -1564,10 +1568,13 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         }
     }
 
-    // Every other Pod reference of the old object.
+    // Every other Pod reference of the old object. One without a uid
+    // (from before ownerguard: the API server validates references after
+    // admission) identifies nothing to follow: legacy, kept or not.
     for r in old_refs
         .iter()
         .filter(|r| Some(r.uid()) != o_owner_ref.map(|o| o.uid()))
+        .filter(|r| !r.uid().is_empty())
     {
         let same_uid: Vec<&&Entry> = new_refs.iter().filter(|n| n.uid() == r.uid()).collect();
         if same_uid.is_empty() && !new.refs.iter().any(|n| n.uid() == r.uid()) {
