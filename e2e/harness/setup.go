@@ -1,0 +1,100 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// The installation the suite and the benchmark use: release "ownerguard"
+// of the chart with default values, in namespace "ownerguard".
+const (
+	ReleaseNamespace = "ownerguard"
+	ReleaseName      = "ownerguard"
+)
+
+// Cluster is a running control plane with ownerguard installed by Helm
+// and serving in place of the chart's pods.
+type Cluster struct {
+	Plane *Plane
+	Admin *kubernetes.Clientset
+	Inst  *Installation
+	Guard *Ownerguard
+}
+
+// Up starts etcd, the API server and the controller manager, installs the
+// chart from repo/charts/ownerguard and runs ownerguard for it (recording
+// into record when not empty). On an error, what started is stopped.
+func Up(ctx context.Context, cfg Config, repo, record string) (c *Cluster, err error) {
+	plane, err := NewPlane(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c = &Cluster{Plane: plane}
+	defer func() {
+		if err != nil {
+			c.Down()
+		}
+	}()
+	if err := plane.StartEtcd(ctx); err != nil {
+		return nil, err
+	}
+	if err := plane.StartAPIServer(ctx, APIPort); err != nil {
+		return nil, err
+	}
+	c.Admin = plane.Admin()
+	if err := plane.StartKCM(ctx); err != nil {
+		return nil, err
+	}
+	out, err := plane.Helm(ctx, "install", ReleaseName, filepath.Join(repo, "charts", "ownerguard"),
+		"--namespace", ReleaseNamespace, "--create-namespace",
+		// The chart's pods never run: ownerguard runs in their place.
+		"--set", "image.repository=e2e.invalid/ownerguard", "--set", "image.tag=e2e")
+	if err != nil {
+		return nil, err
+	}
+	fmt.Print(out)
+	if err := c.StartGuard(ctx, record); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// StartGuard runs the chart's ownerguard as the chart's ServiceAccount
+// (a token bound to one of its pods, as the kubelet would project it), at
+// the Service's ClusterIP, and marks the chart's pods ready.
+func (c *Cluster) StartGuard(ctx context.Context, record string) error {
+	inst, err := ReadInstallation(ctx, c.Admin, ReleaseNamespace, ReleaseName)
+	if err != nil {
+		return err
+	}
+	c.Inst = inst
+	pods, err := ChartPods(ctx, c.Admin, inst, 0)
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(c.Plane.Work, "ownerguard-sa.kubeconfig")
+	if err := c.Plane.ServiceAccountKubeconfig(ctx, c.Admin, inst, pods[0], kubeconfig); err != nil {
+		return err
+	}
+	opt := ServeOptions{Name: "ownerguard", Kubeconfig: kubeconfig}
+	if record != "" {
+		opt.ExtraArgs = []string{"--record=" + record}
+	}
+	c.Guard, err = c.Plane.Serve(ctx, c.Admin, inst, opt)
+	if err != nil {
+		return err
+	}
+	return MarkReady(ctx, c.Admin, pods, inst.ClusterIP)
+}
+
+// Down stops ownerguard and the plane.
+func (c *Cluster) Down() {
+	if c.Guard != nil {
+		c.Guard.Stop(30 * time.Second)
+	}
+	c.Plane.Stop()
+}
