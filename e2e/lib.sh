@@ -16,7 +16,7 @@ log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 e2e_build() {
   local stamp want
   want="$(cd "$E2E_DIR" && find . -path ./.bin -prune -o -path ./.work -prune -o \
-      \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' \) -type f -print0 \
+      \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' -o -name lib.sh \) -type f -print0 \
     | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
   stamp="$E2E_BIN/.stamp"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
@@ -25,7 +25,16 @@ e2e_build() {
     local start=$SECONDS
     log "building etcd, kube-apiserver, kube-controller-manager, the scenarios and helm (nice -n 19)"
     mkdir -p "$E2E_BIN"
-    (cd "$E2E_DIR" && nice -n 19 go build -trimpath -o "$E2E_BIN/" ./cmd/...)
+    # The version Kubernetes' own build (hack/lib/version.sh) stamps in;
+    # without it the API server says v0.0.0-master and Helm refuses the
+    # chart's kubeVersion.
+    local k8s ldflags="" pkg
+    k8s="$(cd "$E2E_DIR" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $pkg.gitVersion=$k8s -X $pkg.gitMajor=$(cut -d. -f1 <<<"${k8s#v}")"
+      ldflags+=" -X $pkg.gitMinor=$(cut -d. -f2 <<<"$k8s") -X $pkg.gitTreeState=clean"
+    done
+    (cd "$E2E_DIR" && nice -n 19 go build -trimpath -ldflags "$ldflags" -o "$E2E_BIN/" ./cmd/...)
     (cd "$E2E_DIR" && nice -n 19 go test -c -trimpath -o "$E2E_BIN/scenarios.test" ./scenarios)
     (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -ldflags "-X helm.sh/helm/v3/internal/version.version=$(go list -m -f "{{.Version}}" helm.sh/helm/v3)" -o "$E2E_BIN/helm" helm.sh/helm/v3/cmd/helm)
     echo "$want" >"$stamp"
@@ -116,8 +125,8 @@ e2e_summary() {
   local file="$1" status="$2" counts passed failed
   counts="$(awk '
     match($0, /^ *--- (PASS|FAIL|SKIP): [^ ]+/) {
-      split(substr($0, RSTART, RLENGTH), f, " ")
-      result[f[3]] = f[2]; order[n++] = f[3]
+      split(substr($0, RSTART, RLENGTH), w, " ")
+      sub(/:$/, "", w[2]); result[w[3]] = w[2]; order[n++] = w[3]
     }
     END {
       for (i = 0; i < n; i++) {
@@ -125,9 +134,9 @@ e2e_summary() {
         for (other in result) if (index(other, name "/") == 1) { leaf = 0; break }
         if (!leaf) continue
         if (result[name] == "PASS") p++
-        else { f++; if (result[name] == "FAIL") print "failed: " name > "/dev/stderr"; else print "skipped (counted as failed): " name > "/dev/stderr" }
+        else { q++; if (result[name] == "FAIL") print "failed: " name > "/dev/stderr"; else print "skipped (counted as failed): " name > "/dev/stderr" }
       }
-      printf "%d %d\n", p, f
+      printf "%d %d\n", p, q
     }' "$file")"
   read -r passed failed <<<"$counts"
   if [[ "$status" -ne 0 && "$failed" -eq 0 ]]; then

@@ -28,39 +28,40 @@ type Cluster struct {
 // Up starts etcd, the API server and the controller manager, installs the
 // chart from repo/charts/ownerguard and runs ownerguard for it (recording
 // into record when not empty). On an error, what started is stopped.
-func Up(ctx context.Context, cfg Config, repo, record string) (c *Cluster, err error) {
+func Up(ctx context.Context, cfg Config, repo, record string) (*Cluster, error) {
 	plane, err := NewPlane(cfg)
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{Plane: plane}
-	defer func() {
-		if err != nil {
-			c.Down()
-		}
-	}()
-	if err := plane.StartEtcd(ctx); err != nil {
+	c := &Cluster{Plane: plane}
+	if err := c.up(ctx, repo, record); err != nil {
+		c.Down()
 		return nil, err
 	}
+	return c, nil
+}
+
+func (c *Cluster) up(ctx context.Context, repo, record string) error {
+	plane := c.Plane
+	if err := plane.StartEtcd(ctx); err != nil {
+		return err
+	}
 	if err := plane.StartAPIServer(ctx, APIPort); err != nil {
-		return nil, err
+		return err
 	}
 	c.Admin = plane.Admin()
 	if err := plane.StartKCM(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	out, err := plane.Helm(ctx, "install", ReleaseName, filepath.Join(repo, "charts", "ownerguard"),
 		"--namespace", ReleaseNamespace, "--create-namespace",
 		// The chart's pods never run: ownerguard runs in their place.
 		"--set", "image.repository=e2e.invalid/ownerguard", "--set", "image.tag=e2e")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	fmt.Print(out)
-	if err := c.StartGuard(ctx, record); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return c.StartGuard(ctx, record)
 }
 
 // StartGuard runs the chart's ownerguard as the chart's ServiceAccount
