@@ -23,7 +23,7 @@ e2e_build() {
     log "Go binaries up to date in $E2E_BIN"
   else
     local start=$SECONDS
-    log "building etcd, kube-apiserver, kube-controller-manager, the scenarios and helm (nice -n 19)"
+    log "building etcd, kube-apiserver, kube-controller-manager, the scenarios, createbench, helm and chartcheck (nice -n 19)"
     mkdir -p "$E2E_BIN"
     # The version Kubernetes' own build (hack/lib/version.sh) stamps in;
     # without it the API server says v0.0.0-master and Helm refuses the
@@ -37,6 +37,7 @@ e2e_build() {
     (cd "$E2E_DIR" && nice -n 19 go build -trimpath -ldflags "$ldflags" -o "$E2E_BIN/" ./cmd/...)
     (cd "$E2E_DIR" && nice -n 19 go test -c -trimpath -o "$E2E_BIN/scenarios.test" ./scenarios)
     (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -ldflags "-X helm.sh/helm/v3/internal/version.version=$(go list -m -f "{{.Version}}" helm.sh/helm/v3)" -o "$E2E_BIN/helm" helm.sh/helm/v3/cmd/helm)
+    (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -o "$E2E_BIN/" ./chartcheck)
     echo "$want" >"$stamp"
     log "Go binaries built in $((SECONDS - start)) s"
   fi

@@ -90,7 +90,7 @@ func TestUpdates(t *testing.T) {
 
 		// The same object created with a blocking reference by the worker.
 		blocked := configMap("upd-blocked-create", labels)
-		blocked.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: w.Name(), UID: w.Pod.UID, BlockOwnerDeletion: ptr(true)}}
+		blocked.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: w.Name(), UID: w.Pod.UID, Controller: ptr(false), BlockOwnerDeletion: ptr(true)}}
 		created, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, blocked, metav1.CreateOptions{})
 		must(t, err, "create with a blocking reference")
 		must(t, checkOwned(created.ObjectMeta, w, true), "created")

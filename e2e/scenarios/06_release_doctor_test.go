@@ -151,7 +151,7 @@ func TestDoctor(t *testing.T) {
 			}
 		}()
 		out, err := doctor(t)
-		if err == nil || !hasLine(out, "FAIL caBundle of "+mutateWebhook+":") {
+		if err == nil || !hasLine(out, "FAIL caBundle of mutating "+mutateWebhook+":") {
 			t.Fatalf("doctor with a caBundle of another CA: %v, want exit 1 and a FAIL line for it", err)
 		}
 	})
