@@ -36,7 +36,16 @@ e2e_build() {
     done
     (cd "$E2E_DIR" && nice -n 19 go build -trimpath -ldflags "$ldflags" -o "$E2E_BIN/" ./cmd/...)
     (cd "$E2E_DIR" && nice -n 19 go test -c -trimpath -o "$E2E_BIN/scenarios.test" ./scenarios)
-    (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -ldflags "-X helm.sh/helm/v3/internal/version.version=$(go list -m -f "{{.Version}}" helm.sh/helm/v3)" -o "$E2E_BIN/helm" helm.sh/helm/v3/cmd/helm)
+    # Helm's Makefile stamps its version and the Kubernetes minor of its
+    # client-go (the default of `helm template`, which asks no cluster).
+    local helm_ver client_go hl
+    helm_ver="$(cd "$E2E_DIR/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v3)"
+    client_go="$(cd "$E2E_DIR/helm" && go list -m -f '{{.Version}}' k8s.io/client-go)"
+    hl="-X helm.sh/helm/v3/internal/version.version=$helm_ver"
+    for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+      hl+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$(cut -d. -f2 <<<"$client_go")"
+    done
+    (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -ldflags "$hl" -o "$E2E_BIN/helm" helm.sh/helm/v3/cmd/helm)
     (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -o "$E2E_BIN/" ./chartcheck)
     echo "$want" >"$stamp"
     log "Go binaries built in $((SECONDS - start)) s"

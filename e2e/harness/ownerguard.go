@@ -20,7 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Helm runs the helm binary as the admin; output is stdout and stderr.
+// Helm runs the helm binary as the admin; it returns standard output
+// (standard error goes into the error, when there is one).
 func (p *Plane) Helm(ctx context.Context, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
@@ -32,11 +33,11 @@ func (p *Plane) Helm(ctx context.Context, args ...string) (string, error) {
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
 		"HELM_DATA_HOME="+filepath.Join(home, "data"),
 	)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
 	err := cmd.Run()
 	if err != nil {
-		return out.String(), fmt.Errorf("helm %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		return out.String(), fmt.Errorf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), stderr.String())
 	}
 	return out.String(), nil
 }
@@ -254,9 +255,9 @@ func MarkReady(ctx context.Context, c kubernetes.Interface, pods []corev1.Pod, p
 	return nil
 }
 
-// Metric reads one sample of ownerguard's /metrics: the first line whose
-// name (with its labels, if given) is series.
-func (og *Ownerguard) Metric(series string) (float64, error) {
+// Metric sums the samples of ownerguard's /metrics named name whose
+// labels include every pair of labels.
+func (og *Ownerguard) Metric(name string, labels map[string]string) (float64, error) {
 	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + og.MetricsAddr + "/metrics")
 	if err != nil {
 		return 0, err
@@ -266,10 +267,36 @@ func (og *Ownerguard) Metric(series string) (float64, error) {
 	if _, err := buf.ReadFrom(resp.Body); err != nil {
 		return 0, err
 	}
+	sum, found := 0.0, false
 	for _, line := range strings.Split(buf.String(), "\n") {
-		if strings.HasPrefix(line, series+" ") {
-			return strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, series)), 64)
+		if strings.HasPrefix(line, "#") {
+			continue
 		}
+		series, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		metric, labelText, _ := strings.Cut(strings.TrimSuffix(series, "}"), "{")
+		if metric != name {
+			continue
+		}
+		match := true
+		for k, v := range labels {
+			if !strings.Contains(","+labelText+",", ","+k+"=\""+v+"\",") {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", line, err)
+		}
+		sum, found = sum+f, true
 	}
-	return 0, fmt.Errorf("no %s in /metrics", series)
+	if !found {
+		return 0, fmt.Errorf("no %s%v in /metrics", name, labels)
+	}
+	return sum, nil
 }

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -83,7 +84,7 @@ func TestInstall(t *testing.T) {
 		w := newWorker(t, ns, "worker-install")
 		_, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("via-service", ownedLabels(w.Name(), "")), metav1.CreateOptions{})
 		must(t, err, "create through the webhook")
-		n, err := guard.Metric(`ownerguard_admission_requests_total{webhook="mutate",operation="CREATE",resource="configmaps",result="allowed"}`)
+		n, err := guard.Metric("ownerguard_admission_requests_total", map[string]string{"webhook": "mutate", "operation": "CREATE", "resource": "configmaps"})
 		must(t, err, "metric")
 		if n < 1 {
 			t.Fatalf("ownerguard at %s answered no configmap create", guard.Addr)
@@ -111,12 +112,9 @@ func TestInstall(t *testing.T) {
 		t.Run("DryRunServer/"+file, func(t *testing.T) {
 			ctx := ctxFor(t, 2*time.Minute)
 			createNamespace(t, name)
-			args := []string{"install", name, chart, "--namespace", name, "--dry-run=server",
-				"-f", filepath.Join(chart, "ci", file), "--set", "image.repository=e2e.invalid/ownerguard"}
-			out, err := plane.Helm(ctx, args...)
-			must(t, err, "helm install --dry-run=server")
+			manifest := dryRunServer(t, ctx, name, chart, "-f", filepath.Join(chart, "ci", file), "--set", "image.repository=e2e.invalid/ownerguard")
 			rendered := filepath.Join(plane.Work, name+".rendered.yaml")
-			must(t, os.WriteFile(rendered, []byte(out), 0o600), "write the render")
+			must(t, os.WriteFile(rendered, []byte(manifest), 0o600), "write the render")
 			chartcheck(t, rendered)
 		})
 	}
@@ -134,8 +132,7 @@ func TestInstall(t *testing.T) {
 		rendered := filepath.Join(plane.Work, name+".rendered.yaml")
 		must(t, os.WriteFile(rendered, []byte(out), 0o600), "write the render")
 		chartcheck(t, rendered)
-		_, err = plane.Helm(ctx, "install", name, chart, "--namespace", name, "--dry-run=server", "--set", "certificates.mode=certManager")
-		must(t, err, "helm install --dry-run=server, certManager mode")
+		dryRunServer(t, ctx, name, chart, "--set", "certificates.mode=certManager")
 		for _, want := range []string{"kind: Certificate", "kind: Issuer", "cert-manager.io/inject-ca-from: " + name + "/" + name} {
 			if !strings.Contains(out, want) {
 				t.Errorf("the certManager render lacks %q", want)
@@ -188,13 +185,29 @@ func TestInstall(t *testing.T) {
 			if err := checkOwned(cm.ObjectMeta, w, true); err != nil {
 				return err
 			}
-			n, err := second.Metric(`ownerguard_admission_requests_total{webhook="mutate",operation="CREATE",resource="configmaps",result="allowed"}`)
+			n, err := second.Metric("ownerguard_admission_requests_total", map[string]string{"webhook": "mutate", "operation": "CREATE", "resource": "configmaps"})
 			if err != nil || n < 1 {
 				return fmt.Errorf("the secret-mode ownerguard answered nothing yet (%v)", err)
 			}
 			return nil
 		}), "a create through both installations")
 	})
+}
+
+// dryRunServer: `helm install --dry-run=server`, every object sent to the
+// API server as a dry run; the manifest Helm rendered.
+func dryRunServer(t *testing.T, ctx context.Context, name, chart string, args ...string) string {
+	t.Helper()
+	out, err := plane.Helm(ctx, append([]string{"install", name, chart, "--namespace", name, "--dry-run=server", "-o", "json"}, args...)...)
+	must(t, err, "helm install --dry-run=server")
+	var release struct {
+		Manifest string `json:"manifest"`
+	}
+	must(t, json.Unmarshal([]byte(out), &release), "helm's release JSON")
+	if !strings.Contains(release.Manifest, "kind: MutatingWebhookConfiguration") {
+		t.Fatalf("the dry run rendered no MutatingWebhookConfiguration:\n%s", out)
+	}
+	return release.Manifest
 }
 
 func createNamespace(t *testing.T, name string) {

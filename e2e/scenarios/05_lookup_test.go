@@ -49,7 +49,7 @@ func TestClusterLookup(t *testing.T) {
 		all, err := admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 		must(t, err, "list pods")
 		must(t, harness.Until(ctx, 30*time.Second, 200*time.Millisecond, "the cache holds every pod", func() error {
-			n, err := lookup.Metric("ownerguard_owner_cache_pods")
+			n, err := lookup.Metric("ownerguard_owner_cache_pods", nil)
 			if err != nil {
 				return err
 			}

@@ -19,25 +19,26 @@ import (
 // API server sent in the scenarios above, as `serve --record` wrote it.
 var curated = []struct {
 	name, webhook, operation, resource, nsPrefix, object string
-	nth                                                 int // 0: first match; -1: last
+	nth                                                 int    // 0: first match; -1: last
+	user                                                string // the requester, when it tells cases apart
 }{
-	{"create-agent-pod-from-worker-token", "mutate", "CREATE", "pods", "e2e-creates-", "agent-0", 0},
-	{"create-configmap-from-worker-token", "mutate", "CREATE", "configmaps", "e2e-creates-", "prompt-0", 0},
-	{"validate-create-configmap-after-mutation", "validate", "CREATE", "configmaps", "e2e-creates-", "prompt-0", 0},
-	{"create-job-with-labelled-template", "mutate", "CREATE", "jobs", "e2e-creates-", "agents-0", 0},
-	{"create-job-pod-by-job-controller", "mutate", "CREATE", "pods", "e2e-creates-", "agents-0-", 0},
-	{"create-replicaset-pod-by-replicaset-controller", "mutate", "CREATE", "pods", "e2e-creates-", "agents-", -1},
-	{"create-wrong-uid-denied", "mutate", "CREATE", "configmaps", "e2e-creates-", "wrong-uid", 0},
-	{"create-owner-in-another-namespace-denied", "mutate", "CREATE", "configmaps", "e2e-creates-other-", "elsewhere", 0},
-	{"create-missing-owner-denied", "mutate", "CREATE", "configmaps", "e2e-creates-", "orphan", 0},
-	{"create-dry-run", "mutate", "CREATE", "configmaps", "e2e-creates-", "dry", 0},
-	{"create-reinvoked-after-another-webhook", "mutate", "CREATE", "configmaps", "e2e-creates-", "reinvoked-", -1},
-	{"update-replace-original-manifest", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-put", 0},
-	{"update-owner-label-changed-denied", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-label", 0},
-	{"update-owner-reference-removed-denied", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-ref", 0},
-	{"update-reference-made-blocking", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-block", 0},
-	{"create-blocking-reference-unblocked", "mutate", "CREATE", "configmaps", "e2e-updates-", "upd-blocked-create", 0},
-	{"update-orphaned-by-garbage-collector", "mutate", "UPDATE", "configmaps", "e2e-gc-", "orphan-prompt", 0},
+	{"create-agent-pod-from-worker-token", "mutate", "CREATE", "pods", "e2e-creates-", "agent-0", 0, ""},
+	{"create-configmap-from-worker-token", "mutate", "CREATE", "configmaps", "e2e-creates-", "prompt-0", 0, ""},
+	{"validate-create-configmap-after-mutation", "validate", "CREATE", "configmaps", "e2e-creates-", "prompt-0", 0, ""},
+	{"create-job-with-labelled-template", "mutate", "CREATE", "jobs", "e2e-creates-", "agents-0", 0, ""},
+	{"create-job-pod-by-job-controller", "mutate", "CREATE", "pods", "e2e-creates-", "agents-0-", 0, "system:serviceaccount:kube-system:job-controller"},
+	{"create-replicaset-pod-by-replicaset-controller", "mutate", "CREATE", "pods", "e2e-creates-", "agents-", 0, "system:serviceaccount:kube-system:replicaset-controller"},
+	{"create-wrong-uid-denied", "mutate", "CREATE", "configmaps", "e2e-creates-", "wrong-uid", 0, ""},
+	{"create-owner-in-another-namespace-denied", "mutate", "CREATE", "configmaps", "e2e-creates-other-", "elsewhere", 0, ""},
+	{"create-missing-owner-denied", "mutate", "CREATE", "configmaps", "e2e-creates-", "orphan", 0, ""},
+	{"create-dry-run", "mutate", "CREATE", "configmaps", "e2e-creates-", "dry", 0, ""},
+	{"create-reinvoked-after-another-webhook", "mutate", "CREATE", "configmaps", "e2e-creates-", "reinvoked-", -1, ""},
+	{"update-replace-original-manifest", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-put", 0, ""},
+	{"update-owner-label-changed-denied", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-label", 0, ""},
+	{"update-owner-reference-removed-denied", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-ref", 0, ""},
+	{"update-reference-made-blocking", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-block", 0, ""},
+	{"create-blocking-reference-unblocked", "mutate", "CREATE", "configmaps", "e2e-updates-", "upd-blocked-create", 0, ""},
+	{"update-orphaned-by-garbage-collector", "mutate", "UPDATE", "configmaps", "e2e-gc-", "orphan-prompt", 0, ""},
 }
 
 // Recorded fixtures: every review the chart's ownerguard recorded from
@@ -127,6 +128,10 @@ func TestRecordedFixtures(t *testing.T) {
 				name := meta.Name
 				if name == "" {
 					name = meta.GenerateName
+				}
+				user, _ := c.Request["userInfo"].(map[string]any)
+				if want.user != "" && user["username"] != want.user {
+					continue
 				}
 				if c.Webhook == want.webhook && c.Request["operation"] == want.operation && res["resource"] == want.resource &&
 					strings.HasPrefix(ns, want.nsPrefix) && !strings.HasPrefix(ns, want.nsPrefix+"other-") &&
