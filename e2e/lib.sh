@@ -1,7 +1,8 @@
 # Shared by e2e/run and bench/create.sh: build the binaries, make the
 # network namespace, clean up on exit. Sourced; expects E2E_DIR and REPO.
 
-E2E_BIN="$E2E_DIR/.bin"
+# E2E_BIN may be set to build elsewhere (a cold-build measurement).
+E2E_BIN="${E2E_BIN:-$E2E_DIR/.bin}"
 E2E_NODE_IP=10.200.0.1
 E2E_SERVICE_CIDR=10.96.0.0/24
 E2E_NETNS=""

@@ -92,6 +92,18 @@ func TestInstall(t *testing.T) {
 		if !strings.HasPrefix(guard.Addr, inst.ClusterIP+":") {
 			t.Fatalf("ownerguard listens on %s, not the ClusterIP %s", guard.Addr, inst.ClusterIP)
 		}
+		// The API server kept ownerguard's audit annotations, under the
+		// webhook's name.
+		want := ns + "/" + w.Name() + "/" + w.UID()
+		must(t, harness.Until(ctx, 10*time.Second, 100*time.Millisecond, "audit annotations", func() error {
+			for _, a := range auditAnnotations(t, "create", "configmaps", ns, "via-service") {
+				if a[mutateWebhook+"/owner"] == want && a[mutateWebhook+"/owner-source"] != "" &&
+					a[validateWebhook+"/owner"] == want {
+					return nil
+				}
+			}
+			return fmt.Errorf("no audit event of the create with %s/owner and %s/owner = %s", mutateWebhook, validateWebhook, want)
+		}), "the audit log")
 	})
 
 	// Kinds whose CRDs are not installed here (no cert-manager, no

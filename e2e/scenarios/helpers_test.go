@@ -295,3 +295,31 @@ func gone(ctx context.Context, d time.Duration, get func(context.Context) error)
 func ptr[T any](v T) *T { return &v }
 
 func joinLines(lines []string) string { return strings.Join(lines, "\n") }
+
+// auditAnnotations: the annotations of the main API server's audit events
+// for verb on one object (the API server stores a webhook's audit
+// annotations as "<webhook name>/<key>").
+func auditAnnotations(t *testing.T, verb, resource, ns, name string) []map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(plane.Logs, fmt.Sprintf("audit-%d.log", harness.APIPort)))
+	must(t, err, "read the audit log")
+	var out []map[string]string
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var event struct {
+			Verb      string `json:"verb"`
+			Stage     string `json:"stage"`
+			ObjectRef struct {
+				Resource, Namespace, Name string
+			} `json:"objectRef"`
+			Annotations map[string]string `json:"annotations"`
+		}
+		if json.Unmarshal(line, &event) != nil {
+			continue
+		}
+		if event.Verb == verb && event.Stage == "ResponseComplete" && event.ObjectRef.Resource == resource &&
+			event.ObjectRef.Namespace == ns && event.ObjectRef.Name == name {
+			out = append(out, event.Annotations)
+		}
+	}
+	return out
+}
