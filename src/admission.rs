@@ -219,6 +219,165 @@ pub struct ObjectHead {
     pub kind: Option<String>,
     #[serde(default, deserialize_with = "null_as_default")]
     pub metadata: ObjectMeta,
+    /// Only the pod templates of the spec, when it has any.
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<SpecHead>,
+}
+
+impl ObjectHead {
+    /// The metadata of every pod template the object carries, with where
+    /// it is: `spec.template` (Jobs, Deployments, ReplicaSets,
+    /// StatefulSets, DaemonSets, and any resource of that shape), and a
+    /// CronJob's `spec.jobTemplate` (the Jobs it makes) and
+    /// `spec.jobTemplate.spec.template` (their pods).
+    pub fn templates(&self) -> Vec<(TemplatePath, &TemplateMeta)> {
+        let Some(spec) = &self.spec else {
+            return Vec::new();
+        };
+        let mut templates = Vec::new();
+        if let Some(meta) = spec.template.as_ref().and_then(|t| t.metadata.as_ref()) {
+            templates.push((TemplatePath::PodTemplate, meta));
+        }
+        if let Some(job) = &spec.job_template {
+            if let Some(meta) = &job.metadata {
+                templates.push((TemplatePath::JobTemplate, meta));
+            }
+            let pod = job.spec.as_ref().and_then(|s| s.template.as_ref());
+            if let Some(meta) = pod.and_then(|t| t.metadata.as_ref()) {
+                templates.push((TemplatePath::JobTemplatePodTemplate, meta));
+            }
+        }
+        templates
+    }
+}
+
+/// Where a template's metadata is in the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplatePath {
+    /// `spec.template.metadata`
+    PodTemplate,
+    /// `spec.jobTemplate.metadata`
+    JobTemplate,
+    /// `spec.jobTemplate.spec.template.metadata`
+    JobTemplatePodTemplate,
+}
+
+impl TemplatePath {
+    /// The JSON pointer tokens of the template's `metadata`.
+    pub fn tokens(self) -> &'static [&'static str] {
+        match self {
+            Self::PodTemplate => &["spec", "template", "metadata"],
+            Self::JobTemplate => &["spec", "jobTemplate", "metadata"],
+            Self::JobTemplatePodTemplate => {
+                &["spec", "jobTemplate", "spec", "template", "metadata"]
+            }
+        }
+    }
+
+    /// The field path, for messages.
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::PodTemplate => "spec.template",
+            Self::JobTemplate => "spec.jobTemplate",
+            Self::JobTemplatePodTemplate => "spec.jobTemplate.spec.template",
+        }
+    }
+}
+
+/// The part of a `spec` that holds pod templates; every other field is
+/// skipped undecoded.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SpecHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub template: Option<TemplateHead>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub job_template: Option<JobTemplateHead>,
+}
+
+/// A `PodTemplateSpec`, or anything else called `template`.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct TemplateHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub metadata: Option<TemplateMeta>,
+}
+
+/// A CronJob's `JobTemplateSpec`.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct JobTemplateHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub metadata: Option<TemplateMeta>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<JobSpecHead>,
+}
+
+/// The spec of a CronJob's Job template: its pod template.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct JobSpecHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub template: Option<TemplateHead>,
+}
+
+/// The labels and annotations of a template.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct TemplateMeta {
+    #[serde(default, deserialize_with = "lenient")]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+/// A field read only when it is a JSON object; anything else (a custom
+/// resource may have a `spec.template` of another shape, or a `spec` that
+/// is not an object) reads as absent. The value is never buffered: a map is
+/// decoded as it streams by, anything else is skipped.
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Visitor<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visitor<T> {
+        type Value = Option<T>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+
+    deserializer.deserialize_any(Visitor(std::marker::PhantomData))
 }
 
 /// `null` read as the type's default: hand-written reviews use it for
@@ -243,6 +402,8 @@ pub struct ObjectMeta {
     /// `None` and `{}` differ for a patch: the first needs the map created.
     #[serde(default)]
     pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub annotations: Option<BTreeMap<String, String>>,
     /// Kept in order: a patch addresses entries by index.
     #[serde(default)]
     pub owner_references: Option<Vec<OwnerReference>>,
@@ -268,10 +429,17 @@ pub struct OwnerReference {
 }
 
 impl OwnerReference {
-    /// Whether this reference points at a core/v1 Pod: the only owners
-    /// ownerguard checks.
+    /// Whether this reference is exactly a core/v1 Pod reference: the only
+    /// form the garbage collector resolves to a pod.
     pub fn is_pod(&self) -> bool {
         self.api_version == "v1" && self.kind == "Pod"
+    }
+
+    /// Whether this reference means a pod, in any spelling (`pod`, `POD`,
+    /// `apps/v1` `Pod`...): those that are not exactly [`Self::is_pod`]
+    /// are references the collector cannot resolve.
+    pub fn means_pod(&self) -> bool {
+        self.kind.eq_ignore_ascii_case("pod")
     }
 }
 
@@ -408,7 +576,7 @@ mod tests {
             Review::from_json(control),
             Err(DecodeError::Json(_))
         ));
-        let lone_surrogate = br#"{"kind":"AdmissionReview","request":{"operation":"CREATE","object":{"spec":"\ud800"}}}"#;
+        let lone_surrogate = br#"{"kind":"AdmissionReview","request":{"operation":"CREATE","object":{"data":"\ud800"}}}"#;
         // The one leniency, deliberate: a lone surrogate escape in a field
         // ownerguard does not read is not checked (serde_json skips it
         // undecoded). Checking it means decoding the whole object, the cost

@@ -3,21 +3,30 @@
 //! A review is decided in two steps around the owner lookup:
 //!
 //! ```text
-//! plan(request)          -> Checks: who to look up, the patch, early denials
-//!   (lookup each owner)  -> Lookup per owner name
-//! decide(checks, lookups) -> Allowed { patch, warnings, owner } or Denial
+//! plan(request)            -> Checks: the lookups to make, the work left, early denials
+//!   (look each pod up)     -> Lookup per pod name
+//! decide(checks, lookups)  -> Allowed { patch, warnings, owner } or Denial
 //! ```
 //!
-//! Everything that needs no lookup (label syntax, the requester, UPDATE
-//! immutability, the patch itself) is settled by [`plan`], so a malformed
-//! request never costs an API call.
+//! Everything that needs no lookup (names, identities, the tuple of every
+//! reference, the requester, what an UPDATE changes) is settled by
+//! [`plan`], so a malformed request never costs an API call. [`create`]
+//! and [`update`] hold the rules of each operation; [`templates`] the pod
+//! templates a controller will make pods from.
 
-use std::collections::{BTreeSet, HashMap};
+mod create;
+mod templates;
+mod update;
+
+use std::collections::HashMap;
 
 use crate::admission::{AdmissionRequest, ObjectHead, ObjectMeta, Operation};
-use crate::error::{Denial, ObjectName};
-use crate::owner::resolve::{check_requester, label, label_owner, reference_owners};
-use crate::owner::{Claim, Lookup, Origin, OwnerLabels, Requester, RequesterCheck, Source};
+use crate::error::{Denial, ObjectName, Subject};
+use crate::names::is_namespace;
+use crate::owner::resolve::{
+    Delegate, OwnerLabels, Requester, RequesterCheck, RequesterPolicy, label, references,
+};
+use crate::owner::{Claim, Lookup, Source};
 use crate::patch::MetadataPatch;
 
 /// Which endpoint is deciding.
@@ -42,56 +51,82 @@ impl WebhookKind {
     }
 }
 
+/// Default of `--max-pod-references`: real objects carry a handful.
+pub const DEFAULT_MAX_POD_REFERENCES: usize = 32;
+
 /// The settings the decision depends on.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Policy {
     pub labels: OwnerLabels,
     pub requester_check: RequesterCheck,
+    /// Service accounts that may declare another pod of their namespace.
+    pub delegates: Vec<Delegate>,
     /// Allow, with a warning, when an owner cannot be checked.
     pub fail_open: bool,
+    /// Most Pod references one object may carry (and pods one review may
+    /// look up, beyond the label's owner): above it, 400 before any lookup.
+    pub max_pod_references: usize,
 }
 
-/// What is left to decide once the owners are looked up.
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            labels: OwnerLabels::default(),
+            requester_check: RequesterCheck::default(),
+            delegates: Vec::new(),
+            fail_open: false,
+            max_pod_references: DEFAULT_MAX_POD_REFERENCES,
+        }
+    }
+}
+
+impl Policy {
+    fn requester_policy(&self) -> RequesterPolicy<'_> {
+        RequesterPolicy {
+            mode: self.requester_check,
+            delegates: &self.delegates,
+            labels: &self.labels,
+        }
+    }
+}
+
+/// One pod to look up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookupNeed {
+    pub name: String,
+    /// The uid the object expects: a cache that agrees may answer.
+    pub uid: String,
+    /// Whether the answer must come from the API server, never from the
+    /// cache alone: it decides to put a reference back, and a stale "alive"
+    /// would tie an orphan to an owner that is gone.
+    pub fresh: bool,
+}
+
+/// What is left to decide once the pods are looked up.
 #[derive(Debug)]
 pub struct Checks {
-    pub namespace: String,
-    pub object: ObjectName,
-    /// The owners to look up; the label's owner first.
-    pub claims: Vec<Claim>,
-    patch: MetadataPatch,
-    warnings: Vec<String>,
+    pub at: Subject,
+    lookups: Vec<LookupNeed>,
+    work: Work,
+}
+
+#[derive(Debug)]
+enum Work {
+    Create(create::Work),
+    /// Boxed: an UPDATE carries the new object's metadata to put back what
+    /// it left out.
+    Update(Box<update::Work>),
 }
 
 impl Checks {
-    fn new(namespace: String, object: ObjectName) -> Self {
-        Self {
-            namespace,
-            object,
-            claims: Vec::new(),
-            patch: MetadataPatch::default(),
-            warnings: Vec::new(),
-        }
+    /// The namespace every lookup is made in.
+    pub fn namespace(&self) -> &str {
+        &self.at.namespace
     }
 
-    /// The requester check on every claim: a denial, or warnings kept.
-    fn check_requester(
-        &mut self,
-        claims: &[Claim],
-        requester: Option<&Requester>,
-        policy: &Policy,
-    ) -> Result<(), Denial> {
-        for claim in claims {
-            let warning = check_requester(
-                claim,
-                &self.object,
-                &self.namespace,
-                &policy.labels,
-                requester,
-                policy.requester_check,
-            )?;
-            self.warnings.extend(warning);
-        }
-        Ok(())
+    /// The pods to look up, one entry per name.
+    pub fn lookups(&self) -> &[LookupNeed] {
+        &self.lookups
     }
 }
 
@@ -166,17 +201,204 @@ pub fn plan(
     webhook: WebhookKind,
     policy: &Policy,
 ) -> Result<Option<Checks>, Denial> {
-    match request.operation {
-        Operation::Create => plan_create(request, webhook, policy),
-        Operation::Update => plan_update(request, webhook, policy),
-        Operation::Delete | Operation::Connect | Operation::Other(_) => Ok(None),
+    let planned = match request.operation {
+        Operation::Create => create::plan(request, webhook, policy)?,
+        Operation::Update => update::plan(request, webhook, policy)?,
+        Operation::Delete | Operation::Connect | Operation::Other(_) => None,
+    };
+    let Some(checks) = planned else {
+        return Ok(None);
+    };
+    // The work of one review is bounded: the label's owner, and at most
+    // the allowed number of references (SPEC §3 rule 10).
+    if checks.lookups.len() > policy.max_pod_references + 1 {
+        return Err(Denial::TooManyReferences {
+            owner: checks.lookups[0].name.clone(),
+            at: checks.at,
+            count: checks.lookups.len(),
+            limit: policy.max_pod_references,
+        });
+    }
+    Ok(Some(checks))
+}
+
+/// Judge the pods looked up for `checks`.
+///
+/// `lookups` holds one answer per pod name.
+///
+/// # Errors
+///
+/// The [`Denial`] of the first rule the answers break: a declared owner
+/// missing, with another uid or being deleted; a running owner's reference
+/// or labels removed; an owner that could not be checked (unless
+/// `fail_open`).
+pub fn decide(
+    checks: Checks,
+    lookups: &HashMap<String, Lookup>,
+    policy: &Policy,
+) -> Result<Allowed, Denial> {
+    let Checks { at, work, .. } = checks;
+    let mut judge = Judge {
+        at,
+        lookups,
+        fail_open: policy.fail_open,
+        warnings: Vec::new(),
+        owner: None,
+    };
+    let patch = match work {
+        Work::Create(work) => create::decide(work, &mut judge)?,
+        Work::Update(work) => update::decide(*work, &mut judge)?,
+    };
+    Ok(Allowed {
+        patch,
+        warnings: judge.warnings.into_iter().map(short_warning).collect(),
+        owner: judge.owner,
+    })
+}
+
+/// What a lookup says of a pod that must be `uid`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Liveness {
+    /// There, with that uid, not being deleted.
+    Live,
+    NotFound,
+    OtherUid,
+    Terminating,
+    /// The lookup failed: `--fail-open` decides.
+    Unknown(&'static str),
+}
+
+/// Reads the lookups for one decision, and gathers the warnings and the
+/// owner for the audit annotations as it goes.
+struct Judge<'a> {
+    at: Subject,
+    lookups: &'a HashMap<String, Lookup>,
+    fail_open: bool,
+    warnings: Vec<String>,
+    owner: Option<CheckedOwner>,
+}
+
+impl Judge<'_> {
+    fn liveness(&self, name: &str, uid: &str) -> Liveness {
+        match self.lookups.get(name).map(|lookup| &lookup.outcome) {
+            None => Liveness::Unknown("no lookup was made"),
+            Some(Err(error)) => Liveness::Unknown(error.summary()),
+            Some(Ok(None)) => Liveness::NotFound,
+            Some(Ok(Some(pod))) if pod.uid != uid => Liveness::OtherUid,
+            Some(Ok(Some(pod))) if pod.terminating => Liveness::Terminating,
+            Some(Ok(Some(_))) => Liveness::Live,
+        }
+    }
+
+    /// Remember the first owner found alive, for the audit annotations.
+    fn checked(&mut self, name: &str, uid: &str) {
+        let source = self
+            .lookups
+            .get(name)
+            .map_or(Source::Inventory, |l| l.source);
+        self.owner.get_or_insert_with(|| CheckedOwner {
+            namespace: self.at.namespace.clone(),
+            name: name.to_string(),
+            uid: uid.to_string(),
+            source,
+        });
+    }
+
+    /// A declared owner must be there, with its uid, not being deleted.
+    fn require_owner(&mut self, claim: &Claim) -> Result<(), Denial> {
+        let owner = claim.name.clone();
+        match self.liveness(&claim.name, &claim.uid) {
+            Liveness::Live => {
+                self.checked(&claim.name, &claim.uid);
+                Ok(())
+            }
+            Liveness::NotFound => Err(Denial::OwnerNotFound {
+                at: self.at.clone(),
+                owner,
+            }),
+            Liveness::OtherUid => Err(Denial::OwnerUidMismatch {
+                at: self.at.clone(),
+                owner,
+                declared: claim.uid.clone(),
+            }),
+            Liveness::Terminating => Err(Denial::OwnerTerminating {
+                at: self.at.clone(),
+                owner,
+            }),
+            Liveness::Unknown(reason) => self.unchecked(&claim.name, reason),
+        }
+    }
+
+    /// Whether pod `name` is alive with `uid`, for a decision that keeps a
+    /// live owner's ownership. A failed lookup denies (503), or under
+    /// `--fail-open` counts as gone, with a warning.
+    fn is_live(&mut self, name: &str, uid: &str) -> Result<bool, Denial> {
+        match self.liveness(name, uid) {
+            Liveness::Live => {
+                self.checked(name, uid);
+                Ok(true)
+            }
+            Liveness::Unknown(reason) => self.unchecked(name, reason).map(|()| false),
+            Liveness::NotFound | Liveness::OtherUid | Liveness::Terminating => Ok(false),
+        }
+    }
+
+    fn unchecked(&mut self, name: &str, reason: &'static str) -> Result<(), Denial> {
+        if self.fail_open {
+            self.warnings.push(format!(
+                "owner pod '{name}' not checked (lookup failed), allowed by --fail-open"
+            ));
+            Ok(())
+        } else {
+            Err(Denial::LookupFailed {
+                at: self.at.clone(),
+                owner: name.to_string(),
+                reason,
+            })
+        }
     }
 }
 
-fn declares_owner(meta: &ObjectMeta, labels: &OwnerLabels) -> bool {
-    label(meta, &labels.pod).is_some()
-        || label(meta, &labels.uid).is_some()
-        || meta.owner_references.iter().flatten().any(|r| r.is_pod())
+/// Lookups for `needs`, one per name; a name needed fresh anywhere is
+/// looked up fresh.
+fn merge_lookups(needs: impl IntoIterator<Item = LookupNeed>) -> Vec<LookupNeed> {
+    let mut merged: Vec<LookupNeed> = Vec::new();
+    for need in needs {
+        match merged.iter_mut().find(|m| m.name == need.name) {
+            Some(existing) => existing.fresh |= need.fresh,
+            None => merged.push(need),
+        }
+    }
+    merged
+}
+
+/// The request's namespace, checked: a DNS label, and the object's own
+/// when it names one. `Ok(None)` for a cluster-scoped object.
+fn namespace_of(
+    request: &AdmissionRequest,
+    meta: &ObjectMeta,
+    object: &ObjectName,
+    owner: &str,
+) -> Result<Option<String>, Denial> {
+    let invalid = |namespace: &str, problem| Denial::InvalidNamespace {
+        object: object.clone(),
+        namespace: namespace.to_string(),
+        owner: owner.to_string(),
+        problem,
+    };
+    let from_request = request.namespace.as_deref().filter(|ns| !ns.is_empty());
+    let from_object = meta.namespace.as_deref().filter(|ns| !ns.is_empty());
+    let namespace = match (from_request, from_object) {
+        (Some(request), Some(object)) if request != object => {
+            return Err(invalid(request, "is not the object's namespace"));
+        }
+        (Some(namespace), _) | (None, Some(namespace)) => namespace,
+        (None, None) => return Ok(None),
+    };
+    if !is_namespace(namespace) {
+        return Err(invalid(namespace, "is not a namespace name"));
+    }
+    Ok(Some(namespace.to_string()))
 }
 
 /// The first owner an object names, for messages where none was resolved.
@@ -184,37 +406,43 @@ fn first_declared_owner(meta: &ObjectMeta, labels: &OwnerLabels) -> String {
     label(meta, &labels.pod)
         .map(str::to_string)
         .or_else(|| {
-            meta.owner_references
+            references(meta)
                 .iter()
-                .flatten()
-                .find(|r| r.is_pod())
+                .find(|r| r.means_pod())
                 .map(|r| r.name.clone())
         })
         .unwrap_or_default()
 }
 
-/// The request's namespace, or the object's; `None` for cluster-scoped.
-fn namespace_of(request: &AdmissionRequest, meta: &ObjectMeta) -> Option<String> {
-    request
-        .namespace
-        .as_deref()
-        .or(meta.namespace.as_deref())
-        .filter(|ns| !ns.is_empty())
-        .map(str::to_string)
+/// The object under review and how messages name it.
+fn object_of(request: &AdmissionRequest) -> Result<(ObjectName, &ObjectHead), Denial> {
+    let object = object_name(request);
+    match &request.object {
+        Some(head) => Ok((object, head)),
+        None => Err(Denial::MissingObject {
+            at: Subject {
+                object,
+                namespace: request.namespace.clone().unwrap_or_default(),
+            },
+            operation: request.operation.as_str().to_string(),
+        }),
+    }
 }
 
-fn object_of<'a>(
-    request: &'a AdmissionRequest,
-    object: &ObjectName,
-) -> Result<&'a ObjectHead, Denial> {
-    request
-        .object
-        .as_ref()
-        .ok_or_else(|| Denial::MissingObject {
-            object: object.clone(),
-            namespace: request.namespace.clone().unwrap_or_default(),
-            operation: request.operation.as_str().to_string(),
-        })
+/// The pod the request comes from, judged for an object at `at`.
+fn requester_of(
+    request: &AdmissionRequest,
+    at: &Subject,
+    declared: &str,
+) -> Result<Option<Requester>, Denial> {
+    Requester::from_user_info(&request.user_info, &at.namespace).map_err(|problem| {
+        Denial::MalformedIdentity {
+            at: at.clone(),
+            owner: declared.to_string(),
+            keys: "authentication.kubernetes.io/pod-name and pod-uid",
+            problem,
+        }
+    })
 }
 
 fn cluster_scoped(object: &ObjectName, meta: &ObjectMeta, labels: &OwnerLabels) -> Denial {
@@ -230,100 +458,26 @@ fn cluster_scoped(object: &ObjectName, meta: &ObjectMeta, labels: &OwnerLabels) 
     }
 }
 
-fn plan_create(
-    request: &AdmissionRequest,
-    webhook: WebhookKind,
-    policy: &Policy,
-) -> Result<Option<Checks>, Denial> {
-    let object = object_name(request);
-    let meta = &object_of(request, &object)?.metadata;
-    let labels = &policy.labels;
-    if !declares_owner(meta, labels) {
-        return Ok(None);
-    }
-    let namespace =
-        namespace_of(request, meta).ok_or_else(|| cluster_scoped(&object, meta, labels))?;
-    let requester = Requester::from_user_info(&request.user_info);
-
-    let label_claim = label_owner(meta, &object, &namespace, labels, requester.as_ref())?;
-    let mut claims: Vec<Claim> = label_claim.iter().cloned().collect();
-    claims.extend(reference_owners(meta, &object, &namespace, |_| false)?);
-
-    let mut checks = Checks::new(namespace, object);
-    checks.check_requester(&claims, requester.as_ref(), policy)?;
-
-    let references = meta.owner_references.as_deref().unwrap_or_default();
-    let mut unblocked = BTreeSet::new();
-    if let Some(owner) = &label_claim {
-        match references.iter().position(|r| r.uid == owner.uid) {
-            None if webhook == WebhookKind::Validate => {
-                return Err(Denial::ReferenceMissing {
-                    object: checks.object,
-                    namespace: checks.namespace,
-                    owner: owner.name.clone(),
-                    uid: owner.uid.clone(),
-                });
-            }
-            None => checks
-                .patch
-                .add_owner_reference(meta, &owner.name, &owner.uid),
-            // An existing entry keeps its `controller` and is made
-            // explicitly non-blocking.
-            Some(index) => match (webhook, references[index].block_owner_deletion) {
-                (_, Some(false)) | (WebhookKind::Validate, None) => {}
-                (WebhookKind::Validate, Some(true)) => {
-                    return Err(blocking(&checks, &owner.name));
-                }
-                (WebhookKind::Mutate, blocking_flag) => {
-                    if blocking_flag == Some(true) {
-                        checks.warnings.push(unblock_warning(&owner.name));
-                    }
-                    checks.patch.unblock_owner_reference(index);
-                    unblocked.insert(index);
-                }
-            },
-        }
-        if webhook == WebhookKind::Mutate && label(meta, &labels.uid).is_none() {
-            checks.patch.add_label(meta, &labels.uid, &owner.uid);
-        }
-    }
-    unblock_references(&mut checks, &claims, meta, webhook, &mut unblocked)?;
-    checks.claims = claims;
-    Ok(Some(checks))
-}
-
-/// Make every Pod reference among `claims` non-blocking (mutate), or deny
-/// a blocking one (validate).
-fn unblock_references(
-    checks: &mut Checks,
-    claims: &[Claim],
-    meta: &ObjectMeta,
-    webhook: WebhookKind,
-    unblocked: &mut BTreeSet<usize>,
-) -> Result<(), Denial> {
-    let references = meta.owner_references.as_deref().unwrap_or_default();
-    for claim in claims {
-        let Origin::Reference(index) = claim.origin else {
-            continue;
-        };
-        if references[index].block_owner_deletion != Some(true) || unblocked.contains(&index) {
-            continue;
-        }
-        if webhook == WebhookKind::Validate {
-            return Err(blocking(checks, &claim.name));
-        }
-        checks.warnings.push(unblock_warning(&claim.name));
-        checks.patch.unblock_owner_reference(index);
-        unblocked.insert(index);
+/// More Pod references than the policy allows: 400, before any lookup.
+fn check_reference_count(meta: &ObjectMeta, at: &Subject, policy: &Policy) -> Result<(), Denial> {
+    let pods = references(meta).iter().filter(|r| r.means_pod());
+    let count = pods.clone().count();
+    if count > policy.max_pod_references {
+        return Err(Denial::TooManyReferences {
+            at: at.clone(),
+            owner: pods.map(|r| r.name.clone()).next().unwrap_or_default(),
+            count,
+            limit: policy.max_pod_references,
+        });
     }
     Ok(())
 }
 
-fn blocking(checks: &Checks, owner: &str) -> Denial {
+fn blocking(at: &Subject, owner: &str, labelled: bool) -> Denial {
     Denial::BlockingReference {
-        object: checks.object.clone(),
-        namespace: checks.namespace.clone(),
+        at: at.clone(),
         owner: owner.to_string(),
+        labelled,
     }
 }
 
@@ -331,195 +485,6 @@ fn unblock_warning(owner: &str) -> String {
     format!(
         "blockOwnerDeletion set to false on the ownerReference to pod '{owner}': true needs pods/finalizers update"
     )
-}
-
-fn plan_update(
-    request: &AdmissionRequest,
-    webhook: WebhookKind,
-    policy: &Policy,
-) -> Result<Option<Checks>, Denial> {
-    let object = object_name(request);
-    let meta = &object_of(request, &object)?.metadata;
-    let labels = &policy.labels;
-    let old = request.old_object.as_ref().map(|o| &o.metadata);
-    if !declares_owner(meta, labels) && !old.is_some_and(|old| declares_owner(old, labels)) {
-        return Ok(None);
-    }
-    let namespace = match namespace_of(request, meta) {
-        Some(namespace) => namespace,
-        None if declares_owner(meta, labels) => return Err(cluster_scoped(&object, meta, labels)),
-        None => return Ok(None),
-    };
-    let Some(old) = old else {
-        return Err(Denial::MissingOldObject {
-            object,
-            namespace,
-            owner: first_declared_owner(meta, labels),
-        });
-    };
-
-    // Ownership is set at creation: the owner labels may not be added,
-    // changed or removed.
-    // The owner of record is the old object's.
-    let owner = label(old, &labels.pod)
-        .or(label(meta, &labels.pod))
-        .unwrap_or_default()
-        .to_string();
-    for key in [&labels.pod, &labels.uid] {
-        let (before, after) = (label(old, key), label(meta, key));
-        if before != after {
-            let shown = |v: Option<&str>| v.map_or("(none)".to_string(), |v| format!("'{v}'"));
-            return Err(Denial::OwnerLabelChanged {
-                object,
-                namespace,
-                owner,
-                key: key.clone(),
-                old: shown(before),
-                new: shown(after),
-            });
-        }
-    }
-
-    let mut checks = Checks::new(namespace, object);
-    let old_references = old.owner_references.as_deref().unwrap_or_default();
-    let references = meta.owner_references.as_deref().unwrap_or_default();
-    let mut unblocked = BTreeSet::new();
-
-    // The owner reference the old object had must stay, non-blocking. An
-    // object labelled before ownerguard was installed has none: it can
-    // still be updated.
-    if let Some(owner_name) = label(old, &labels.pod) {
-        let owner_uid = label(old, &labels.uid);
-        let owner_references = old_references.iter().filter(|r| {
-            r.is_pod() && r.name == owner_name && owner_uid.is_none_or(|uid| uid == r.uid)
-        });
-        for old_reference in owner_references {
-            let Some(index) = references.iter().position(|r| r.uid == old_reference.uid) else {
-                return Err(Denial::OwnerReferenceRemoved {
-                    object: checks.object,
-                    namespace: checks.namespace,
-                    owner: owner_name.to_string(),
-                    uid: old_reference.uid.clone(),
-                });
-            };
-            if references[index].block_owner_deletion == Some(true) && unblocked.insert(index) {
-                if webhook == WebhookKind::Validate {
-                    return Err(blocking(&checks, owner_name));
-                }
-                checks.warnings.push(unblock_warning(owner_name));
-                checks.patch.unblock_owner_reference(index);
-            }
-        }
-    }
-
-    // Pod references the update adds are checked as on CREATE.
-    let known: BTreeSet<&str> = old_references
-        .iter()
-        .filter(|r| r.is_pod())
-        .map(|r| r.uid.as_str())
-        .collect();
-    let added = reference_owners(meta, &checks.object, &checks.namespace, |uid| {
-        known.contains(uid)
-    })?;
-    let requester = Requester::from_user_info(&request.user_info);
-    checks.check_requester(&added, requester.as_ref(), policy)?;
-    unblock_references(&mut checks, &added, meta, webhook, &mut unblocked)?;
-    checks.claims = added;
-    Ok(Some(checks))
-}
-
-/// Judge the owners looked up for `checks`.
-///
-/// `lookups` holds one answer per owner name.
-///
-/// # Errors
-///
-/// The [`Denial`] of the first owner that is missing, has another uid, is
-/// being deleted, or could not be checked (unless `fail_open`).
-pub fn decide(
-    checks: Checks,
-    lookups: &HashMap<String, Lookup>,
-    policy: &Policy,
-) -> Result<Allowed, Denial> {
-    let Checks {
-        namespace,
-        object,
-        claims,
-        patch,
-        mut warnings,
-    } = checks;
-    let mut owner = None;
-    for claim in &claims {
-        let lookup = lookups.get(&claim.name);
-        let deny_lookup = |reason: String| Denial::LookupFailed {
-            object: object.clone(),
-            namespace: namespace.clone(),
-            owner: claim.name.clone(),
-            reason,
-        };
-        let source = match lookup {
-            None => return Err(deny_lookup("no lookup was made".to_string())),
-            Some(Lookup {
-                outcome: Err(error),
-                ..
-            }) if !policy.fail_open => {
-                return Err(deny_lookup(error.to_string()));
-            }
-            Some(Lookup {
-                outcome: Err(_),
-                source,
-            }) => {
-                warnings.push(format!(
-                    "owner pod '{}' not checked (lookup failed), allowed by --fail-open",
-                    claim.name
-                ));
-                *source
-            }
-            Some(Lookup {
-                outcome: Ok(None), ..
-            }) => {
-                return Err(Denial::OwnerNotFound {
-                    object,
-                    namespace,
-                    owner: claim.name.clone(),
-                });
-            }
-            Some(Lookup {
-                outcome: Ok(Some(pod)),
-                ..
-            }) if pod.uid != claim.uid => {
-                return Err(Denial::OwnerUidMismatch {
-                    object,
-                    namespace,
-                    owner: claim.name.clone(),
-                    declared: claim.uid.clone(),
-                    actual: pod.uid.clone(),
-                });
-            }
-            Some(Lookup {
-                outcome: Ok(Some(pod)),
-                ..
-            }) if pod.terminating => {
-                return Err(Denial::OwnerTerminating {
-                    object,
-                    namespace,
-                    owner: claim.name.clone(),
-                });
-            }
-            Some(Lookup { source, .. }) => *source,
-        };
-        owner.get_or_insert_with(|| CheckedOwner {
-            namespace: namespace.clone(),
-            name: claim.name.clone(),
-            uid: claim.uid.clone(),
-            source,
-        });
-    }
-    Ok(Allowed {
-        patch,
-        warnings: warnings.into_iter().map(short_warning).collect(),
-        owner,
-    })
 }
 
 /// The API server turns each warning into a `Warning` header, which

@@ -8,20 +8,23 @@
 //! moment ago may not be there yet, and a pod deleted a moment ago may still
 //! be. That is why a miss or a uid mismatch is always checked again live
 //! (see [`crate::owner::cluster`]): the cache is only trusted when it
-//! agrees with the object. A relist after a dropped watch or a 410 Gone is
-//! built aside and swapped in whole at its end (`InitDone`), so lookups
-//! never see a half-filled index.
+//! agrees with the object, and only while its watch is healthy
+//! ([`WatchHealth`]): once the watch has failed, or has said nothing (no
+//! event, no bookmark) for longer than the silence limit, hits are checked
+//! live too until it speaks again. A relist after a 410 Gone is built aside
+//! and swapped in whole at its end, so lookups never see a half-filled
+//! index.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PartialObjectMeta};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::api::{Api, ListParams, PartialObjectMeta, WatchEvent, WatchParams};
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
@@ -111,6 +114,14 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// The `scope` label of the watch metrics: `all`, or the namespace.
+    pub fn label(&self) -> &str {
+        match self {
+            Self::All => "all",
+            Self::Namespace(namespace) => namespace,
+        }
+    }
+
     pub fn covers(&self, namespace: &str) -> bool {
         match self {
             Self::All => true,
@@ -260,13 +271,40 @@ impl PodIndex {
     }
 }
 
-/// Which pods the watch covers: `--namespace` (none: all) and
-/// `--owner-selector`.
-#[derive(Debug, Clone, Default)]
+/// Which pods the watch covers (`--namespace`, none: all;
+/// `--owner-selector`), and how long a silent watch stays trusted.
+#[derive(Debug, Clone)]
 pub struct WatchSettings {
     pub namespaces: Vec<String>,
     pub selector: Option<String>,
+    /// `--watch-silence-limit`.
+    pub silence_limit: Duration,
 }
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        Self {
+            namespaces: Vec::new(),
+            selector: None,
+            silence_limit: DEFAULT_SILENCE_LIMIT,
+        }
+    }
+}
+
+/// The API server's watch cache sends each watcher a bookmark about every
+/// minute: 90 s without one is a watch that has stopped speaking.
+pub const DEFAULT_SILENCE_LIMIT: Duration = Duration::from_secs(90);
+
+/// How long the API server keeps one watch open before the client starts
+/// the next (client-go's reflector and kube's watcher use the same).
+const WATCH_TIMEOUT_SECONDS: u32 = 290;
+
+/// A watch stream that stays quiet this much longer than its own time-out
+/// is a dead connection.
+const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(10);
+
+/// Pods per page of a relist.
+const LIST_PAGE: u32 = 500;
 
 impl WatchSettings {
     pub fn scopes(&self) -> Vec<Scope> {
@@ -282,11 +320,55 @@ impl WatchSettings {
     }
 }
 
-/// One watch per scope, each marking itself synced after its first full
-/// list.
+/// What is known of one watch's health: whether its cache hits can be
+/// trusted.
+pub struct WatchHealth {
+    /// Listed once: the index can answer at all.
+    synced: AtomicBool,
+    /// Failed since it last showed life: hits are checked live.
+    failing: AtomicBool,
+    /// When it last showed life (an event, a bookmark, a completed list),
+    /// in milliseconds since `epoch`.
+    last_heard_ms: AtomicU64,
+    epoch: Instant,
+}
+
+impl WatchHealth {
+    fn new() -> Self {
+        Self {
+            synced: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
+            last_heard_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn heard(&self) {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_heard_ms.store(now, Ordering::SeqCst);
+        self.failing.store(false, Ordering::SeqCst);
+    }
+
+    /// How long since the watch last showed life.
+    pub fn silence(&self) -> Duration {
+        let heard = Duration::from_millis(self.last_heard_ms.load(Ordering::SeqCst));
+        self.epoch.elapsed().saturating_sub(heard)
+    }
+
+    /// Whether a cache hit of this watch may answer alone: it has listed,
+    /// has not failed since, and spoke within `silence_limit`.
+    pub fn trusted(&self, silence_limit: Duration) -> bool {
+        self.synced.load(Ordering::SeqCst)
+            && !self.failing.load(Ordering::SeqCst)
+            && self.silence() <= silence_limit
+    }
+}
+
+/// One watch per scope.
 pub struct Watches {
     pub index: Arc<PodIndex>,
-    scopes: Vec<(Scope, Arc<AtomicBool>)>,
+    scopes: Vec<(Scope, Arc<WatchHealth>)>,
+    silence_limit: Duration,
 }
 
 impl Watches {
@@ -295,7 +377,7 @@ impl Watches {
     pub fn is_synced(&self) -> bool {
         self.scopes
             .iter()
-            .all(|(_, synced)| synced.load(Ordering::SeqCst))
+            .all(|(_, health)| health.synced.load(Ordering::SeqCst))
     }
 
     /// Whether the index covers `namespace` at all.
@@ -303,72 +385,276 @@ impl Watches {
         self.scopes.iter().any(|(scope, _)| scope.covers(namespace))
     }
 
+    /// Whether a cache hit in `namespace` may answer alone (SPEC §4): the
+    /// watch covering it is synced, has not failed since it last spoke,
+    /// and spoke within the silence limit. Otherwise hits are checked live.
+    pub fn trusted(&self, namespace: &str) -> bool {
+        self.scopes
+            .iter()
+            .find(|(scope, _)| scope.covers(namespace))
+            .is_some_and(|(_, health)| health.trusted(self.silence_limit))
+    }
+
+    /// Whether the watch covering `namespace` spoke within the silence
+    /// limit, failed or not: its hit may still stand in for a live answer
+    /// that could not be had (the API server unreachable), so that the
+    /// staleness of any answer stays within the limit.
+    pub fn recent(&self, namespace: &str) -> bool {
+        self.scopes
+            .iter()
+            .find(|(scope, _)| scope.covers(namespace))
+            .is_some_and(|(_, health)| {
+                health.synced.load(Ordering::SeqCst) && health.silence() <= self.silence_limit
+            })
+    }
+
+    /// Whether every watch may be trusted now (the health metric).
+    pub fn all_trusted(&self) -> bool {
+        self.scopes
+            .iter()
+            .all(|(_, health)| health.trusted(self.silence_limit))
+    }
+
     /// Start the watches on `client`, in the background.
     pub fn spawn(client: kube::Client, settings: &WatchSettings, metrics: Arc<Metrics>) -> Self {
         let index = Arc::new(PodIndex::default());
         let mut scopes = Vec::new();
         for scope in settings.scopes() {
-            let synced = Arc::new(AtomicBool::new(false));
+            let health = Arc::new(WatchHealth::new());
             let api: Api<PartialObjectMeta<Pod>> = match &scope {
                 Scope::All => Api::all(client.clone()),
                 Scope::Namespace(ns) => Api::namespaced(client.clone(), ns),
             };
-            let mut config = watcher::Config::default();
-            if let Some(selector) = &settings.selector {
-                config = config.labels(selector);
-            }
-            tokio::spawn(run(
+            let watch = Watch {
                 api,
-                config,
-                scope.clone(),
-                index.clone(),
-                synced.clone(),
-                metrics.clone(),
-            ));
-            scopes.push((scope, synced));
+                selector: settings.selector.clone(),
+                scope: scope.clone(),
+                index: index.clone(),
+                health: health.clone(),
+                metrics: metrics.clone(),
+            };
+            tokio::spawn(watch.run());
+            scopes.push((scope, health));
         }
-        Self { index, scopes }
+        tokio::spawn(report_health(
+            scopes.clone(),
+            settings.silence_limit,
+            metrics,
+        ));
+        Self {
+            index,
+            scopes,
+            silence_limit: settings.silence_limit,
+        }
     }
 }
 
-/// Feed `index` from one watch, forever. The watcher re-lists after a 410
-/// Gone and reconnects after a drop, with kube's default backoff.
-async fn run(
+/// One list-then-watch loop feeding the index.
+///
+/// Written on kube's `list_metadata` and `watch_metadata` rather than its
+/// `watcher`, because the watcher consumes bookmarks without a sign: the
+/// health of the watch is read from bookmarks (SPEC §4), so they must be
+/// seen here.
+struct Watch {
     api: Api<PartialObjectMeta<Pod>>,
-    config: watcher::Config,
+    selector: Option<String>,
     scope: Scope,
     index: Arc<PodIndex>,
-    synced: Arc<AtomicBool>,
+    health: Arc<WatchHealth>,
     metrics: Arc<Metrics>,
-) {
-    let stream = watcher::watcher(api, config).default_backoff();
-    futures::pin_mut!(stream);
-    let mut relist: Option<Relist> = None;
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(Event::Init) => relist = Some(Relist::default()),
-            Ok(Event::InitApply(pod)) => relist
-                .get_or_insert_with(Relist::default)
-                .add(&pod.metadata),
-            Ok(Event::InitDone) => {
-                index.replace(&scope, relist.take().unwrap_or_default());
-                metrics.set_cache_pods(index.len());
-                if !synced.swap(true, Ordering::SeqCst) {
-                    info!(?scope, pods = index.len(), "owner cache synced");
-                }
-            }
-            Ok(Event::Apply(pod)) => {
-                index.apply(&pod.metadata);
-                metrics.set_cache_pods(index.len());
-            }
-            Ok(Event::Delete(pod)) => {
-                index.delete(&pod.metadata);
-                metrics.set_cache_pods(index.len());
-            }
-            Err(error) => {
-                warn!(?scope, %error, "pod watch failed; retrying, the cache keeps serving")
+}
+
+/// Why a watch stream ended.
+enum Ended {
+    /// The server closed it at its time-out: resume from the last version.
+    Closed,
+    /// 410 Gone: the version is too old, relist.
+    Expired,
+    /// A failure: resume after a backoff.
+    Failed,
+}
+
+impl Watch {
+    async fn run(self) {
+        let mut backoff = Backoff::default();
+        let mut resource_version: Option<String> = None;
+        loop {
+            let version = match resource_version.take() {
+                Some(version) => version,
+                None => match self.relist().await {
+                    Ok(version) => version,
+                    Err(error) => {
+                        self.failed(&format!("relist failed: {error}"));
+                        tokio::time::sleep(backoff.next()).await;
+                        continue;
+                    }
+                },
+            };
+            let (ended, version) = self.watch(version).await;
+            resource_version = version;
+            match ended {
+                Ended::Closed => backoff.reset(),
+                Ended::Expired => resource_version = None,
+                Ended::Failed => tokio::time::sleep(backoff.next()).await,
             }
         }
+    }
+
+    /// List every pod of the scope, page by page, into a new index swapped
+    /// in whole at the end. Returns the list's resourceVersion.
+    async fn relist(&self) -> Result<String, kube::Error> {
+        let mut relist = Relist::default();
+        let mut params = ListParams::default().limit(LIST_PAGE);
+        if let Some(selector) = &self.selector {
+            params = params.labels(selector);
+        }
+        let version = loop {
+            let page = self.api.list_metadata(&params).await?;
+            for pod in &page.items {
+                relist.add(&pod.metadata);
+            }
+            match page.metadata.continue_.filter(|token| !token.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break page.metadata.resource_version.unwrap_or_default(),
+            }
+        };
+        self.index.replace(&self.scope, relist);
+        self.metrics.set_cache_pods(self.index.len());
+        self.health.heard();
+        if !self.health.synced.swap(true, Ordering::SeqCst) {
+            info!(scope = ?self.scope, pods = self.index.len(), "owner cache synced");
+        }
+        Ok(version)
+    }
+
+    /// Watch from `version` until the stream ends; how it ended and the
+    /// version to resume from (`None`: relist).
+    async fn watch(&self, mut version: String) -> (Ended, Option<String>) {
+        // Bookmarks are on by default: they are the watch's heartbeat.
+        let mut params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
+        debug_assert!(params.bookmarks);
+        if let Some(selector) = &self.selector {
+            params = params.labels(selector);
+        }
+        let stream = match self.api.watch_metadata(&params, &version).await {
+            Ok(stream) => stream,
+            Err(kube::Error::Api(status)) if status.code == 410 => {
+                self.failed("watch expired (410 Gone), relisting");
+                return (Ended::Expired, None);
+            }
+            Err(error) => {
+                self.failed(&format!("watch failed: {error}"));
+                return (Ended::Failed, Some(version));
+            }
+        };
+        futures::pin_mut!(stream);
+        let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS)) + WATCH_IDLE_MARGIN;
+        loop {
+            let event = match tokio::time::timeout(idle, stream.next()).await {
+                Err(_) => {
+                    self.failed("watch stream silent past its time-out");
+                    return (Ended::Failed, Some(version));
+                }
+                Ok(None) => return (Ended::Closed, Some(version)),
+                Ok(Some(Err(error))) => {
+                    self.failed(&format!("watch stream broke: {error}"));
+                    return (Ended::Failed, Some(version));
+                }
+                Ok(Some(Ok(event))) => event,
+            };
+            let metadata = match &event {
+                WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+                    self.index.apply(&pod.metadata);
+                    &pod.metadata
+                }
+                WatchEvent::Deleted(pod) => {
+                    self.index.delete(&pod.metadata);
+                    &pod.metadata
+                }
+                WatchEvent::Bookmark(bookmark) => {
+                    version.clone_from(&bookmark.metadata.resource_version);
+                    self.health.heard();
+                    continue;
+                }
+                WatchEvent::Error(status) if status.code == 410 => {
+                    self.failed("watch expired (410 Gone), relisting");
+                    return (Ended::Expired, None);
+                }
+                WatchEvent::Error(status) => {
+                    self.failed(&format!("watch error {}: {}", status.code, status.message));
+                    return (Ended::Failed, Some(version));
+                }
+            };
+            if let Some(resource_version) = &metadata.resource_version {
+                version.clone_from(resource_version);
+            }
+            self.metrics.set_cache_pods(self.index.len());
+            self.health.heard();
+        }
+    }
+
+    fn failed(&self, what: &str) {
+        let was_failing = self.health.failing.swap(true, Ordering::SeqCst);
+        self.metrics.count_watch_failure(self.scope.label());
+        if !was_failing {
+            warn!(scope = ?self.scope, "{what}; cache hits are checked live until the watch recovers");
+        }
+    }
+}
+
+/// Every few seconds, the health of each watch as a lookup would judge it
+/// now: the gauge `ownerguard_owner_watch_healthy`, and a log line when it
+/// changes (silence is a change that no event announces).
+async fn report_health(
+    scopes: Vec<(Scope, Arc<WatchHealth>)>,
+    silence_limit: Duration,
+    metrics: Arc<Metrics>,
+) {
+    let mut trusted: Vec<Option<bool>> = vec![None; scopes.len()];
+    let mut tick = tokio::time::interval(HEALTH_REPORT_INTERVAL);
+    loop {
+        tick.tick().await;
+        for ((scope, health), was) in scopes.iter().zip(trusted.iter_mut()) {
+            let now = health.trusted(silence_limit);
+            metrics.set_watch_healthy(scope.label(), now);
+            if health.synced.load(Ordering::SeqCst) && *was != Some(now) {
+                if now {
+                    info!(?scope, "pod watch healthy: cache hits answer alone");
+                } else {
+                    warn!(?scope, silent_for = ?health.silence(), "pod watch failing or silent: cache hits are checked live");
+                }
+                *was = Some(now);
+            }
+        }
+    }
+}
+
+/// How often the watch-health gauge is set.
+const HEALTH_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Exponential backoff with jitter between failed watches: 0.5 s doubling
+/// to 30 s.
+#[derive(Default)]
+struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    fn next(&mut self) -> Duration {
+        let base = Duration::from_millis(500) * 2u32.saturating_pow(self.failures.min(6));
+        self.failures = self.failures.saturating_add(1);
+        let base = base.min(Duration::from_secs(30));
+        // Up to a quarter of jitter, from the clock's nanoseconds: enough
+        // to spread replicas that failed together.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let jitter = base.mul_f64(f64::from(nanos % 250) / 1000.0);
+        base + jitter
+    }
+
+    fn reset(&mut self) {
+        self.failures = 0;
     }
 }
 

@@ -4,16 +4,24 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::admit::{Policy, WebhookKind};
+use crate::admit::{DEFAULT_MAX_POD_REFERENCES, Policy, WebhookKind};
 use crate::duration::parse_flag as duration;
-use crate::owner::{OwnerLabels, RequesterCheck};
+use crate::owner::{Delegate, OwnerLabels, RequesterCheck};
 
 /// ownerguard: ties what a worker pod creates to that pod with a correct,
 /// non-blocking ownerReference, and refuses the objects whose owner is wrong.
 #[derive(Debug, Parser)]
-#[command(name = "ownerguard", version, propagate_version = true)]
+// A flag given twice takes its last value, so that a chart's extraArgs can
+// override what the chart itself sets (--addr, --lookup-timeout...).
+#[command(
+    name = "ownerguard",
+    version,
+    propagate_version = true,
+    args_override_self = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -29,6 +37,8 @@ pub enum LogFormat {
     Json,
 }
 
+// Parsed once at start-up: the size of the serve variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the admission webhooks over HTTPS (/mutate, /validate), with
@@ -104,11 +114,28 @@ pub struct PolicyArgs {
     #[arg(long, value_enum, default_value_t = RequesterCheck::Enforce)]
     pub requester_check: RequesterCheck,
 
+    /// A service account (NAMESPACE/NAME; repeat or comma-separate) whose
+    /// pods may declare another pod of their own namespace as owner: a broker
+    /// that creates agents for the workers of its namespace. The owner is
+    /// still looked up and checked.
+    #[arg(
+        long = "delegate",
+        value_delimiter = ',',
+        value_name = "NAMESPACE/NAME"
+    )]
+    pub delegates: Vec<Delegate>,
+
     /// Allow, with a warning, when an owner cannot be looked up (API server
     /// down or slower than the budget) instead of denying with 503. Pair it
     /// with failurePolicy: Ignore.
     #[arg(long)]
     pub fail_open: bool,
+
+    /// Most Pod ownerReferences one object may carry: above it the object is
+    /// denied (400) before any lookup, so that no create turns into
+    /// thousands of API calls.
+    #[arg(long, default_value_t = DEFAULT_MAX_POD_REFERENCES, value_parser = clap::value_parser!(u16).range(1..=1000).map(usize::from))]
+    pub max_pod_references: usize,
 }
 
 impl PolicyArgs {
@@ -116,13 +143,15 @@ impl PolicyArgs {
         Policy {
             labels: OwnerLabels::new(&self.key_prefix),
             requester_check: self.requester_check,
+            delegates: self.delegates.clone(),
             fail_open: self.fail_open,
+            max_pod_references: self.max_pod_references,
         }
     }
 }
 
 fn key_prefix(text: &str) -> Result<String, String> {
-    if crate::owner::resolve::is_pod_name(text) && text.len() <= 253 {
+    if crate::names::is_pod_name(text) {
         Ok(text.to_string())
     } else {
         Err(format!(
@@ -202,6 +231,23 @@ pub struct ServeArgs {
     /// After the listener closes, how long in-flight requests may run.
     #[arg(long, default_value = "25s", value_parser = duration)]
     pub shutdown_timeout: Duration,
+
+    /// Most live owner GETs in flight at once, across all reviews; a lookup
+    /// that finds no room before its deadline fails (503, or allowed under
+    /// --fail-open).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
+    pub lookup_concurrency: usize,
+
+    /// Most live owner GETs per second, across all reviews (a token bucket
+    /// with a burst of as many); the same failure when none is left in time.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..).map(u32::from))]
+    pub lookup_rate: u32,
+
+    /// A pod watch that has seen no event and no bookmark for this long is
+    /// no longer trusted: its cache hits are checked live until it speaks
+    /// again. The API server sends a bookmark about every minute.
+    #[arg(long, default_value = "90s", value_parser = duration)]
+    pub watch_silence_limit: Duration,
 
     #[command(flatten)]
     pub policy: PolicyArgs,

@@ -26,8 +26,9 @@ pub enum DecodeError {
     NoRequest,
 }
 
-/// Why an owner could not be checked: the API did not answer in time or
-/// answered with an error. Never a verdict on the owner itself.
+/// Why an owner could not be checked: the API did not answer in time,
+/// answered with an error, or ownerguard's own bound on lookups was
+/// reached. Never a verdict on the owner itself.
 #[derive(Debug, thiserror::Error)]
 pub enum LookupError {
     /// No answer inside the request's time budget.
@@ -39,6 +40,30 @@ pub enum LookupError {
         #[source]
         source: kube::Error,
     },
+    /// ownerguard's cap on live lookups (concurrency or rate) left no room
+    /// inside the request's time budget.
+    #[error("owner lookup throttled: {limit}")]
+    Throttled { limit: &'static str },
+}
+
+impl LookupError {
+    /// What a denial says about the failure: a sentence, never the API
+    /// error itself (that goes to the log).
+    pub fn summary(&self) -> &'static str {
+        match self {
+            Self::TimedOut { .. } => "the API server did not answer in time",
+            Self::Api {
+                source: kube::Error::Api(status),
+            } if status.code == 401 || status.code == 403 => {
+                "the API server refused ownerguard's lookup"
+            }
+            Self::Api {
+                source: kube::Error::Api(_),
+            } => "the API server answered with an error",
+            Self::Api { .. } => "the API server could not be reached",
+            Self::Throttled { .. } => "ownerguard's limit on live lookups was reached",
+        }
+    }
 }
 
 /// How an object is named in messages and logs: by name, or by
@@ -67,29 +92,76 @@ impl fmt::Display for ObjectName {
     }
 }
 
+/// Where a denial happened: the object and its namespace, as every
+/// message names them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    pub object: ObjectName,
+    pub namespace: String,
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} in namespace '{}'",
+            self.object,
+            Shown(&self.namespace)
+        )
+    }
+}
+
+/// A value the client wrote, shown in a message: cut at 64 characters and
+/// with control characters escaped, so a crafted value cannot make a
+/// message of megabytes or forge lines in a log.
+pub struct Shown<'a>(pub &'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const MAX_CHARS: usize = 64;
+        for (count, c) in self.0.chars().enumerate() {
+            if count == MAX_CHARS {
+                return f.write_str("...");
+            }
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A request ownerguard refuses, and why.
+///
+/// Every message names the object, its namespace, the owner and the fix.
+/// None carries what the requester did not name itself: the uid of a pod
+/// that was looked up, or an API error (SPEC §3, "Messages").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Denial {
-    /// The owner label is empty or not a pod name.
+    /// The owner label (or the name annotation of `Self`) is empty or not a
+    /// pod name.
     #[error(
-        "{object} in namespace '{namespace}': label {key} is '{value}', which is not a pod name: \
-         set it to the name of the worker pod that owns this object (a pod's hostname is its name)"
+        "{at}: {what} {key} is '{}', which is not a pod name: set label {pod_key} to the name of the \
+         worker pod that owns this object, from the downward API (metadata.name), or to 'Self' when \
+         the worker creates the object with its own pod-bound token", Shown(.value)
     )]
     InvalidOwnerName {
-        object: ObjectName,
-        namespace: String,
+        at: Subject,
+        what: &'static str,
         key: String,
+        pod_key: String,
         value: String,
     },
 
     /// The uid label is present but empty or malformed.
     #[error(
-        "{object} in namespace '{namespace}': label {key} of owner pod '{owner}' is '{value}', which \
-         is not a uid: pass the uid of the running pod (downward API metadata.uid)"
+        "{at}: label {key} of owner pod '{}' is '{}', which is not a uid: pass the uid of the \
+         running pod (downward API metadata.uid)", Shown(.owner), Shown(.value)
     )]
     InvalidOwnerUid {
-        object: ObjectName,
-        namespace: String,
+        at: Subject,
         owner: String,
         key: String,
         value: String,
@@ -97,100 +169,120 @@ pub enum Denial {
 
     /// No uid label, and the request does not come from the owner pod.
     #[error(
-        "{object} in namespace '{namespace}': the uid of owner pod '{owner}' is unknown: set label \
-         {key} to the uid of the running pod (downward API metadata.uid), or create the object with \
-         the owner pod's own service account token"
+        "{at}: the uid of owner pod '{owner}' is unknown: set label {key} to the uid of the running \
+         pod (downward API metadata.uid), or create the object with the owner pod's own pod-bound \
+         service-account token"
     )]
     MissingOwnerUid {
-        object: ObjectName,
-        namespace: String,
+        at: Subject,
         owner: String,
         key: String,
     },
 
     /// The uid label disagrees with the uid of the requesting owner pod.
     #[error(
-        "{object} in namespace '{namespace}': owner pod '{owner}' has uid '{requester_uid}', not \
-         '{declared}': pass the uid of the running pod (downward API metadata.uid)"
+        "{at}: label {key} is '{}', but the request comes from owner pod '{owner}' itself, whose uid \
+         differs: pass the uid of the running pod (downward API metadata.uid), or leave the label \
+         out", Shown(.declared)
     )]
     UidDisagreesWithRequester {
-        object: ObjectName,
-        namespace: String,
+        at: Subject,
         owner: String,
+        key: String,
         declared: String,
-        requester_uid: String,
     },
 
     /// A pod-bound requester declares another pod as owner.
     #[error(
-        "{object} in namespace '{namespace}': the request comes from pod '{requester}' but declares \
-         pod '{owner}' as owner: a worker may only declare itself, so label the object with {key}: \
-         {requester_name} and create it in the worker's namespace '{requester_namespace}'"
+        "{at}: the request comes from pod '{requester}' but declares pod '{owner}' as owner: a worker \
+         may only declare itself, so label the object with {key}: {requester} (its name from the \
+         downward API, metadata.name) or {key}: Self; a pod that creates objects for other pods of \
+         its namespace needs its service account '{service_account}' on ownerguard's delegate list \
+         (--delegate {service_account})"
     )]
     RequesterNotOwner {
-        object: ObjectName,
-        namespace: String,
+        at: Subject,
         owner: String,
-        /// `namespace/name` of the requesting pod.
         requester: String,
-        requester_name: String,
-        requester_namespace: String,
+        /// `namespace/name` of the requester's service account.
+        service_account: String,
         key: String,
+    },
+
+    /// `Self` declared by a request that carries no pod identity.
+    #[error(
+        "{at}: label {key} is 'Self', which means the pod that sends the request, but this request \
+         carries no pod identity (it is not made with a pod-bound service-account token of namespace \
+         '{}'): label the object with the owner pod's name and uid instead", Shown(&.at.namespace)
+    )]
+    SelfWithoutPodIdentity { at: Subject, key: String },
+
+    /// The name annotation without `Self`.
+    #[error(
+        "{at}: annotation {key} names owner pod '{}' but label {pod_key} is not 'Self': the \
+         annotation only completes {pod_key}: Self, so remove it or set the label to 'Self'",
+        Shown(.owner)
+    )]
+    StrayOwnerAnnotation {
+        at: Subject,
+        owner: String,
+        key: String,
+        pod_key: String,
+    },
+
+    /// A uid label (or name annotation) without the owner-pod label.
+    #[error(
+        "{at}: {key} is set without label {pod_key}, so it names no owner: add label {pod_key} with \
+         the owner pod's name, or remove {key}"
+    )]
+    HalfClaim {
+        at: Subject,
+        key: String,
+        pod_key: String,
     },
 
     /// The owner pod is not in the object's namespace.
     #[error(
-        "{object}: owner pod '{owner}' not found in namespace '{namespace}': an ownerReference only \
-         holds in the namespace of its owner, so the worker must run in the namespace of the objects \
-         it creates"
+        "{}: owner pod '{owner}' not found in namespace '{}': an ownerReference only holds in the \
+         namespace of its owner, so the worker must run in the namespace of the objects it creates",
+        .at.object, .at.namespace
     )]
-    OwnerNotFound {
-        object: ObjectName,
-        namespace: String,
-        owner: String,
-    },
+    OwnerNotFound { at: Subject, owner: String },
 
     /// The owner pod exists with another uid: a stale uid, or a new pod of
-    /// the same name.
+    /// the same name. The real uid is not shown: the worker knows its own.
     #[error(
-        "{object} in namespace '{namespace}': owner pod '{owner}' has uid '{actual}', not '{declared}': \
-         pass the uid of the running pod (downward API metadata.uid)"
+        "{at}: owner pod '{owner}' does not have uid '{}' (a stale uid, or another pod of the same \
+         name): pass the uid of the running pod (downward API metadata.uid)", Shown(.declared)
     )]
     OwnerUidMismatch {
-        object: ObjectName,
-        namespace: String,
+        at: Subject,
         owner: String,
         declared: String,
-        actual: String,
     },
 
     /// The owner pod is being deleted.
     #[error(
-        "{object} in namespace '{namespace}': owner pod '{owner}' is being deleted, so the garbage \
-         collector would delete this object with it: create it from a running worker pod"
+        "{at}: owner pod '{owner}' is being deleted, so the garbage collector would delete this object \
+         with it: create it from a running worker pod"
     )]
-    OwnerTerminating {
-        object: ObjectName,
-        namespace: String,
-        owner: String,
-    },
+    OwnerTerminating { at: Subject, owner: String },
 
     /// The owner could not be checked in time; `--fail-open` is off.
     #[error(
-        "{object} in namespace '{namespace}': owner pod '{owner}' could not be checked ({reason}): \
-         retry the request; if this persists, check ownerguard's access to the API server"
+        "{at}: owner pod '{owner}' could not be checked ({reason}): retry the request; if this \
+         persists, check ownerguard's access to the API server"
     )]
     LookupFailed {
-        object: ObjectName,
-        namespace: String,
+        at: Subject,
         owner: String,
-        reason: String,
+        reason: &'static str,
     },
 
     /// A cluster-scoped object declares a pod owner.
     #[error(
-        "{object} has no namespace (it is cluster-scoped) but declares owner pod '{owner}': a pod can \
-         only own objects in its own namespace, so remove the {what}"
+        "{object} has no namespace (it is cluster-scoped) but declares owner pod '{}': a pod can only \
+         own objects in its own namespace, so remove the {what}", Shown(.owner)
     )]
     ClusterScoped {
         object: ObjectName,
@@ -198,104 +290,245 @@ pub enum Denial {
         what: String,
     },
 
-    /// A Pod ownerReference without name or uid.
+    /// The request's namespace cannot be a namespace, or differs from the
+    /// object's.
     #[error(
-        "{object} in namespace '{namespace}': ownerReference #{index} to pod '{owner}' has no {field}: \
-         give the name and the uid of the owner pod"
+        "{object} declares owner pod '{}' in namespace '{}', which {problem}: send the review as the \
+         API server does", Shown(.owner), Shown(.namespace)
     )]
-    MalformedReference {
+    InvalidNamespace {
         object: ObjectName,
         namespace: String,
+        owner: String,
+        problem: &'static str,
+    },
+
+    /// The pod identity in `userInfo.extra` is malformed.
+    #[error(
+        "{at}: the requester's pod identity (userInfo.extra {keys}) is malformed ({problem}), so the \
+         claim on owner pod '{}' cannot be judged: send the identity as the API server does, one \
+         non-empty pod name and uid", Shown(.owner)
+    )]
+    MalformedIdentity {
+        at: Subject,
+        owner: String,
+        keys: &'static str,
+        problem: &'static str,
+    },
+
+    /// A Pod ownerReference without name or uid.
+    #[error(
+        "{at}: ownerReference #{index} to pod '{}' has no {field}: give the name and the uid of the \
+         owner pod", Shown(.owner)
+    )]
+    MalformedReference {
+        at: Subject,
         owner: String,
         index: usize,
         field: &'static str,
     },
 
-    /// An UPDATE adds, changes or removes an owner label.
+    /// A Pod ownerReference whose name cannot be a pod name.
     #[error(
-        "{object} in namespace '{namespace}': the update changes label {key} of owner pod '{owner}' \
-         from {old} to {new}: ownership is set at creation and cannot change, so keep the label as it \
-         was or create a new object"
+        "{at}: ownerReference #{index} names pod '{}', which is not a pod name: give the exact name \
+         of the owner pod (downward API metadata.name)", Shown(.owner)
+    )]
+    InvalidReferenceName {
+        at: Subject,
+        owner: String,
+        index: usize,
+    },
+
+    /// A reference that means a pod but is not exactly `v1`/`Pod`.
+    #[error(
+        "{at}: ownerReference #{index} to pod '{}' has apiVersion '{}' and kind '{}': the garbage \
+         collector resolves an owner by its exact apiVersion and kind, so write apiVersion v1 and kind \
+         Pod", Shown(.owner), Shown(.api_version), Shown(.kind)
+    )]
+    InexactPodReference {
+        at: Subject,
+        owner: String,
+        index: usize,
+        api_version: String,
+        kind: String,
+    },
+
+    /// An entry that carries a pod's uid under another apiVersion, kind or
+    /// name than that pod's reference.
+    #[error(
+        "{at}: ownerReference #{index} ({}, {}, '{}') carries the uid of the reference to pod \
+         '{owner}' but is not that reference: a reference is the whole tuple (apiVersion: v1, kind: \
+         Pod, name, uid), so remove or correct entry #{index}",
+        Shown(.api_version), Shown(.kind), Shown(.name)
+    )]
+    ContradictingReference {
+        at: Subject,
+        owner: String,
+        index: usize,
+        api_version: String,
+        kind: String,
+        name: String,
+    },
+
+    /// More Pod references than ownerguard checks in one review.
+    #[error(
+        "{at}: the object carries {count} Pod ownerReferences (first: pod '{}'), more than the {limit} \
+         ownerguard checks per object: an object is owned by one worker, so give it that worker's \
+         reference only", Shown(.owner)
+    )]
+    TooManyReferences {
+        at: Subject,
+        owner: String,
+        count: usize,
+        limit: usize,
+    },
+
+    /// A pod template declares another owner than its object.
+    #[error(
+        "{at}: its pod template {field} declares owner pod '{}' ({what}) but the object declares \
+         owner pod '{owner}': label the template with the object's owner, so that what is made from \
+         it belongs to the same worker", Shown(.template_owner)
+    )]
+    TemplateOwnerMismatch {
+        at: Subject,
+        owner: String,
+        field: &'static str,
+        template_owner: String,
+        what: &'static str,
+    },
+
+    /// An UPDATE changes an owner label, or its name annotation.
+    #[error(
+        "{at}: the update changes {key} of owner pod '{}' from {old} to {new}: ownership is set at \
+         creation and cannot change, so keep it as it was or create a new object", Shown(.owner)
     )]
     OwnerLabelChanged {
-        object: ObjectName,
-        namespace: String,
+        at: Subject,
         owner: String,
         key: String,
         old: String,
         new: String,
     },
 
-    /// An UPDATE removes the owner's ownerReference.
+    /// An UPDATE adds the owner label to an object that had none.
     #[error(
-        "{object} in namespace '{namespace}': the update removes the ownerReference to owner pod \
-         '{owner}' (uid '{uid}'): ownership is set at creation and cannot change, so keep the reference"
+        "{at}: the update adds label {key} (owner pod '{}'): ownership is set at creation, so an \
+         existing object cannot be adopted; create a new object with the label instead", Shown(.owner)
     )]
-    OwnerReferenceRemoved {
-        object: ObjectName,
-        namespace: String,
+    OwnerLabelAdded {
+        at: Subject,
         owner: String,
-        uid: String,
+        key: String,
+    },
+
+    /// An UPDATE removes the owner labels while the owner still owns the
+    /// object.
+    #[error(
+        "{at}: the update removes {key} while owner pod '{owner}' is running and owns the object: to \
+         keep the object after its worker, delete the worker with --cascade=orphan first, then remove \
+         the owner labels"
+    )]
+    OwnerLabelRemoved {
+        at: Subject,
+        owner: String,
+        key: String,
+    },
+
+    /// An UPDATE removes the ownerReference to a running pod.
+    #[error(
+        "{at}: the update removes the ownerReference to pod '{owner}', which is running: ownership is \
+         set at creation, so keep the reference (to keep the object after its worker, delete the \
+         worker with --cascade=orphan)"
+    )]
+    OwnerReferenceRemoved { at: Subject, owner: String },
+
+    /// An UPDATE rewrites a Pod reference, keeping its uid.
+    #[error(
+        "{at}: the update changes the ownerReference to pod '{owner}' to ({}, {}, '{}') with the same \
+         uid: a reference is the whole tuple and ownership cannot change, so keep the reference as it \
+         was (apiVersion v1, kind Pod, name {owner})", Shown(.api_version), Shown(.kind), Shown(.name)
+    )]
+    OwnerReferenceChanged {
+        at: Subject,
+        owner: String,
+        api_version: String,
+        kind: String,
+        name: String,
     },
 
     /// An UPDATE without the old object: nothing to compare ownership with.
     #[error(
-        "{object} in namespace '{namespace}': the UPDATE review carries no oldObject, so the ownership \
-         of owner pod '{owner}' cannot be compared: send the old object, as the API server does"
+        "{at}: the UPDATE review carries no oldObject, so the ownership of owner pod '{}' cannot be \
+         compared: send the old object, as the API server does", Shown(.owner)
     )]
-    MissingOldObject {
-        object: ObjectName,
-        namespace: String,
-        owner: String,
-    },
+    MissingOldObject { at: Subject, owner: String },
 
     /// A CREATE or UPDATE review without the object itself.
     #[error(
-        "{object} in namespace '{namespace}': the {operation} review carries no object, so its owner \
-         cannot be checked: send the object, as the API server does"
+        "{at}: the {operation} review carries no object, so its owner cannot be checked: send the \
+         object, as the API server does"
     )]
-    MissingObject {
-        object: ObjectName,
-        namespace: String,
-        operation: String,
-    },
+    MissingObject { at: Subject, operation: String },
 
     /// /validate: an owner label without the matching reference.
     #[error(
-        "{object} in namespace '{namespace}': labelled with owner pod '{owner}' but has no \
-         ownerReference to it: add {{apiVersion: v1, kind: Pod, name: {owner}, uid: {uid}, \
-         controller: false, blockOwnerDeletion: false}}, or let ownerguard's mutating webhook add it"
+        "{at}: labelled with owner pod '{owner}' but has no ownerReference to it: add {{apiVersion: v1, \
+         kind: Pod, name: {owner}, uid: {uid}, controller: false, blockOwnerDeletion: false}}, or let \
+         ownerguard's mutating webhook add it"
     )]
     ReferenceMissing {
-        object: ObjectName,
-        namespace: String,
+        at: Subject,
         owner: String,
         uid: String,
     },
 
     /// /validate: a Pod ownerReference with `blockOwnerDeletion: true`.
     #[error(
-        "{object} in namespace '{namespace}': the ownerReference to owner pod '{owner}' has \
-         blockOwnerDeletion: true, which needs update on pods/finalizers: set blockOwnerDeletion to false, \
-         or let ownerguard's mutating webhook set it"
+        "{at}: the ownerReference to pod '{owner}' has blockOwnerDeletion: true, which needs update on \
+         pods/finalizers: set blockOwnerDeletion to false{}",
+        if *.labelled { ", or let ownerguard's mutating webhook set it" } else { "" }
     )]
     BlockingReference {
-        object: ObjectName,
-        namespace: String,
+        at: Subject,
         owner: String,
+        /// Whether the object carries the owner label, so that the mutating
+        /// webhook sees it at all.
+        labelled: bool,
+    },
+
+    /// /validate: an UPDATE leaves out the uid label (or name annotation)
+    /// of a running owner.
+    #[error(
+        "{at}: the update removes {key} of owner pod '{owner}', which is running: keep it as it was, \
+         or let ownerguard's mutating webhook restore it"
+    )]
+    OwnerLabelOmitted {
+        at: Subject,
+        owner: String,
+        key: String,
     },
 }
 
 impl Denial {
-    /// The HTTP-like status code of the denial: 400 for malformed owner
-    /// declarations, 503 when the owner could not be checked, 403 for the
-    /// policy itself.
+    /// The HTTP-like status code of the denial: 400 for a malformed owner
+    /// declaration or review, 503 when the owner could not be checked, 403
+    /// for the policy itself.
     pub fn code(&self) -> u16 {
         match self {
             Self::InvalidOwnerName { .. }
             | Self::InvalidOwnerUid { .. }
             | Self::MissingOwnerUid { .. }
+            | Self::SelfWithoutPodIdentity { .. }
+            | Self::StrayOwnerAnnotation { .. }
+            | Self::HalfClaim { .. }
+            | Self::InvalidNamespace { .. }
+            | Self::MalformedIdentity { .. }
             | Self::MalformedReference { .. }
+            | Self::InvalidReferenceName { .. }
+            | Self::InexactPodReference { .. }
+            | Self::ContradictingReference { .. }
+            | Self::TooManyReferences { .. }
+            | Self::TemplateOwnerMismatch { .. }
             | Self::MissingOldObject { .. }
             | Self::MissingObject { .. } => 400,
             Self::LookupFailed { .. } => 503,
@@ -306,9 +539,13 @@ impl Denial {
             | Self::OwnerTerminating { .. }
             | Self::ClusterScoped { .. }
             | Self::OwnerLabelChanged { .. }
+            | Self::OwnerLabelAdded { .. }
+            | Self::OwnerLabelRemoved { .. }
             | Self::OwnerReferenceRemoved { .. }
+            | Self::OwnerReferenceChanged { .. }
             | Self::ReferenceMissing { .. }
-            | Self::BlockingReference { .. } => 403,
+            | Self::BlockingReference { .. }
+            | Self::OwnerLabelOmitted { .. } => 403,
         }
     }
 

@@ -6,7 +6,8 @@
 //! pods.yaml      the owner pods that exist, as a PodList
 //! case.yaml      the webhook and the settings it ran with (optional)
 //! response.json  the expected answer, its patch decoded for reading
-//! patched.json   the object's metadata after the patch (only if patched)
+//! patched.json   what the patch may change, after it: the object's metadata
+//!                and its pod templates' (only if patched)
 //! ```
 
 use std::collections::HashSet;
@@ -15,12 +16,13 @@ use base64::Engine;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use crate::admit::{Policy, WebhookKind};
 use crate::error::LookupError;
 use crate::owner::inventory::Inventory;
-use crate::owner::{Lookup, ObservedPod, OwnerLabels, OwnerLookup, RequesterCheck, Source};
+use crate::owner::{
+    Lookup, ObservedPod, OwnerLabels, OwnerLookup, PodQuery, RequesterCheck, Source,
+};
 
 pub const REQUEST: &str = "request.json";
 pub const PODS: &str = "pods.yaml";
@@ -46,6 +48,12 @@ pub struct CaseConfig {
     /// Owner names whose lookup fails (the API down), to replay a 503.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lookup_failures: Vec<String>,
+    /// `--delegate`: `NAMESPACE/SERVICEACCOUNT` entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delegates: Vec<String>,
+    /// `--max-pod-references`, when not the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pod_references: Option<usize>,
 }
 
 fn mutate() -> WebhookKind {
@@ -65,11 +73,15 @@ impl Default for CaseConfig {
             fail_open: false,
             key_prefix: None,
             lookup_failures: Vec::new(),
+            delegates: Vec::new(),
+            max_pod_references: None,
         }
     }
 }
 
 impl CaseConfig {
+    /// The policy the case runs with. A delegate that does not parse is
+    /// left out, and the case then fails on its answer.
     pub fn policy(&self) -> Policy {
         Policy {
             labels: self
@@ -79,6 +91,14 @@ impl CaseConfig {
                 .unwrap_or_default(),
             requester_check: self.requester_check,
             fail_open: self.fail_open,
+            delegates: self
+                .delegates
+                .iter()
+                .filter_map(|d| d.parse().ok())
+                .collect(),
+            max_pod_references: self
+                .max_pod_references
+                .unwrap_or(crate::admit::DEFAULT_MAX_POD_REFERENCES),
         }
     }
 }
@@ -91,14 +111,8 @@ pub struct CaseLookup {
 }
 
 impl OwnerLookup for CaseLookup {
-    fn lookup<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-        expected_uid: &'a str,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Lookup> {
-        if self.failures.contains(name) {
+    fn lookup<'a>(&'a self, query: PodQuery<'a>) -> BoxFuture<'a, Lookup> {
+        if self.failures.contains(query.name) {
             let outcome = Err(LookupError::TimedOut {
                 after: crate::webhook::DEFAULT_LOOKUP_TIMEOUT,
             });
@@ -107,8 +121,7 @@ impl OwnerLookup for CaseLookup {
                 outcome,
             }));
         }
-        self.inventory
-            .lookup(namespace, name, expected_uid, deadline)
+        self.inventory.lookup(query)
     }
 }
 
@@ -135,6 +148,37 @@ pub fn readable_response(mut review: Value) -> Value {
 /// server would fail the user's request with a 500.
 pub fn patched_metadata(review: &Value, response: &Value) -> Result<Option<Value>, String> {
     Ok(patched_object(review, response)?.map(|object| object["metadata"].clone()))
+}
+
+/// The JSON pointers of the parts of an object a patch may change: its
+/// metadata, and its pod templates' metadata.
+pub const PATCHABLE: [&str; 4] = [
+    "/metadata",
+    "/spec/template/metadata",
+    "/spec/jobTemplate/metadata",
+    "/spec/jobTemplate/spec/template/metadata",
+];
+
+/// What `patched.json` holds: each part of [`PATCHABLE`] the object has,
+/// by its pointer.
+pub fn patchable_parts(object: &Value) -> Value {
+    let parts: serde_json::Map<String, Value> = PATCHABLE
+        .iter()
+        .filter_map(|pointer| Some((pointer.to_string(), object.pointer(pointer)?.clone())))
+        .collect();
+    Value::Object(parts)
+}
+
+/// `object` without the parts a patch may change: what must be as sent.
+pub fn without_patchable_parts(object: &Value) -> Value {
+    let mut object = object.clone();
+    for pointer in PATCHABLE {
+        let (parent, key) = pointer.rsplit_once('/').unwrap_or(("", pointer));
+        if let Some(Value::Object(map)) = object.pointer_mut(parent) {
+            map.remove(key);
+        }
+    }
+    object
 }
 
 /// The request's whole object after the response's patch.

@@ -33,6 +33,7 @@ pub mod duration;
 pub mod error;
 pub mod fixture;
 pub mod metrics;
+pub mod names;
 pub mod offline;
 pub mod owner;
 pub mod patch;

@@ -12,7 +12,7 @@ use ownerguard::cli::{CertsArgs, Cli, Command, DoctorArgs, ReleaseArgs, ServeArg
 use ownerguard::doctor::{DoctorOptions, Verdict};
 use ownerguard::metrics::Metrics;
 use ownerguard::owner::OwnerLookup;
-use ownerguard::owner::cluster::ClusterLookup;
+use ownerguard::owner::cluster::{ClusterLookup, LookupLimits, lookup_config};
 use ownerguard::owner::inventory::Inventory;
 use ownerguard::record::Recorder;
 use ownerguard::release::{Owner, ReleaseError};
@@ -155,18 +155,25 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Arc::new(inventory)
         }
         None => {
-            let client = kube::Client::try_default().await.context(
+            let config = kube::Config::infer().await.context(
                 "no cluster to look owners up in (in-cluster config or KUBECONFIG); \
                  pass --pods FILE to run without one",
             )?;
+            let client = kube::Client::try_from(lookup_config(config))
+                .context("cannot build the API client")?;
             let settings = WatchSettings {
                 namespaces: args.namespaces.clone(),
                 selector: args.owner_selector.clone(),
+                silence_limit: args.watch_silence_limit,
             };
             info!(namespaces = ?settings.namespaces, selector = ?settings.selector,
                 "owner lookup from the cluster: pod watch, then live GET");
             let watches = Arc::new(Watches::spawn(client.clone(), &settings, metrics.clone()));
-            Arc::new(ClusterLookup::new(client, watches))
+            let limits = LookupLimits {
+                concurrency: args.lookup_concurrency,
+                rate_per_second: args.lookup_rate,
+            };
+            Arc::new(ClusterLookup::new(client, watches, limits, metrics.clone()))
         }
     };
     let mut webhook = Webhook::new(args.policy.policy(), lookup, metrics)

@@ -21,6 +21,12 @@ struct WebhookLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScopeLabels {
+    /// `all`, or one namespace of `--namespace`: bounded by the flags.
+    scope: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LookupLabels {
     source: &'static str,
     result: &'static str,
@@ -33,6 +39,9 @@ pub struct Metrics {
     duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
     lookups: Family<LookupLabels, Counter>,
     cache_pods: Gauge,
+    lookups_in_flight: Gauge,
+    watch_healthy: Family<ScopeLabels, Gauge>,
+    watch_failures: Family<ScopeLabels, Counter>,
     certificate_expiry: Gauge,
     /// The `resource` label values seen so far: at most
     /// [`MAX_RESOURCE_LABELS`], the rest counted as `other`.
@@ -94,6 +103,24 @@ impl Default for Metrics {
             "Pods in the owner index",
             cache_pods.clone(),
         );
+        let lookups_in_flight = Gauge::default();
+        registry.register(
+            "owner_lookups_in_flight",
+            "Live owner GETs in flight (bounded by --lookup-concurrency)",
+            lookups_in_flight.clone(),
+        );
+        let watch_healthy = Family::<ScopeLabels, Gauge>::default();
+        registry.register(
+            "owner_watch_healthy",
+            "1 while the pod watch of a scope is trusted (listed, not failed, heard from within --watch-silence-limit); 0 while its cache hits are checked live",
+            watch_healthy.clone(),
+        );
+        let watch_failures = Family::<ScopeLabels, Counter>::default();
+        registry.register(
+            "owner_watch_failures",
+            "Pod watch failures (errors, 410 Gone, silent streams), by scope",
+            watch_failures.clone(),
+        );
         let certificate_expiry = Gauge::default();
         registry.register(
             "tls_certificate_expiry_timestamp_seconds",
@@ -106,6 +133,9 @@ impl Default for Metrics {
             duration,
             lookups,
             cache_pods,
+            lookups_in_flight,
+            watch_healthy,
+            watch_failures,
             certificate_expiry,
             resources: Default::default(),
         }
@@ -155,6 +185,27 @@ impl Metrics {
 
     pub fn set_cache_pods(&self, pods: usize) {
         self.cache_pods.set(i64::try_from(pods).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_lookups_in_flight(&self, in_flight: usize) {
+        self.lookups_in_flight
+            .set(i64::try_from(in_flight).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_watch_healthy(&self, scope: &str, healthy: bool) {
+        self.watch_healthy
+            .get_or_create(&ScopeLabels {
+                scope: scope.to_string(),
+            })
+            .set(i64::from(healthy));
+    }
+
+    pub fn count_watch_failure(&self, scope: &str) {
+        self.watch_failures
+            .get_or_create(&ScopeLabels {
+                scope: scope.to_string(),
+            })
+            .inc();
     }
 
     pub fn set_certificate_expiry(&self, unix_seconds: i64) {

@@ -112,17 +112,36 @@ pub fn to_review(document: Value, args: &ReviewArgs) -> Result<Value, String> {
     let Some(map) = document.as_object() else {
         return Err("input is not an object".to_string());
     };
-    if map.contains_key("request")
+    let mut review = if map.contains_key("request")
         || map.get("kind").and_then(Value::as_str) == Some("AdmissionReview")
     {
-        return Ok(document);
+        document
+    } else if map.contains_key("operation") {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": document})
+    } else {
+        return manifest_review(document, args);
+    };
+    // --as-pod: the request comes from that pod, whatever the review said.
+    if let Some((name, uid)) = &args.as_pod
+        && let Some(request) = review.get_mut("request").and_then(Value::as_object_mut)
+    {
+        let namespace = request
+            .get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .to_string();
+        request.insert("userInfo".to_string(), pod_user_info(&namespace, name, uid));
     }
-    if map.contains_key("operation") {
-        return Ok(
-            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": document}),
-        );
-    }
-    manifest_review(document, args)
+    Ok(review)
+}
+
+/// The `userInfo` of a request made with a token bound to pod `name` of
+/// `uid`, in `namespace`.
+fn pod_user_info(namespace: &str, name: &str, uid: &str) -> Value {
+    json!({
+        "username": format!("system:serviceaccount:{namespace}:default"),
+        "extra": {EXTRA_POD_NAME: [name], EXTRA_POD_UID: [uid]},
+    })
 }
 
 fn manifest_review(mut object: Value, args: &ReviewArgs) -> Result<Value, String> {
@@ -146,10 +165,7 @@ fn manifest_review(mut object: Value, args: &ReviewArgs) -> Result<Value, String
     object["metadata"]["namespace"] = json!(namespace);
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
     let user_info = match &args.as_pod {
-        Some((name, uid)) => json!({
-            "username": format!("system:serviceaccount:{namespace}:default"),
-            "extra": {EXTRA_POD_NAME: [name], EXTRA_POD_UID: [uid]},
-        }),
+        Some((name, uid)) => pod_user_info(&namespace, name, uid),
         None => json!({"username": "ownerguard-review"}),
     };
     Ok(json!({

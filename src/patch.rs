@@ -10,12 +10,15 @@ use json_patch::{AddOperation, Patch, PatchOperation};
 use jsonptr::PointerBuf;
 use serde_json::{Value, json};
 
-use crate::admission::ObjectMeta;
+use crate::admission::{ObjectMeta, OwnerReference, TemplateMeta, TemplatePath};
 
-/// Operations on one object's metadata.
+/// Operations on one object's metadata (and its pod templates').
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct MetadataPatch {
     operations: Vec<PatchOperation>,
+    /// Maps and lists this patch creates, so that a second entry goes into
+    /// them instead of replacing them.
+    created: Vec<PointerBuf>,
 }
 
 impl MetadataPatch {
@@ -26,15 +29,24 @@ impl MetadataPatch {
     /// Add the non-blocking reference to pod `name` of `uid`, creating the
     /// list when the object has none.
     pub fn add_owner_reference(&mut self, meta: &ObjectMeta, name: &str, uid: &str) {
-        let reference = owner_reference(name, uid);
-        let (path, value) = match &meta.owner_references {
-            Some(_) => (pointer(&["metadata", "ownerReferences", "-"]), reference),
-            None => (
-                pointer(&["metadata", "ownerReferences"]),
-                Value::Array(vec![reference]),
-            ),
-        };
-        self.add(path, value);
+        self.add_reference(meta, owner_reference(name, uid, false));
+    }
+
+    /// Put back the Pod reference an UPDATE left out: as it was, but
+    /// non-blocking.
+    pub fn restore_owner_reference(&mut self, meta: &ObjectMeta, old: &OwnerReference) {
+        let controller = old.controller.unwrap_or(false);
+        self.add_reference(meta, owner_reference(&old.name, &old.uid, controller));
+    }
+
+    fn add_reference(&mut self, meta: &ObjectMeta, reference: Value) {
+        let list = pointer(&["metadata", "ownerReferences"]);
+        if meta.owner_references.is_some() || self.created.contains(&list) {
+            self.add(pointer(&["metadata", "ownerReferences", "-"]), reference);
+        } else {
+            self.add(list.clone(), Value::Array(vec![reference]));
+            self.created.push(list);
+        }
     }
 
     /// Set `blockOwnerDeletion: false` on the reference at `index`.
@@ -49,18 +61,60 @@ impl MetadataPatch {
     /// Set label `key` to `value`, creating the labels when the object has
     /// none.
     pub fn add_label(&mut self, meta: &ObjectMeta, key: &str, value: &str) {
-        match &meta.labels {
-            Some(_) => self.add(
-                pointer(&["metadata", "labels", key]),
+        let exists = meta.labels.is_some();
+        self.add_entry(&["metadata"], "labels", exists, key, value);
+    }
+
+    /// Set annotation `key` to `value`, creating the annotations when the
+    /// object has none.
+    pub fn add_annotation(&mut self, meta: &ObjectMeta, key: &str, value: &str) {
+        let exists = meta.annotations.is_some();
+        self.add_entry(&["metadata"], "annotations", exists, key, value);
+    }
+
+    /// Set label `key` of the template at `template`; its labels exist (it
+    /// carries the owner label).
+    pub fn add_template_label(&mut self, template: TemplatePath, key: &str, value: &str) {
+        self.add_entry(template.tokens(), "labels", true, key, value);
+    }
+
+    /// Set annotation `key` of the template at `template`.
+    pub fn add_template_annotation(
+        &mut self,
+        template: TemplatePath,
+        meta: &TemplateMeta,
+        key: &str,
+        value: &str,
+    ) {
+        let exists = meta.annotations.is_some();
+        self.add_entry(template.tokens(), "annotations", exists, key, value);
+    }
+
+    /// `key: value` in the map `map` under `base`, creating the map when it
+    /// neither `exists` nor was created by this patch.
+    fn add_entry(&mut self, base: &[&str], map: &str, exists: bool, key: &str, value: &str) {
+        let map_pointer = pointer(&[base, &[map]].concat());
+        if exists || self.created.contains(&map_pointer) {
+            self.add(
+                pointer(&[base, &[map, key]].concat()),
                 Value::String(value.into()),
-            ),
-            None => self.add(pointer(&["metadata", "labels"]), json!({ key: value })),
+            );
+        } else {
+            self.add(map_pointer.clone(), json!({ key: value }));
+            self.created.push(map_pointer);
         }
     }
 
     fn add(&mut self, path: PointerBuf, value: Value) {
         self.operations
             .push(PatchOperation::Add(AddOperation { path, value }));
+    }
+
+    /// Append the operations of `other`, which was built on the same
+    /// object.
+    pub fn extend(&mut self, other: MetadataPatch) {
+        self.operations.extend(other.operations);
+        self.created.extend(other.created);
     }
 
     /// The patch document, as the JSON array the API server applies.
@@ -78,13 +132,13 @@ impl MetadataPatch {
 /// The reference ownerguard sets: `controller: false` so it never competes
 /// with a real controller, `blockOwnerDeletion: false` because `true` needs
 /// `update` on `pods/finalizers` under `OwnerReferencesPermissionEnforcement`.
-pub fn owner_reference(name: &str, uid: &str) -> Value {
+pub fn owner_reference(name: &str, uid: &str, controller: bool) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "name": name,
         "uid": uid,
-        "controller": false,
+        "controller": controller,
         "blockOwnerDeletion": false,
     })
 }
@@ -98,7 +152,6 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::admission::OwnerReference;
 
     fn apply(object: &mut Value, patch: &MetadataPatch) {
         let patch: Patch = serde_json::from_slice(&patch.to_json()).unwrap();
@@ -113,7 +166,7 @@ mod tests {
         apply(&mut object, &patch);
         assert_eq!(
             object["metadata"]["ownerReferences"],
-            json!([owner_reference("w-1", "u-1")])
+            json!([owner_reference("w-1", "u-1", false)])
         );
     }
 
@@ -130,7 +183,7 @@ mod tests {
         let references = object["metadata"]["ownerReferences"].as_array().unwrap();
         assert_eq!(references.len(), 2);
         assert_eq!(references[0]["kind"], "ReplicaSet");
-        assert_eq!(references[1], owner_reference("w-1", "u-1"));
+        assert_eq!(references[1], owner_reference("w-1", "u-1", false));
     }
 
     #[test]
@@ -176,6 +229,64 @@ mod tests {
         assert_eq!(
             object["metadata"]["ownerReferences"],
             json!([{"blockOwnerDeletion": false, "controller": true}, {"blockOwnerDeletion": false}])
+        );
+    }
+
+    #[test]
+    fn a_second_entry_goes_into_the_map_the_patch_created() {
+        let mut patch = MetadataPatch::default();
+        let meta = ObjectMeta::default();
+        patch.add_annotation(&meta, "a/x", "1");
+        patch.add_annotation(&meta, "a/y", "2");
+        patch.add_owner_reference(&meta, "w-1", "u-1");
+        patch.restore_owner_reference(
+            &meta,
+            &OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: "w-2".into(),
+                uid: "u-2".into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            },
+        );
+        let mut object = json!({"metadata": {}});
+        apply(&mut object, &patch);
+        assert_eq!(
+            object["metadata"]["annotations"],
+            json!({"a/x": "1", "a/y": "2"})
+        );
+        assert_eq!(
+            object["metadata"]["ownerReferences"],
+            json!([
+                owner_reference("w-1", "u-1", false),
+                owner_reference("w-2", "u-2", true)
+            ])
+        );
+    }
+
+    #[test]
+    fn template_entries_go_under_the_template_metadata() {
+        let mut patch = MetadataPatch::default();
+        patch.add_template_label(TemplatePath::JobTemplatePodTemplate, "a/uid", "u-1");
+        patch.add_template_annotation(
+            TemplatePath::PodTemplate,
+            &TemplateMeta::default(),
+            "a/name",
+            "w-1",
+        );
+        let mut object = json!({"spec": {
+            "template": {"metadata": {"labels": {}}},
+            "jobTemplate": {"spec": {"template": {"metadata": {"labels": {"k": "v"}}}}},
+        }});
+        apply(&mut object, &patch);
+        assert_eq!(
+            object["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"],
+            json!({"k": "v", "a/uid": "u-1"})
+        );
+        assert_eq!(
+            object["spec"]["template"]["metadata"]["annotations"],
+            json!({"a/name": "w-1"})
         );
     }
 }

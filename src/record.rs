@@ -11,6 +11,7 @@ use tracing::warn;
 use crate::admit::{Policy, WebhookKind};
 use crate::fixture::{self, CaseConfig};
 use crate::owner::ObservedPod;
+use crate::owner::OwnerLabels;
 
 /// Writes cases under one directory, off the request path.
 pub struct Recorder {
@@ -49,13 +50,16 @@ impl Recorder {
             webhook,
             requester_check: policy.requester_check,
             fail_open: policy.fail_open,
-            key_prefix: policy
-                .labels
-                .pod
-                .strip_suffix("/owner-pod")
-                .filter(|p| *p != "ownerguard.io")
-                .map(str::to_string),
+            key_prefix: Some(policy.labels.prefix.clone())
+                .filter(|prefix| *prefix != OwnerLabels::default().prefix),
             lookup_failures: failures.to_vec(),
+            delegates: policy
+                .delegates
+                .iter()
+                .map(|d| format!("{}/{}", d.namespace, d.service_account))
+                .collect(),
+            max_pod_references: Some(policy.max_pod_references)
+                .filter(|max| *max != crate::admit::DEFAULT_MAX_POD_REFERENCES),
         };
         let (request, response, pods, dir) = (
             request.to_vec(),
@@ -93,8 +97,9 @@ fn write_case(
     std::fs::write(case.join(fixture::PODS), pods)?;
     let config_yaml = serde_saphyr::to_string(config).map_err(std::io::Error::other)?;
     std::fs::write(case.join(fixture::CASE), config_yaml)?;
-    if let Ok(Some(metadata)) = fixture::patched_metadata(&review, &response) {
-        std::fs::write(case.join(fixture::PATCHED), pretty(&metadata)?)?;
+    if let Ok(Some(object)) = fixture::patched_object(&review, &response) {
+        let parts = fixture::patchable_parts(&object);
+        std::fs::write(case.join(fixture::PATCHED), pretty(&parts)?)?;
     }
     std::fs::write(
         case.join(fixture::RESPONSE),

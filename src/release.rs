@@ -5,16 +5,18 @@
 //! pod, so the garbage collector leaves its agents running; the new process
 //! has no step in flight, so everything its pod owns is an orphan. It calls
 //! this at boot. Deleted: the pods, Jobs (with their pods) and ConfigMaps
-//! of the namespace whose `ownerReferences` name the owner's uid. Objects of
+//! of the namespace with a reference to the owner, the whole tuple (`v1`,
+//! `Pod`, its name and uid: the garbage collector's reading). Objects of
 //! another owner or without owner are left alone. Each delete carries a uid
 //! precondition, so an object recreated under the same name in between is
-//! never touched.
+//! never touched. One failed delete does not stop the others.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{
     Api, DeleteParams, ListParams, PartialObjectMeta, Preconditions, PropagationPolicy,
 };
@@ -35,17 +37,14 @@ pub enum ReleaseError {
          namespace of its owner, so the worker must run in the namespace of the objects it creates"
     )]
     OwnerNotFound { name: String, namespace: String },
-    /// The owner pod has another uid.
+    /// The owner pod has another uid. Which one is not said: the worker
+    /// knows its own.
     #[error(
-        "owner pod '{name}' has uid '{actual}', not '{declared}': pass the uid of the running worker pod \
+        "owner pod '{name}' does not have uid '{declared}': pass the uid of the running worker pod \
          (downward API metadata.uid)"
     )]
-    OwnerUidMismatch {
-        name: String,
-        declared: String,
-        actual: String,
-    },
-    /// An API call failed.
+    OwnerUidMismatch { name: String, declared: String },
+    /// An API call failed before anything could be deleted.
     #[error("cannot {action} in namespace '{namespace}': {source}")]
     Api {
         action: String,
@@ -53,9 +52,18 @@ pub enum ReleaseError {
         #[source]
         source: kube::Error,
     },
-    /// Pods still there when the time was up.
-    #[error("{} pod(s) still there after {}s: {}", .pods.len(), .after.as_secs(), .pods.join(", "))]
-    StillThere { pods: Vec<String>, after: Duration },
+    /// Everything deletable was deleted, but these are left: deletes that
+    /// failed, and pods still there when the time was up.
+    #[error(
+        "{} object(s) of pod '{owner}' left in namespace '{namespace}' (everything else released): {}",
+        .left.len(), .left.join(", ")
+    )]
+    Incomplete {
+        owner: String,
+        namespace: String,
+        /// `kind/name: why`, one per object left.
+        left: Vec<String>,
+    },
 }
 
 /// What was deleted.
@@ -94,13 +102,38 @@ impl Owner {
     }
 }
 
+/// An owner as a reference names it, the whole tuple (SPEC §3 rule 6): a
+/// reference that carries the uid under another kind or name is not the
+/// owner's, and its object is not released.
+#[derive(Debug, Clone, Copy)]
+struct Tuple<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+    name: &'a str,
+    uid: &'a str,
+}
+
+impl Tuple<'_> {
+    fn named_by(&self, reference: &OwnerReference) -> bool {
+        reference.api_version == self.api_version
+            && reference.kind == self.kind
+            && reference.name == self.name
+            && reference.uid == self.uid
+    }
+}
+
 /// Release what `owner` owns; wait up to `timeout` for its pods to go.
+///
+/// Every delete is attempted: one that fails is noted and the others go
+/// on. A 403 on Jobs (listing or deleting them) is logged and Jobs are
+/// skipped: a worker may not be allowed to touch them.
 ///
 /// # Errors
 ///
-/// [`ReleaseError`] when the owner is refused or not running with its uid
-/// (nothing is deleted), an object cannot be listed or deleted, or a pod is
-/// still there after `timeout`. A 403 on Jobs is logged and skipped.
+/// [`ReleaseError`] when the owner is refused or not running with its uid,
+/// or a listing fails (nothing is deleted then); [`ReleaseError::Incomplete`]
+/// naming what is left when a delete failed or a pod is still there after
+/// `timeout`.
 pub async fn release(
     client: Client,
     owner: &Owner,
@@ -134,12 +167,18 @@ pub async fn release(
         return Err(ReleaseError::OwnerUidMismatch {
             name: owner.name.clone(),
             declared: owner.uid.clone(),
-            actual,
         });
     }
+    let worker = Tuple {
+        api_version: "v1",
+        kind: "Pod",
+        name: &owner.name,
+        uid: &owner.uid,
+    };
 
+    // Jobs first, so that their controller does not replace the pods.
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    let owned_jobs = match owned(&jobs, |uid| uid == owner.uid).await {
+    let owned_jobs = match owned(&jobs, |r| worker.named_by(r)).await {
         Ok(jobs) => jobs,
         Err(kube::Error::Api(status)) if status.code == 403 => {
             warn!(%namespace, message = %status.message, "not allowed to list Jobs; Jobs are skipped");
@@ -147,59 +186,102 @@ pub async fn release(
         }
         Err(error) => return Err(api_error("list Jobs")(error)),
     };
-    let job_uids: BTreeSet<String> = owned_jobs.iter().map(|(_, uid)| uid.clone()).collect();
-    let owned_pods = owned(&pods, |uid| uid == owner.uid || job_uids.contains(uid))
-        .await
-        .map_err(api_error("list pods"))?;
+    let mut released = Released::default();
+    let mut left = Vec::new();
+    // The Jobs released (or already gone): their pods go too.
+    let mut jobs_released = Vec::new();
+    for (name, uid) in &owned_jobs {
+        match delete(&jobs, name, uid).await {
+            Ok(deleted) => {
+                released.jobs += usize::from(deleted);
+                jobs_released.push((name, uid));
+            }
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                warn!(%namespace, job = %name, message = %status.message, "not allowed to delete Jobs; Jobs are skipped");
+                break;
+            }
+            Err(error) => left.push(failed("Job", name, &error)),
+        }
+    }
+
+    let owned_pods = owned(&pods, |r| {
+        worker.named_by(r)
+            || jobs_released.iter().any(|(name, uid)| {
+                Tuple {
+                    api_version: "batch/v1",
+                    kind: "Job",
+                    name,
+                    uid,
+                }
+                .named_by(r)
+            })
+    })
+    .await
+    .map_err(api_error("list pods"))?;
     let config_maps: Api<ConfigMap> = Api::namespaced(client, namespace);
-    let owned_config_maps = owned(&config_maps, |uid| uid == owner.uid)
+    let owned_config_maps = owned(&config_maps, |r| worker.named_by(r))
         .await
         .map_err(api_error("list ConfigMaps"))?;
 
-    // Jobs first, so that their controller does not replace the pods.
-    let mut released = Released::default();
-    for (name, uid) in &owned_jobs {
-        released.jobs += usize::from(
-            delete(&jobs, name, uid)
-                .await
-                .map_err(api_error("delete a Job"))?,
-        );
-    }
+    let mut waiting = BTreeSet::new();
     for (name, uid) in &owned_pods {
-        released.pods += usize::from(
-            delete(&pods, name, uid)
-                .await
-                .map_err(api_error("delete a pod"))?,
-        );
+        match delete(&pods, name, uid).await {
+            Ok(deleted) => {
+                released.pods += usize::from(deleted);
+                waiting.insert(uid.clone());
+            }
+            Err(error) => left.push(failed("Pod", name, &error)),
+        }
     }
     for (name, uid) in &owned_config_maps {
-        released.config_maps += usize::from(
-            delete(&config_maps, name, uid)
-                .await
-                .map_err(api_error("delete a ConfigMap"))?,
-        );
+        match delete(&config_maps, name, uid).await {
+            Ok(deleted) => released.config_maps += usize::from(deleted),
+            Err(error) => left.push(failed("ConfigMap", name, &error)),
+        }
     }
 
-    let waiting: BTreeSet<String> = owned_pods.iter().map(|(_, uid)| uid.clone()).collect();
-    wait_gone(&pods, &waiting, timeout)
-        .await
-        .map_err(|e| match e {
-            WaitError::Api(source) => api_error("list pods")(source),
-            WaitError::StillThere(pods) => ReleaseError::StillThere {
-                pods,
-                after: timeout,
-            },
-        })?;
+    match wait_gone(&pods, &waiting, timeout).await {
+        Ok(()) => {}
+        Err(WaitError::Api(source)) => {
+            left.push(format!("pods not confirmed gone: {}", short(&source)));
+        }
+        Err(WaitError::StillThere(still)) => left.extend(
+            still
+                .into_iter()
+                .map(|name| format!("Pod/{name}: still there after {}s", timeout.as_secs())),
+        ),
+    }
+    if !left.is_empty() {
+        return Err(ReleaseError::Incomplete {
+            owner: owner.name.clone(),
+            namespace: namespace.to_string(),
+            left,
+        });
+    }
     info!(%namespace, owner = %owner.name, pods = released.pods, jobs = released.jobs, config_maps = released.config_maps,
         "released the objects of a previous worker process");
     Ok(released)
 }
 
-/// (name, uid) of the objects of `api` with an ownerReference whose uid
+/// `Kind/name: why` of a delete that failed.
+fn failed(kind: &str, name: &str, error: &kube::Error) -> String {
+    warn!(kind, name, %error, "delete failed; going on with the others");
+    format!("{kind}/{name}: {}", short(error))
+}
+
+/// An API error in a few words: its code and message, not its debug form.
+fn short(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!("{} {}", status.code, status.message),
+        other => other.to_string(),
+    }
+}
+
+/// (name, uid) of the objects of `api` with an ownerReference that
 /// `owned_by` accepts. Listed metadata-only.
 async fn owned<K>(
     api: &Api<K>,
-    owned_by: impl Fn(&str) -> bool,
+    owned_by: impl Fn(&OwnerReference) -> bool,
 ) -> Result<Vec<(String, String)>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
@@ -213,7 +295,7 @@ where
                 .owner_references
                 .iter()
                 .flatten()
-                .any(|r| owned_by(&r.uid))
+                .any(&owned_by)
         })
         .filter_map(|item| Some((item.metadata.name?, item.metadata.uid?)))
         .collect())

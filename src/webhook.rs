@@ -13,7 +13,7 @@ use crate::admission::{AdmissionRequest, AdmissionResponse, Review, ReviewVersio
 use crate::admit::{self, Allowed, Checks, Policy, WebhookKind};
 use crate::error::{DecodeError, Denial, LookupError};
 use crate::metrics::Metrics;
-use crate::owner::{Lookup, ObservedPod, OwnerLookup, Source};
+use crate::owner::{Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
 use crate::record::Recorder;
 
 /// Default bound of one owner lookup (`--lookup-timeout`).
@@ -113,7 +113,7 @@ impl Webhook {
                 let lookups = self.lookup_owners(&checks, deadline).await;
                 // Only --record reads what the lookups saw.
                 if self.recorder.is_some() {
-                    seen = Seen::of(&checks.namespace, &lookups);
+                    seen = Seen::of(checks.namespace(), &lookups);
                 }
                 admit::decide(checks, &lookups, &self.policy)
             }
@@ -147,29 +147,33 @@ impl Webhook {
         })
     }
 
-    /// Look every owner name of `checks` up once, concurrently, each bound
-    /// by `deadline`.
+    /// Look every pod `checks` names up once, concurrently, each bound by
+    /// `deadline`.
     async fn lookup_owners(&self, checks: &Checks, deadline: Instant) -> HashMap<String, Lookup> {
-        let mut names: Vec<(&str, &str)> = Vec::new();
-        for claim in &checks.claims {
-            if !names.iter().any(|(name, _)| *name == claim.name) {
-                names.push((&claim.name, &claim.uid));
-            }
-        }
         let budget = deadline.saturating_duration_since(Instant::now());
-        let lookups = names.iter().map(|&(name, uid)| async move {
-            let lookup = self.lookup.lookup(&checks.namespace, name, uid, deadline);
+        let lookups = checks.lookups().iter().map(|need| async move {
+            let query = PodQuery {
+                namespace: checks.namespace(),
+                name: &need.name,
+                expected_uid: &need.uid,
+                fresh: need.fresh,
+                deadline,
+            };
             // The source bounds itself; this is the guarantee that a slow
             // one cannot hold the answer past the deadline.
-            let lookup = tokio::time::timeout_at(deadline, lookup)
+            let lookup = tokio::time::timeout_at(deadline, self.lookup.lookup(query))
                 .await
                 .unwrap_or_else(|_| Lookup {
                     source: Source::Api,
                     outcome: Err(LookupError::TimedOut { after: budget }),
                 });
             self.metrics
-                .observe_lookup(lookup.source.as_str(), lookup.result_label(uid));
-            (name.to_string(), lookup)
+                .observe_lookup(lookup.source.as_str(), lookup.result_label(&need.uid));
+            if let Err(error) = &lookup.outcome {
+                // The denial says a sentence; the details are for the log.
+                warn!(namespace = checks.namespace(), pod = %need.name, %error, "owner lookup failed");
+            }
+            (need.name.clone(), lookup)
         });
         futures::future::join_all(lookups)
             .await

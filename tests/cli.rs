@@ -73,6 +73,39 @@ fn review_of_a_manifest_from_the_owner_pod_is_allowed_and_patched() {
 }
 
 #[test]
+fn review_as_pod_makes_an_admission_review_come_from_that_pod() {
+    // The review says a user sent it; --as-pod says the pod w-1 did, and
+    // the owner's uid then comes from that pod's identity.
+    let review = serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "r-1", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+        "namespace": "agents", "operation": "CREATE", "userInfo": {"username": "alice"},
+        "object": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "prompt-1", "namespace": "agents", "labels": {"ownerguard.io/owner-pod": "w-1"}}}}});
+    let input = review.to_string();
+    let (code, answer, stderr) = review_stdin(&[], &input);
+    assert_eq!(
+        code,
+        Some(1),
+        "without --as-pod the uid is unknown: {stderr}"
+    );
+    assert_eq!(answer["response"]["status"]["code"], 400);
+    let (code, answer, stderr) = review_stdin(&["--as-pod", &format!("w-1/{UID}")], &input);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        answer["response"]["auditAnnotations"]["owner"],
+        format!("agents/w-1/{UID}")
+    );
+    // And as another pod, the requester check speaks.
+    let (code, answer, _) = review_stdin(
+        &["--as-pod", "w-2/6f1f3d4e-0c1a-4b7e-9d2a-000000000002"],
+        &input,
+    );
+    assert_eq!(code, Some(1));
+    assert_eq!(answer["response"]["status"]["code"], 403);
+}
+
+#[test]
 fn review_of_a_manifest_with_a_missing_owner_exits_1_with_the_reason() {
     let (code, answer, stderr) = review_stdin(&["--namespace", "agents"], &manifest("w-1", true));
     assert_eq!(code, Some(1));

@@ -13,7 +13,7 @@ use ownerguard::admit::{Policy, WebhookKind};
 use ownerguard::cache::{WatchSettings, Watches};
 use ownerguard::metrics::Metrics;
 use ownerguard::owner::OwnerLookup;
-use ownerguard::owner::cluster::ClusterLookup;
+use ownerguard::owner::cluster::{ClusterLookup, LookupLimits, lookup_config};
 use ownerguard::webhook::Webhook;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -32,12 +32,25 @@ struct Cluster {
 impl Cluster {
     /// The API server with `setup` done, then ownerguard watching it.
     async fn start(settings: WatchSettings, setup: impl FnOnce(&FakeApi)) -> Self {
+        Self::start_with(settings, LookupLimits::default(), setup).await
+    }
+
+    async fn start_with(
+        settings: WatchSettings,
+        limits: LookupLimits,
+        setup: impl FnOnce(&FakeApi),
+    ) -> Self {
         let server = FakeApi::start().await;
         setup(&server.api);
-        let client = server.client();
+        let client = lookup_client(&server);
         let metrics = Arc::new(Metrics::default());
         let watches = Arc::new(Watches::spawn(client.clone(), &settings, metrics.clone()));
-        let lookup = Arc::new(ClusterLookup::new(client, watches.clone()));
+        let lookup = Arc::new(ClusterLookup::new(
+            client,
+            watches.clone(),
+            limits,
+            metrics.clone(),
+        ));
         let webhook = Webhook::new(Policy::default(), lookup, metrics.clone());
         Self {
             server,
@@ -58,11 +71,22 @@ impl Cluster {
 
     /// Review a pod CREATE declaring owner `name` with `uid`.
     async fn review(&self, name: &str, uid: &str, api_timeout: Option<Duration>) -> Value {
+        let metadata = json!({"generateName": "agent-", "namespace": NS,
+            "labels": {"ownerguard.io/owner-pod": name, "ownerguard.io/owner-uid": uid}});
+        self.review_metadata(NS, metadata, api_timeout).await
+    }
+
+    /// Review a pod CREATE in `namespace` whose metadata is `metadata`.
+    async fn review_metadata(
+        &self,
+        namespace: &str,
+        metadata: Value,
+        api_timeout: Option<Duration>,
+    ) -> Value {
         let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
             "uid": "r-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": NS, "operation": "CREATE", "userInfo": {"username": "alice"},
-            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "agent-", "namespace": NS,
-                "labels": {"ownerguard.io/owner-pod": name, "ownerguard.io/owner-uid": uid}}}}});
+            "namespace": namespace, "operation": "CREATE", "userInfo": {"username": "alice"},
+            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": metadata}}});
         let answer = self
             .webhook
             .review(
@@ -81,6 +105,11 @@ impl Cluster {
         self.api()
             .calls_matching("GET /api/v1/namespaces/agents/pods/")
     }
+}
+
+/// A client configured as `serve` configures its own.
+fn lookup_client(server: &Running) -> kube::Client {
+    kube::Client::try_from(lookup_config(server.config())).unwrap()
 }
 
 async fn eventually(what: &str, condition: impl Fn() -> bool) {
@@ -103,13 +132,18 @@ async fn readiness_waits_for_the_first_list() {
         down: true,
         ..Faults::default()
     });
-    let client = server.client();
+    let client = lookup_client(&server);
     let watches = Arc::new(Watches::spawn(
         client.clone(),
         &WatchSettings::default(),
         Arc::new(Metrics::default()),
     ));
-    let lookup = ClusterLookup::new(client, watches.clone());
+    let lookup = ClusterLookup::new(
+        client,
+        watches.clone(),
+        LookupLimits::default(),
+        Arc::new(Metrics::default()),
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!lookup.is_ready(), "ready before any list succeeded");
     server.api.set_faults(Faults::default());
@@ -240,9 +274,10 @@ async fn uid_replaced_by_a_new_pod_of_the_same_name_is_denied_after_a_get() {
     assert_eq!(response["allowed"], false);
     let message = response["status"]["message"].as_str().unwrap();
     assert!(
-        message.contains(&format!("has uid '{U2}', not '{U1}'")),
+        message.contains(&format!("does not have uid '{U1}'")),
         "{message}"
     );
+    assert!(!message.contains(U2), "the real uid is not told: {message}");
     assert_eq!(
         cluster.gets().len(),
         1,
@@ -306,7 +341,7 @@ async fn api_slower_than_the_budget_is_answered_before_the_deadline() {
         response["status"]["message"]
             .as_str()
             .unwrap()
-            .contains("timed out"),
+            .contains("did not answer in time"),
         "{response}"
     );
 }
@@ -314,7 +349,7 @@ async fn api_slower_than_the_budget_is_answered_before_the_deadline() {
 #[tokio::test]
 async fn fail_open_allows_with_a_warning_when_the_api_is_down() {
     let server = FakeApi::start().await;
-    let client = server.client();
+    let client = lookup_client(&server);
     let metrics = Arc::new(Metrics::default());
     let watches = Arc::new(Watches::spawn(
         client.clone(),
@@ -329,7 +364,12 @@ async fn fail_open_allows_with_a_warning_when_the_api_is_down() {
     };
     let webhook = Webhook::new(
         policy,
-        Arc::new(ClusterLookup::new(client, watches)),
+        Arc::new(ClusterLookup::new(
+            client,
+            watches,
+            LookupLimits::default(),
+            Arc::new(Metrics::default()),
+        )),
         metrics,
     );
     let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
@@ -421,6 +461,7 @@ async fn namespace_and_selector_limit_the_watch_and_others_are_looked_up_live() 
     let settings = WatchSettings {
         namespaces: vec![NS.to_string()],
         selector: Some("app=worker".to_string()),
+        ..WatchSettings::default()
     };
     let cluster = Cluster::start(settings, |api| {
         api.put(
@@ -544,5 +585,260 @@ async fn a_large_list_is_read_page_by_page() {
             .get("team-3", "agent-00010")
             .map(|p| p.uid),
         Some("uid-10".to_string())
+    );
+}
+
+// Issue 7, class 10: stale hits without bound.
+
+#[tokio::test]
+async fn a_silent_watch_is_not_trusted_a_lost_delete_is_caught_live() {
+    let settings = WatchSettings {
+        silence_limit: Duration::from_millis(400),
+        ..WatchSettings::default()
+    };
+    let cluster = Cluster::start(settings, running_workers).await;
+    cluster.synced().await;
+    eventually("the watch", || cluster.api().open_watches() == 1).await;
+    // The DELETED event is lost: the stream stays open and says nothing.
+    cluster.api().update_faults(|f| f.mute_watches = true);
+    cluster.api().remove(apiserver::Kind::Pod, NS, "w-1");
+    assert!(
+        cluster.watches.index.get(NS, "w-1").is_some(),
+        "the cache still has it"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!cluster.watches.trusted(NS));
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(
+        response["allowed"], false,
+        "a gone owner was found in a stale cache"
+    );
+    assert_eq!(response["status"]["code"], 403);
+    assert_eq!(cluster.gets().len(), 1, "the hit was checked live once");
+    eventually("the health gauge", || {
+        cluster
+            .metrics
+            .encode()
+            .contains(r#"ownerguard_owner_watch_healthy{scope="all"} 0"#)
+    })
+    .await;
+    // A bookmark is a sign of life: hits answer alone again.
+    cluster.api().update_faults(|f| f.mute_watches = false);
+    cluster.api().bookmark();
+    eventually("trust again", || cluster.watches.trusted(NS)).await;
+    cluster.api().clear_calls();
+    let response = cluster.review("w-2", U2, None).await;
+    assert_eq!(response["auditAnnotations"]["owner-source"], "cache");
+    assert!(cluster.gets().is_empty());
+}
+
+#[tokio::test]
+async fn a_failing_watch_is_not_trusted_until_it_recovers() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    eventually("the watch", || cluster.api().open_watches() == 1).await;
+    cluster.api().update_faults(|f| f.watch_fails = true);
+    cluster.api().drop_watches();
+    eventually("the failure to be seen", || !cluster.watches.trusted(NS)).await;
+    // Replaced while the watch is down: same name, another uid.
+    cluster.api().remove(apiserver::Kind::Pod, NS, "w-1");
+    cluster.api().put_pod(NS, "w-1", U2);
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(
+        response["allowed"], false,
+        "a replaced owner was found in a failed cache"
+    );
+    assert!(
+        cluster
+            .metrics
+            .encode()
+            .contains(r#"ownerguard_owner_watch_failures_total{scope="all"}"#),
+        "{}",
+        cluster.metrics.encode()
+    );
+    // The watch resumes, replays what it missed, and is trusted again.
+    cluster.api().update_faults(|f| f.watch_fails = false);
+    eventually("the replay", || {
+        cluster
+            .watches
+            .index
+            .get(NS, "w-1")
+            .is_some_and(|p| p.uid == U2)
+    })
+    .await;
+    eventually("trust again", || cluster.watches.trusted(NS)).await;
+}
+
+// Classes 2 and 11: nothing invalid reaches an API path.
+
+#[tokio::test]
+async fn names_and_namespaces_that_are_not_names_never_reach_the_api() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    cluster.api().clear_calls();
+    for name in ["w-1?x=1", "w-1/status", "w-1#", "w-1%2Fstatus"] {
+        let metadata = json!({"name": "a", "namespace": NS,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": U1}]});
+        let response = cluster.review_metadata(NS, metadata, None).await;
+        assert_eq!(response["status"]["code"], 400, "{name}: {response}");
+    }
+    let namespace = "elsewhere/pods/w-1?x=";
+    let metadata = json!({"name": "a", "namespace": namespace,
+        "labels": {"ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": U1}});
+    let response = cluster.review_metadata(namespace, metadata, None).await;
+    assert_eq!(response["status"]["code"], 400, "{response}");
+    assert!(
+        cluster.api().calls().is_empty() || cluster.gets().is_empty(),
+        "{:?}",
+        cluster.api().calls()
+    );
+    assert!(cluster.api().calls_matching("/pods/w-1").is_empty());
+}
+
+// Class 12: errors are told in a sentence.
+
+#[tokio::test]
+async fn an_api_error_is_logged_and_answered_with_a_sentence() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    cluster
+        .api()
+        .update_faults(|f| f.throttled = Some(Some(60)));
+    let response = cluster.review("w-new", U1, None).await;
+    assert_eq!(response["status"]["code"], 503);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("(the API server answered with an error)"),
+        "{message}"
+    );
+    assert!(!message.contains("Status"), "{message}");
+    assert!(message.len() < 300, "{message}");
+}
+
+// Class 13: retries bounded, Retry-After honoured.
+
+#[tokio::test]
+async fn a_429_without_retry_after_is_retried_once() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    cluster.api().update_faults(|f| f.throttled = Some(None));
+    let response = cluster
+        .review("w-new", U1, Some(Duration::from_secs(10)))
+        .await;
+    assert_eq!(response["status"]["code"], 503);
+    assert_eq!(cluster.gets().len(), 2, "{:?}", cluster.gets());
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured_when_it_fits_the_budget() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    cluster.api().update_faults(|f| f.throttled = Some(Some(1)));
+    let (api, started) = (cluster.api().clone(), Instant::now());
+    // The API server recovers before the retry is due.
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        api.update_faults(|f| f.throttled = None);
+    });
+    cluster.api().put_pod_unannounced(NS, "w-new", U1);
+    let response = cluster
+        .review("w-new", U1, Some(Duration::from_secs(10)))
+        .await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "retried before Retry-After"
+    );
+    assert_eq!(cluster.gets().len(), 2);
+    // A Retry-After beyond the budget is not waited for.
+    cluster.api().clear_calls();
+    cluster
+        .api()
+        .update_faults(|f| f.throttled = Some(Some(30)));
+    let started = Instant::now();
+    let response = cluster
+        .review("w-other", U1, Some(Duration::from_secs(10)))
+        .await;
+    assert_eq!(response["status"]["code"], 503);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(cluster.gets().len(), 1);
+}
+
+// Class 15: one create never becomes thousands of API calls.
+
+#[tokio::test]
+async fn thousands_of_pod_references_cost_no_api_call() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    cluster.api().clear_calls();
+    let references: Vec<Value> = (0..2_000)
+        .map(|i| json!({"apiVersion": "v1", "kind": "Pod", "name": format!("w-{i}"), "uid": format!("u-{i}")}))
+        .collect();
+    let metadata = json!({"name": "big", "namespace": NS, "ownerReferences": references});
+    let response = cluster.review_metadata(NS, metadata, None).await;
+    assert_eq!(response["status"]["code"], 400, "{response}");
+    assert!(cluster.gets().is_empty(), "{} GETs", cluster.gets().len());
+}
+
+#[tokio::test]
+async fn live_lookups_are_capped_in_concurrency_across_reviews() {
+    let limits = LookupLimits {
+        concurrency: 2,
+        rate_per_second: 1_000,
+    };
+    let cluster = Cluster::start_with(WatchSettings::default(), limits, running_workers).await;
+    cluster.synced().await;
+    cluster
+        .api()
+        .update_faults(|f| f.get_delay = Duration::from_millis(200));
+    let reviews = (0..8).map(|i| {
+        let cluster = &cluster;
+        async move {
+            cluster
+                .review(&format!("miss-{i}"), U1, Some(Duration::from_secs(10)))
+                .await
+        }
+    });
+    let responses = futures::future::join_all(reviews).await;
+    assert!(
+        responses.iter().all(|r| r["status"]["code"] == 403),
+        "{responses:?}"
+    );
+    assert_eq!(cluster.api().max_gets_in_flight(), 2);
+}
+
+#[tokio::test]
+async fn live_lookups_are_capped_in_rate_and_the_excess_fails_fast() {
+    let limits = LookupLimits {
+        concurrency: 100,
+        rate_per_second: 3,
+    };
+    let cluster = Cluster::start_with(WatchSettings::default(), limits, running_workers).await;
+    cluster.synced().await;
+    cluster.api().clear_calls();
+    let started = Instant::now();
+    // The API server gives each call 1 s: 750 ms for the lookup.
+    let reviews = (0..10).map(|i| {
+        let cluster = &cluster;
+        async move {
+            cluster
+                .review(&format!("miss-{i}"), U1, Some(Duration::from_secs(1)))
+                .await
+        }
+    });
+    let responses = futures::future::join_all(reviews).await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let throttled = responses
+        .iter()
+        .filter(|r| r["status"]["code"] == 503)
+        .count();
+    let gets = cluster.gets().len();
+    assert!(gets <= 6, "{gets} GETs at 3 per second in under a second");
+    assert_eq!(gets + throttled, 10, "{responses:?}");
+    assert!(
+        cluster
+            .metrics
+            .encode()
+            .contains(r#"ownerguard_owner_lookups_total{source="api",result="throttled"}"#)
     );
 }

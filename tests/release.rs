@@ -174,12 +174,120 @@ async fn release_gives_up_at_its_timeout_naming_the_pods_left() {
         .await
         .unwrap_err();
     match error {
-        ReleaseError::StillThere { pods, .. } => {
-            assert_eq!(pods.len(), 3);
-            assert!(pods.contains(&"agent-a".to_string()));
+        ReleaseError::Incomplete { left, .. } => {
+            assert_eq!(left.len(), 3, "{left:?}");
+            assert!(
+                left.iter()
+                    .any(|l| l.starts_with("Pod/agent-a: still there"))
+            );
         }
         other => panic!("{other}"),
     }
+}
+
+#[tokio::test]
+async fn a_reference_with_the_owners_uid_under_another_kind_or_name_is_not_the_owners() {
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    api.put_pod(NS, "w-1", OWNER);
+    api.put(Kind::Pod, NS, "agent-a", "p-a", json!({}), &[OWNER]);
+    let reference = |api_version: &str, kind: &str, name: &str| json!([{"apiVersion": api_version, "kind": kind, "name": name, "uid": OWNER}]);
+    api.put_with_references(
+        Kind::Pod,
+        NS,
+        "lower-kind",
+        "p-l",
+        reference("v1", "pod", "w-1"),
+    );
+    api.put_with_references(
+        Kind::Pod,
+        NS,
+        "other-name",
+        "p-n",
+        reference("v1", "Pod", "w-2"),
+    );
+    api.put_with_references(
+        Kind::ConfigMap,
+        NS,
+        "other-group",
+        "c-g",
+        reference("apps/v1", "Pod", "w-1"),
+    );
+    api.put_with_references(
+        Kind::Job,
+        NS,
+        "other-kind",
+        "j-k",
+        reference("v1", "ConfigMap", "w-1"),
+    );
+    let released = release(server.client(), &owner(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        released,
+        Released {
+            pods: 1,
+            jobs: 0,
+            config_maps: 0
+        }
+    );
+    for (kind, name) in [
+        (Kind::Pod, "lower-kind"),
+        (Kind::Pod, "other-name"),
+        (Kind::ConfigMap, "other-group"),
+        (Kind::Job, "other-kind"),
+    ] {
+        assert!(server.api.exists(kind, NS, name), "{name} was released");
+    }
+}
+
+#[tokio::test]
+async fn a_403_on_deleting_jobs_skips_them_and_releases_the_rest() {
+    let server = mixed_namespace().await;
+    server.api.set_faults(Faults {
+        delete_fails: Some((Kind::Job, None, 403)),
+        ..Faults::default()
+    });
+    let released = release(server.client(), &owner(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        released,
+        Released {
+            pods: 2,
+            jobs: 0,
+            config_maps: 1
+        }
+    );
+    assert!(server.api.exists(Kind::Job, NS, "step-1"));
+    assert!(
+        server.api.exists(Kind::Pod, NS, "step-1-abcde"),
+        "the pod of a Job that stays would only be replaced"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_delete_does_not_stop_the_others_and_is_named() {
+    let server = mixed_namespace().await;
+    server.api.set_faults(Faults {
+        delete_fails: Some((Kind::Pod, Some("agent-a".into()), 500)),
+        ..Faults::default()
+    });
+    let error = release(server.client(), &owner(), Duration::from_secs(10))
+        .await
+        .unwrap_err();
+    let ReleaseError::Incomplete { left, .. } = &error else {
+        panic!("{error}");
+    };
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].starts_with("Pod/agent-a: 500"), "{left:?}");
+    for gone in ["agent-b", "step-1-abcde"] {
+        assert!(!server.api.exists(Kind::Pod, NS, gone), "{gone} stayed");
+    }
+    assert!(!server.api.exists(Kind::Job, NS, "step-1"));
+    assert!(!server.api.exists(Kind::ConfigMap, NS, "prompt-1"));
+    assert!(server.api.exists(Kind::Pod, NS, "agent-a"));
+    assert!(error.to_string().contains("agent-a"), "{error}");
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use hyper_util::rt::TokioExecutor;
 use ownerguard::certs::{self, Generated};
 use ownerguard::metrics::Metrics;
 use ownerguard::owner::inventory::{Inventory, InventoryPod};
-use ownerguard::owner::{Lookup, ObservedPod, OwnerLookup};
+use ownerguard::owner::{Lookup, ObservedPod, OwnerLookup, PodQuery};
 use ownerguard::server::{ServeOptions, Server};
 use ownerguard::webhook::Webhook;
 use rustls::pki_types::pem::PemObject;
@@ -46,16 +46,10 @@ struct Slow {
 }
 
 impl OwnerLookup for Slow {
-    fn lookup<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-        uid: &'a str,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Lookup> {
+    fn lookup<'a>(&'a self, query: PodQuery<'a>) -> BoxFuture<'a, Lookup> {
         Box::pin(async move {
             tokio::time::sleep(self.delay).await;
-            self.inner.lookup(namespace, name, uid, deadline).await
+            self.inner.lookup(query).await
         })
     }
 }

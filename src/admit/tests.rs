@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::admission::{AdmissionRequest, EXTRA_POD_NAME, EXTRA_POD_UID};
-use crate::error::LookupError;
+use crate::error::{LookupError, Subject};
 use crate::owner::ObservedPod;
 
 const NS: &str = "agents";
@@ -83,11 +83,11 @@ fn run(
     match plan(request, webhook, policy)? {
         None => Ok(Allowed::default()),
         Some(checks) => {
-            for claim in &checks.claims {
+            for need in checks.lookups() {
                 assert!(
-                    lookups.contains_key(&claim.name) || lookups.is_empty(),
+                    lookups.contains_key(&need.name) || lookups.is_empty(),
                     "unexpected lookup of {}",
-                    claim.name
+                    need.name
                 );
             }
             decide(checks, &lookups, policy)
@@ -233,7 +233,14 @@ fn owner_with_another_uid_is_owner_uid_mismatch() {
     let (req, _) = request("CREATE", object(owner_labels("w-1", "A"), None), None);
     let err = mutate(&req, running(&[("w-1", "B")])).unwrap_err();
     assert!(matches!(err, Denial::OwnerUidMismatch { .. }), "{err:?}");
-    assert!(err.to_string().contains("owner pod 'w-1' has uid 'B', not 'A': pass the uid of the running pod (downward API metadata.uid)"));
+    let message = err.to_string();
+    assert!(
+        message.contains("owner pod 'w-1' does not have uid 'A'"),
+        "{message}"
+    );
+    assert!(message.contains("downward API metadata.uid"), "{message}");
+    // The real uid is not for whoever posts a review to learn.
+    assert!(!message.contains('B'), "{message}");
 }
 
 #[test]
@@ -470,18 +477,25 @@ fn update_may_not_add_the_owner_label() {
     let new = object(owner_labels("w-1", "uid-1"), None);
     let (req, _) = request("UPDATE", new, Some(old));
     let err = mutate(&req, HashMap::new()).unwrap_err();
-    assert!(matches!(err, Denial::OwnerLabelChanged { .. }), "{err:?}");
+    assert!(matches!(err, Denial::OwnerLabelAdded { .. }), "{err:?}");
+    assert!(err.to_string().contains("create a new object"), "{err}");
 }
 
 #[test]
-fn update_may_not_remove_the_owner_reference() {
+fn update_may_not_remove_a_running_owners_reference() {
     let old = object(
         owner_labels("w-1", "uid-1"),
         Some(json!([pod_reference("w-1", "uid-1", Some(false))])),
     );
     let new = object(owner_labels("w-1", "uid-1"), Some(json!([])));
     let (req, _) = request("UPDATE", new, Some(old));
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = run(
+        &req,
+        WebhookKind::Validate,
+        &Policy::default(),
+        running(&[("w-1", "uid-1")]),
+    )
+    .unwrap_err();
     assert!(
         matches!(err, Denial::OwnerReferenceRemoved { .. }),
         "{err:?}"
@@ -558,10 +572,8 @@ fn update_keeping_the_pod_references_looks_nothing_up() {
     let old = object(owner_labels("w-1", "uid-1"), Some(refs.clone()));
     let new = object(owner_labels("w-1", "uid-1"), Some(refs));
     let (req, _) = request("UPDATE", new, Some(old));
-    let checks = plan(&req, WebhookKind::Mutate, &Policy::default())
-        .unwrap()
-        .unwrap();
-    assert!(checks.claims.is_empty());
+    let checks = plan(&req, WebhookKind::Mutate, &Policy::default()).unwrap();
+    assert!(checks.is_none_or(|c| c.lookups().is_empty()));
 }
 
 #[test]
@@ -578,7 +590,7 @@ fn delete_and_connect_are_allowed_unchanged() {
         assert_eq!(
             plan(&req, WebhookKind::Mutate, &Policy::default())
                 .unwrap()
-                .map(|c| c.claims),
+                .map(|c| c.lookups().to_vec()),
             None
         );
     }
@@ -596,112 +608,867 @@ fn warnings_stay_under_120_characters() {
     assert_eq!(short_warning("brief".into()), "brief");
 }
 
+/// What a lookup found: `Ok(Some((uid, terminating)))`, `Ok(None)` for no
+/// such pod, `Err(())` for a failed lookup.
+type Found<'a> = Result<Option<(&'a str, bool)>, ()>;
+
+fn lookups(pods: &[(&str, Found<'_>)]) -> HashMap<String, Lookup> {
+    pods.iter()
+        .map(|(name, outcome)| {
+            let outcome = match outcome {
+                Ok(Some((uid, terminating))) => Ok(Some(ObservedPod {
+                    uid: uid.to_string(),
+                    terminating: *terminating,
+                })),
+                Ok(None) => Ok(None),
+                Err(()) => Err(LookupError::TimedOut {
+                    after: std::time::Duration::from_secs(2),
+                }),
+            };
+            let lookup = Lookup {
+                source: Source::Api,
+                outcome,
+            };
+            (name.to_string(), lookup)
+        })
+        .collect()
+}
+
+fn validate(request: &AdmissionRequest, pods: HashMap<String, Lookup>) -> Result<Allowed, Denial> {
+    run(request, WebhookKind::Validate, &Policy::default(), pods)
+}
+
+fn as_user(mut review: Value, username: &str) -> AdmissionRequest {
+    review["userInfo"] = json!({"username": username});
+    serde_json::from_value(review).unwrap()
+}
+
+fn with_extras(mut review: Value, username: &str, extra: Value) -> AdmissionRequest {
+    review["userInfo"] = json!({"username": username, "extra": extra});
+    serde_json::from_value(review).unwrap()
+}
+
+fn owned(name: &str, uid: &str) -> Value {
+    object(
+        owner_labels(name, uid),
+        Some(json!([pod_reference(name, uid, Some(false))])),
+    )
+}
+
+// SPEC §3 rule 6: a reference is the whole tuple.
+
+#[test]
+fn an_entry_with_the_owners_uid_but_another_kind_contradicts_the_owner() {
+    for (api_version, kind, name) in [
+        ("v1", "pod", "w-1"),
+        ("v1", "ConfigMap", "w-1"),
+        ("apps/v1", "ReplicaSet", "rs"),
+        ("v1", "Pod", "w-2"),
+    ] {
+        let entry = json!({"apiVersion": api_version, "kind": kind, "name": name, "uid": "uid-1"});
+        let obj = object(owner_labels("w-1", "uid-1"), Some(json!([entry])));
+        let (req, _) = request("CREATE", obj, None);
+        let err = mutate(&req, running(&[("w-1", "uid-1"), ("w-2", "uid-2")])).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Denial::ContradictingReference { .. } | Denial::InexactPodReference { .. }
+            ),
+            "{kind} {name}: {err:?}"
+        );
+        assert_eq!(err.code(), 400, "{kind} {name}");
+    }
+}
+
+#[test]
+fn a_reference_that_means_a_pod_must_be_exactly_v1_pod() {
+    for (api_version, kind) in [
+        ("v1", "pod"),
+        ("apps/v1", "Pod"),
+        ("v1beta1", "Pod"),
+        ("", "POD"),
+    ] {
+        let entry = json!({"apiVersion": api_version, "kind": kind, "name": "w-1", "uid": "uid-9"});
+        let (req, _) = request("CREATE", object(json!({}), Some(json!([entry]))), None);
+        let err = mutate(&req, HashMap::new()).unwrap_err();
+        assert!(
+            matches!(err, Denial::InexactPodReference { .. }),
+            "{api_version} {kind}: {err:?}"
+        );
+    }
+}
+
+#[test]
+fn two_pod_references_with_one_uid_contradict_each_other() {
+    let refs = json!([
+        pod_reference("w-1", "uid-1", None),
+        pod_reference("w-2", "uid-1", None)
+    ]);
+    let (req, _) = request("CREATE", object(json!({}), Some(refs)), None);
+    let err = mutate(&req, HashMap::new()).unwrap_err();
+    assert!(
+        matches!(err, Denial::ContradictingReference { index: 1, .. }),
+        "{err:?}"
+    );
+}
+
+// SPEC §3 rule 7: names are validated before any lookup.
+
+#[test]
+fn a_reference_name_that_is_not_a_pod_name_is_denied_before_any_lookup() {
+    for name in [
+        "w-1?x=1",
+        "w-1/status",
+        "w-1#x",
+        "w 1",
+        "W-1",
+        "w-1%2Fx",
+        "..",
+    ] {
+        let refs = json!([pod_reference(name, "uid-1", None)]);
+        let (req, _) = request("CREATE", object(json!({}), Some(refs)), None);
+        for fail_open in [false, true] {
+            let policy = Policy {
+                fail_open,
+                ..Policy::default()
+            };
+            let err = plan(&req, WebhookKind::Mutate, &policy).unwrap_err();
+            assert!(
+                matches!(err, Denial::InvalidReferenceName { .. }),
+                "{name}: {err:?}"
+            );
+            assert_eq!(err.code(), 400);
+        }
+    }
+}
+
+#[test]
+fn a_namespace_that_is_not_a_namespace_name_is_denied_before_any_lookup() {
+    for namespace in ["agents/pods/w-2?x=", "Agents", "a.b"] {
+        let (_, mut review) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
+        review["namespace"] = json!(namespace);
+        review["object"]["metadata"]["namespace"] = json!(namespace);
+        let req: AdmissionRequest = serde_json::from_value(review).unwrap();
+        let err = plan(&req, WebhookKind::Mutate, &Policy::default()).unwrap_err();
+        assert!(
+            matches!(err, Denial::InvalidNamespace { .. }),
+            "{namespace}: {err:?}"
+        );
+        assert_eq!(err.code(), 400);
+    }
+}
+
+#[test]
+fn an_object_in_another_namespace_than_the_request_is_denied() {
+    let (_, mut review) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
+    review["object"]["metadata"]["namespace"] = json!("elsewhere");
+    let req: AdmissionRequest = serde_json::from_value(review).unwrap();
+    let err = plan(&req, WebhookKind::Mutate, &Policy::default()).unwrap_err();
+    assert!(matches!(err, Denial::InvalidNamespace { .. }), "{err:?}");
+}
+
+// SPEC §3 rule 8: who is a pod.
+
+#[test]
+fn a_node_user_with_pod_extras_is_not_the_requesting_pod() {
+    let (_, review) = request(
+        "CREATE",
+        object(json!({"ownerguard.io/owner-pod": "w-1"}), None),
+        None,
+    );
+    let extras = json!({EXTRA_POD_NAME: ["w-1"], EXTRA_POD_UID: ["uid-1"]});
+    for username in [
+        "system:node:node-1",
+        "alice",
+        "system:serviceaccount:elsewhere:worker",
+        "system:serviceaccount:agents:",
+    ] {
+        let req = with_extras(review.clone(), username, extras.clone());
+        let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+        assert!(
+            matches!(err, Denial::MissingOwnerUid { .. }),
+            "{username}: {err:?}"
+        );
+    }
+}
+
+#[test]
+fn malformed_pod_extras_are_denied_400() {
+    let (_, review) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
+    let user = "system:serviceaccount:agents:worker";
+    for extra in [
+        json!({EXTRA_POD_NAME: ["w-1"]}),
+        json!({EXTRA_POD_UID: ["uid-1"]}),
+        json!({EXTRA_POD_NAME: [], EXTRA_POD_UID: ["uid-1"]}),
+        json!({EXTRA_POD_NAME: [""], EXTRA_POD_UID: ["uid-1"]}),
+        json!({EXTRA_POD_NAME: ["w-1", "w-2"], EXTRA_POD_UID: ["uid-1"]}),
+        json!({EXTRA_POD_NAME: ["w-1/status"], EXTRA_POD_UID: ["uid-1"]}),
+    ] {
+        let req = with_extras(review.clone(), user, extra.clone());
+        let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+        assert!(
+            matches!(err, Denial::MalformedIdentity { .. }),
+            "{extra}: {err:?}"
+        );
+        assert_eq!(err.code(), 400);
+    }
+}
+
+// SPEC §3 rule 9: half a claim.
+
+#[test]
+fn a_uid_label_without_the_owner_label_is_a_half_claim() {
+    let (req, _) = request(
+        "CREATE",
+        object(json!({"ownerguard.io/owner-uid": "uid-1"}), None),
+        None,
+    );
+    let err = mutate(&req, HashMap::new()).unwrap_err();
+    assert!(matches!(err, Denial::HalfClaim { .. }), "{err:?}");
+    assert_eq!(err.code(), 400);
+}
+
+// SPEC §3 rule 10: the work of one review is bounded.
+
+#[test]
+fn more_pod_references_than_the_limit_are_denied_before_any_lookup() {
+    let refs: Vec<Value> = (0..33)
+        .map(|i| pod_reference(&format!("w-{i}"), &format!("uid-{i}"), None))
+        .collect();
+    let (req, _) = request("CREATE", object(json!({}), Some(json!(refs))), None);
+    let err = plan(&req, WebhookKind::Mutate, &Policy::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Denial::TooManyReferences {
+                count: 33,
+                limit: 32,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.code(), 400);
+    let refs: Vec<Value> = (0..32)
+        .map(|i| pod_reference(&format!("w-{i}"), &format!("uid-{i}"), None))
+        .collect();
+    let (req, _) = request("CREATE", object(json!({}), Some(json!(refs))), None);
+    let checks = plan(&req, WebhookKind::Mutate, &Policy::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!(checks.lookups().len(), 32);
+}
+
+#[test]
+fn one_lookup_per_pod_name() {
+    let refs = json!([pod_reference("w-1", "uid-1", None)]);
+    let (req, _) = request(
+        "CREATE",
+        object(owner_labels("w-1", "uid-1"), Some(refs)),
+        None,
+    );
+    let checks = plan(&req, WebhookKind::Mutate, &Policy::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!(checks.lookups().len(), 1);
+}
+
+// Messages: a failed lookup says a sentence, never the API's error.
+
+#[test]
+fn a_failed_lookup_is_told_in_a_sentence() {
+    let (req, _) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
+    let message = mutate(&req, failed_lookup()).unwrap_err().to_string();
+    assert!(
+        message.contains("the API server did not answer in time"),
+        "{message}"
+    );
+    assert!(!message.contains("Status {"), "{message}");
+}
+
+// UPDATE: the tuple, blocking, orphaning.
+
+#[test]
+fn update_renaming_or_rekinding_the_owners_reference_is_denied_403() {
+    for (api_version, kind, name) in [
+        ("v1", "Pod", "w-2"),
+        ("v1", "pod", "w-1"),
+        ("apps/v1", "Pod", "w-1"),
+    ] {
+        let new = object(
+            owner_labels("w-1", "uid-1"),
+            Some(json!([{"apiVersion": api_version, "kind": kind, "name": name, "uid": "uid-1"}])),
+        );
+        let (req, _) = request("UPDATE", new, Some(owned("w-1", "uid-1")));
+        let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+        assert!(
+            matches!(err, Denial::OwnerReferenceChanged { .. }),
+            "{kind} {name}: {err:?}"
+        );
+        assert_eq!(err.code(), 403);
+    }
+}
+
+#[test]
+fn update_may_not_make_any_pod_reference_blocking() {
+    let old = object(
+        json!({}),
+        Some(json!([pod_reference("w-2", "uid-2", Some(false))])),
+    );
+    let new = object(
+        json!({}),
+        Some(json!([pod_reference("w-2", "uid-2", Some(true))])),
+    );
+    let (req, _) = request("UPDATE", new.clone(), Some(old));
+    let allowed = mutate(&req, HashMap::new()).unwrap();
+    assert_eq!(
+        patched(&new, &allowed)["metadata"]["ownerReferences"][0]["blockOwnerDeletion"],
+        false
+    );
+    assert_eq!(allowed.warnings.len(), 1);
+    let err = validate(&req, HashMap::new()).unwrap_err();
+    assert!(matches!(err, Denial::BlockingReference { .. }), "{err:?}");
+    // The object has no owner label: the mutating webhook never sees it,
+    // so the message does not send the user there.
+    assert!(!err.to_string().contains("mutating"), "{err}");
+}
+
+#[test]
+fn the_garbage_collector_may_orphan_whatever_the_owner() {
+    let new = object(owner_labels("w-1", "uid-1"), Some(json!([])));
+    let (_, review) = request("UPDATE", new.clone(), Some(owned("w-1", "uid-1")));
+    let req = as_user(
+        review,
+        "system:serviceaccount:kube-system:generic-garbage-collector",
+    );
+    for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+        // The owner still shows as running: an orphaning owner is only
+        // Terminating. Nothing is looked up, nothing restored.
+        let allowed = run(&req, webhook, &Policy::default(), HashMap::new()).unwrap();
+        assert!(allowed.patch.is_empty(), "{:?}", allowed.patch);
+    }
+}
+
+#[test]
+fn removing_the_reference_of_a_gone_owner_is_allowed_labels_kept() {
+    let new = object(owner_labels("w-1", "uid-1"), Some(json!([])));
+    let (req, _) = request("UPDATE", new, Some(owned("w-1", "uid-1")));
+    for gone in [
+        Ok(None),
+        Ok(Some(("uid-other", false))),
+        Ok(Some(("uid-1", true))),
+    ] {
+        for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+            let allowed =
+                run(&req, webhook, &Policy::default(), lookups(&[("w-1", gone)])).unwrap();
+            assert!(allowed.patch.is_empty(), "{gone:?}");
+        }
+    }
+}
+
+#[test]
+fn removing_a_client_set_reference_of_a_running_pod_is_denied() {
+    let old = object(
+        json!({}),
+        Some(json!([pod_reference("w-2", "uid-2", Some(false))])),
+    );
+    let new = object(json!({}), Some(json!([])));
+    let (req, _) = request("UPDATE", new, Some(old));
+    let err = mutate(&req, running(&[("w-2", "uid-2")])).unwrap_err();
+    assert!(
+        matches!(err, Denial::OwnerReferenceRemoved { .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn update_turning_another_reference_into_a_pod_reference_checks_it() {
+    let old = object(
+        json!({}),
+        Some(
+            json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "uid-9"}]),
+        ),
+    );
+    let new = object(
+        json!({}),
+        Some(json!([pod_reference("gone", "uid-9", None)])),
+    );
+    let (req, _) = request("UPDATE", new, Some(old));
+    let err = mutate(&req, lookups(&[("gone", Ok(None))])).unwrap_err();
+    assert!(matches!(err, Denial::OwnerNotFound { .. }), "{err:?}");
+}
+
+// Everyday workflows (issue 8): replace, disown, templates, names, delegates.
+
+#[test]
+fn a_replace_that_leaves_out_the_reference_and_uid_label_gets_them_back() {
+    let original = object(json!({"ownerguard.io/owner-pod": "w-1"}), None);
+    let (req, _) = request("UPDATE", original.clone(), Some(owned("w-1", "uid-1")));
+    let checks = plan(&req, WebhookKind::Mutate, &Policy::default())
+        .unwrap()
+        .unwrap();
+    assert!(
+        checks.lookups().iter().all(|need| need.fresh),
+        "liveness for a restore is checked live: {:?}",
+        checks.lookups()
+    );
+    let allowed = mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
+    let result = patched(&original, &allowed);
+    assert_eq!(result["metadata"]["labels"], owner_labels("w-1", "uid-1"));
+    assert_eq!(
+        result["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Pod", "name": "w-1", "uid": "uid-1", "controller": false, "blockOwnerDeletion": false}])
+    );
+    assert_eq!(allowed.warnings.len(), 2, "{:?}", allowed.warnings);
+    // What /validate then sees is the restored object, and it passes.
+    let (req, _) = request("UPDATE", result, Some(owned("w-1", "uid-1")));
+    assert!(validate(&req, running(&[("w-1", "uid-1")])).is_ok());
+}
+
+#[test]
+fn a_replace_of_an_orphan_is_not_tied_back_to_its_gone_owner() {
+    let orphan = object(owner_labels("w-1", "uid-1"), None);
+    let original = object(json!({"ownerguard.io/owner-pod": "w-1"}), None);
+    let (req, _) = request("UPDATE", original, Some(orphan));
+    let allowed = mutate(&req, lookups(&[("w-1", Ok(None))])).unwrap();
+    assert!(allowed.patch.is_empty());
+}
+
+#[test]
+fn validate_denies_a_running_owners_uid_label_left_out() {
+    let mut new = owned("w-1", "uid-1");
+    new["metadata"]["labels"] = json!({"ownerguard.io/owner-pod": "w-1"});
+    let (req, _) = request("UPDATE", new, Some(owned("w-1", "uid-1")));
+    let err = validate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(matches!(err, Denial::OwnerLabelOmitted { .. }), "{err:?}");
+}
+
+#[test]
+fn owner_labels_may_go_once_no_running_owner_holds_the_object() {
+    // Orphaned: the collector removed the reference, the owner is gone.
+    let orphan = object(owner_labels("w-1", "uid-1"), Some(json!([])));
+    let (req, _) = request("UPDATE", object(json!({}), Some(json!([]))), Some(orphan));
+    assert!(mutate(&req, HashMap::new()).unwrap().patch.is_empty());
+    // Still owned by a running owner: refused, with the way out.
+    let (req, _) = request(
+        "UPDATE",
+        object(
+            json!({}),
+            Some(json!([pod_reference("w-1", "uid-1", Some(false))])),
+        ),
+        Some(owned("w-1", "uid-1")),
+    );
+    let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(matches!(err, Denial::OwnerLabelRemoved { .. }), "{err:?}");
+    assert!(err.to_string().contains("--cascade=orphan"), "{err}");
+    // The same, the owner gone: allowed.
+    assert!(mutate(&req, lookups(&[("w-1", Ok(None))])).is_ok());
+}
+
+#[test]
+fn removing_only_the_owner_label_leaves_half_a_claim() {
+    let new = object(json!({"ownerguard.io/owner-uid": "uid-1"}), Some(json!([])));
+    let (req, _) = request(
+        "UPDATE",
+        new,
+        Some(object(owner_labels("w-1", "uid-1"), Some(json!([])))),
+    );
+    let err = mutate(&req, HashMap::new()).unwrap_err();
+    assert!(matches!(err, Denial::HalfClaim { .. }), "{err:?}");
+}
+
+fn job(template_labels: Value) -> Value {
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "step-1", "namespace": NS, "labels": {"ownerguard.io/owner-pod": "w-1"}},
+        "spec": {"template": {"metadata": {"labels": template_labels}, "spec": {"containers": []}}},
+    })
+}
+
+#[test]
+fn a_pod_template_with_the_owner_label_gets_the_uid_label() {
+    let obj = job(json!({"ownerguard.io/owner-pod": "w-1", "app": "agent"}));
+    let (_, review) = request("CREATE", obj.clone(), None);
+    let req = from_pod(review, "w-1", "uid-1");
+    let allowed = mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
+    let result = patched(&obj, &allowed);
+    assert_eq!(
+        result["spec"]["template"]["metadata"]["labels"],
+        json!({"ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": "uid-1", "app": "agent"})
+    );
+    // The pod the Job controller makes from it: no pod identity, the
+    // template's labels only. It is admitted with the worker's reference.
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "step-1-", "namespace": NS, "labels": result["spec"]["template"]["metadata"]["labels"]},
+    });
+    let (_, review) = request("CREATE", pod.clone(), None);
+    let req = as_user(review, "system:serviceaccount:kube-system:job-controller");
+    let allowed = mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
+    assert_eq!(
+        patched(&pod, &allowed)["metadata"]["ownerReferences"][0]["uid"],
+        "uid-1"
+    );
+}
+
+#[test]
+fn a_cronjobs_job_template_and_its_pod_template_get_the_uid_label() {
+    let labels = json!({"ownerguard.io/owner-pod": "w-1"});
+    let obj = json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": NS, "labels": labels},
+        "spec": {"schedule": "* * * * *", "jobTemplate": {
+            "metadata": {"labels": labels},
+            "spec": {"template": {"metadata": {"labels": labels}}},
+        }},
+    });
+    let (_, review) = request("CREATE", obj.clone(), None);
+    let req = from_pod(review, "w-1", "uid-1");
+    let result = patched(&obj, &mutate(&req, running(&[("w-1", "uid-1")])).unwrap());
+    let complete = json!({"ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": "uid-1"});
+    assert_eq!(
+        result["spec"]["jobTemplate"]["metadata"]["labels"],
+        complete
+    );
+    assert_eq!(
+        result["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"],
+        complete
+    );
+}
+
+#[test]
+fn a_pod_template_naming_another_owner_is_denied() {
+    let obj = job(json!({"ownerguard.io/owner-pod": "w-2"}));
+    let (_, review) = request("CREATE", obj, None);
+    let req = from_pod(review, "w-1", "uid-1");
+    let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(
+        matches!(err, Denial::TemplateOwnerMismatch { .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_spec_template_of_another_shape_is_not_a_pod_template() {
+    let mut obj = job(json!({}));
+    obj["spec"]["template"] = json!("a string in a custom resource");
+    let (_, review) = request("CREATE", obj, None);
+    let req = from_pod(review, "w-1", "uid-1");
+    assert!(mutate(&req, running(&[("w-1", "uid-1")])).is_ok());
+}
+
+#[test]
+fn self_is_the_requesting_pod_whatever_the_length_of_its_name() {
+    let long = format!(
+        "{}-28391234-x7k2p",
+        "nightly-report-generation-worker".repeat(3)
+    );
+    assert!(long.len() > 63);
+    let obj = object(json!({"ownerguard.io/owner-pod": "Self"}), None);
+    let (_, review) = request("CREATE", obj.clone(), None);
+    let req = from_pod(review, &long, "uid-1");
+    let allowed = mutate(&req, running(&[(long.as_str(), "uid-1")])).unwrap();
+    let result = patched(&obj, &allowed);
+    assert_eq!(
+        result["metadata"]["ownerReferences"][0]["name"],
+        long.as_str()
+    );
+    assert_eq!(
+        result["metadata"]["annotations"]["ownerguard.io/owner-pod-name"],
+        long.as_str()
+    );
+    // The completed object names its owner for anyone: a user's update
+    // keeps it, a controller's pod made from it would too.
+    let (_, review) = request("CREATE", result.clone(), None);
+    let again = as_user(review, "system:serviceaccount:kube-system:job-controller");
+    assert!(
+        mutate(&again, running(&[(long.as_str(), "uid-1")]))
+            .unwrap()
+            .patch
+            .is_empty()
+    );
+}
+
+#[test]
+fn self_without_pod_identity_is_denied_400() {
+    let (req, _) = request(
+        "CREATE",
+        object(json!({"ownerguard.io/owner-pod": "Self"}), None),
+        None,
+    );
+    let err = mutate(&req, HashMap::new()).unwrap_err();
+    assert!(
+        matches!(err, Denial::SelfWithoutPodIdentity { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.code(), 400);
+}
+
+#[test]
+fn a_worker_naming_another_pod_hears_that_first_not_the_uid() {
+    let (_, review) = request(
+        "CREATE",
+        object(json!({"ownerguard.io/owner-pod": "w-1"}), None),
+        None,
+    );
+    // Its $HOSTNAME was not its pod name (an indexed Job, say).
+    let req = from_pod(review, "step-7-0-x7k2p", "uid-7");
+    let err = mutate(&req, HashMap::new()).unwrap_err();
+    assert!(matches!(err, Denial::RequesterNotOwner { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("downward API"), "{message}");
+    assert!(message.contains("step-7-0-x7k2p"), "{message}");
+}
+
+#[test]
+fn a_delegate_may_declare_another_pod_of_its_namespace_still_looked_up() {
+    let (_, review) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
+    let req = from_pod(review, "broker-0", "uid-b");
+    let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(
+        err.to_string().contains("--delegate agents/worker"),
+        "{err}"
+    );
+    let policy = Policy {
+        delegates: vec!["agents/worker".parse().unwrap()],
+        ..Policy::default()
+    };
+    assert!(
+        run(
+            &req,
+            WebhookKind::Mutate,
+            &policy,
+            running(&[("w-1", "uid-1")])
+        )
+        .is_ok()
+    );
+    let err = run(
+        &req,
+        WebhookKind::Mutate,
+        &policy,
+        lookups(&[("w-1", Ok(None))]),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Denial::OwnerNotFound { .. }), "{err:?}");
+}
+
 /// Every denial names the object, the namespace, the owner and a fix.
 #[test]
 fn every_denial_names_object_namespace_owner_and_fix() {
-    let object = ObjectName {
-        kind: "Job".into(),
-        name: "step-7".into(),
-        generated: false,
+    let at = Subject {
+        object: ObjectName {
+            kind: "Job".into(),
+            name: "step-7".into(),
+            generated: false,
+        },
+        namespace: "agents".to_string(),
     };
-    let (ns, owner) = ("agents".to_string(), "w-1".to_string());
+    let owner = "w-1".to_string();
+    let key = "ownerguard.io/owner-uid".to_string();
     let denials = vec![
         Denial::InvalidOwnerName {
-            object: object.clone(),
-            namespace: ns.clone(),
-            key: "ownerguard.io/owner-pod".into(),
-            value: "w-1".into(),
+            at: at.clone(),
+            what: "label",
+            key: key.clone(),
+            pod_key: key.clone(),
+            value: "w-1_".into(),
         },
         Denial::InvalidOwnerUid {
-            object: object.clone(),
-            namespace: ns.clone(),
+            at: at.clone(),
             owner: owner.clone(),
-            key: "k".into(),
+            key: key.clone(),
             value: "".into(),
         },
         Denial::MissingOwnerUid {
-            object: object.clone(),
-            namespace: ns.clone(),
+            at: at.clone(),
             owner: owner.clone(),
-            key: "k".into(),
+            key: key.clone(),
         },
         Denial::UidDisagreesWithRequester {
-            object: object.clone(),
-            namespace: ns.clone(),
+            at: at.clone(),
             owner: owner.clone(),
+            key: key.clone(),
             declared: "a".into(),
-            requester_uid: "b".into(),
         },
         Denial::RequesterNotOwner {
-            object: object.clone(),
-            namespace: ns.clone(),
+            at: at.clone(),
             owner: owner.clone(),
-            requester: "agents/w-2".into(),
-            requester_name: "w-2".into(),
-            requester_namespace: "agents".into(),
-            key: "k".into(),
+            requester: "w-2".into(),
+            service_account: "agents/worker".into(),
+            key: key.clone(),
+        },
+        Denial::SelfWithoutPodIdentity {
+            at: at.clone(),
+            key: "ownerguard.io/owner-pod (w-1 unknown)".into(),
+        },
+        Denial::StrayOwnerAnnotation {
+            at: at.clone(),
+            owner: owner.clone(),
+            key: key.clone(),
+            pod_key: key.clone(),
+        },
+        Denial::HalfClaim {
+            at: at.clone(),
+            key: "label ownerguard.io/owner-uid of w-1".into(),
+            pod_key: key.clone(),
         },
         Denial::OwnerNotFound {
-            object: object.clone(),
-            namespace: ns.clone(),
+            at: at.clone(),
             owner: owner.clone(),
         },
         Denial::OwnerUidMismatch {
-            object: object.clone(),
-            namespace: ns.clone(),
+            at: at.clone(),
             owner: owner.clone(),
             declared: "a".into(),
-            actual: "b".into(),
         },
         Denial::OwnerTerminating {
-            object: object.clone(),
-            namespace: ns.clone(),
+            at: at.clone(),
             owner: owner.clone(),
         },
         Denial::LookupFailed {
-            object: object.clone(),
-            namespace: ns.clone(),
+            at: at.clone(),
             owner: owner.clone(),
-            reason: "timed out".into(),
+            reason: "timed out",
+        },
+        Denial::InvalidNamespace {
+            object: at.object.clone(),
+            namespace: "agents".into(),
+            owner: owner.clone(),
+            problem: "is not a namespace name",
+        },
+        Denial::MalformedIdentity {
+            at: at.clone(),
+            owner: owner.clone(),
+            keys: "pod-name",
+            problem: "no value",
         },
         Denial::MalformedReference {
-            object: object.clone(),
-            namespace: ns.clone(),
+            at: at.clone(),
             owner: owner.clone(),
             index: 0,
             field: "uid",
         },
-        Denial::OwnerLabelChanged {
-            object: object.clone(),
-            namespace: ns.clone(),
+        Denial::InvalidReferenceName {
+            at: at.clone(),
             owner: owner.clone(),
-            key: "k".into(),
+            index: 0,
+        },
+        Denial::InexactPodReference {
+            at: at.clone(),
+            owner: owner.clone(),
+            index: 0,
+            api_version: "v1".into(),
+            kind: "pod".into(),
+        },
+        Denial::ContradictingReference {
+            at: at.clone(),
+            owner: owner.clone(),
+            index: 1,
+            api_version: "v1".into(),
+            kind: "pod".into(),
+            name: "w-1".into(),
+        },
+        Denial::TooManyReferences {
+            at: at.clone(),
+            owner: owner.clone(),
+            count: 40,
+            limit: 32,
+        },
+        Denial::TemplateOwnerMismatch {
+            at: at.clone(),
+            owner: owner.clone(),
+            field: "spec.template",
+            template_owner: "w-2".into(),
+            what: "in its owner-pod label",
+        },
+        Denial::OwnerLabelChanged {
+            at: at.clone(),
+            owner: owner.clone(),
+            key: key.clone(),
             old: "'a'".into(),
             new: "'b'".into(),
         },
-        Denial::OwnerReferenceRemoved {
-            object: object.clone(),
-            namespace: ns.clone(),
+        Denial::OwnerLabelAdded {
+            at: at.clone(),
             owner: owner.clone(),
-            uid: "u".into(),
+            key: key.clone(),
+        },
+        Denial::OwnerLabelRemoved {
+            at: at.clone(),
+            owner: owner.clone(),
+            key: key.clone(),
+        },
+        Denial::OwnerReferenceRemoved {
+            at: at.clone(),
+            owner: owner.clone(),
+        },
+        Denial::OwnerReferenceChanged {
+            at: at.clone(),
+            owner: owner.clone(),
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: "w-2".into(),
         },
         Denial::MissingOldObject {
-            object: object.clone(),
-            namespace: ns.clone(),
+            at: at.clone(),
             owner: owner.clone(),
         },
+        Denial::MissingObject {
+            at: at.clone(),
+            operation: "CREATE of w-1's object".into(),
+        },
         Denial::ReferenceMissing {
-            object: object.clone(),
-            namespace: ns.clone(),
+            at: at.clone(),
             owner: owner.clone(),
             uid: "u".into(),
         },
         Denial::BlockingReference {
-            object: object.clone(),
-            namespace: ns.clone(),
+            at: at.clone(),
             owner: owner.clone(),
+            labelled: true,
+        },
+        Denial::OwnerLabelOmitted {
+            at: at.clone(),
+            owner: owner.clone(),
+            key: key.clone(),
         },
     ];
+    // A variant added without a line above fails to compile here.
+    let listed = |denial: &Denial| match denial {
+        Denial::InvalidOwnerName { .. }
+        | Denial::InvalidOwnerUid { .. }
+        | Denial::MissingOwnerUid { .. }
+        | Denial::UidDisagreesWithRequester { .. }
+        | Denial::RequesterNotOwner { .. }
+        | Denial::SelfWithoutPodIdentity { .. }
+        | Denial::StrayOwnerAnnotation { .. }
+        | Denial::HalfClaim { .. }
+        | Denial::OwnerNotFound { .. }
+        | Denial::OwnerUidMismatch { .. }
+        | Denial::OwnerTerminating { .. }
+        | Denial::LookupFailed { .. }
+        | Denial::InvalidNamespace { .. }
+        | Denial::MalformedIdentity { .. }
+        | Denial::MalformedReference { .. }
+        | Denial::InvalidReferenceName { .. }
+        | Denial::InexactPodReference { .. }
+        | Denial::ContradictingReference { .. }
+        | Denial::TooManyReferences { .. }
+        | Denial::TemplateOwnerMismatch { .. }
+        | Denial::OwnerLabelChanged { .. }
+        | Denial::OwnerLabelAdded { .. }
+        | Denial::OwnerLabelRemoved { .. }
+        | Denial::OwnerReferenceRemoved { .. }
+        | Denial::OwnerReferenceChanged { .. }
+        | Denial::MissingOldObject { .. }
+        | Denial::MissingObject { .. }
+        | Denial::ReferenceMissing { .. }
+        | Denial::BlockingReference { .. }
+        | Denial::OwnerLabelOmitted { .. } => true,
+        Denial::ClusterScoped { .. } => false,
+    };
+    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 30);
     for denial in denials {
         let message = denial.to_string();
         assert!(message.contains("Job 'step-7'"), "no object: {message}");
@@ -713,7 +1480,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
     }
     // The cluster-scoped denial has no namespace to name: it says so.
     let message = Denial::ClusterScoped {
-        object,
+        object: at.object,
         owner,
         what: "labels".into(),
     }
@@ -722,4 +1489,24 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         message.contains("has no namespace") && message.contains("w-1"),
         "{message}"
     );
+}
+
+#[test]
+fn client_values_in_messages_are_cut_and_escaped() {
+    let at = Subject {
+        object: ObjectName {
+            kind: "Pod".into(),
+            name: "a".into(),
+            generated: false,
+        },
+        namespace: "agents".into(),
+    };
+    let message = Denial::InvalidReferenceName {
+        at,
+        owner: format!("x\n{}", "y".repeat(10_000)),
+        index: 0,
+    }
+    .to_string();
+    assert!(message.len() < 400, "{} characters", message.len());
+    assert!(!message.contains('\n'), "{message}");
 }

@@ -6,9 +6,8 @@ use std::path::Path;
 
 use futures::future::BoxFuture;
 use serde::Deserialize;
-use tokio::time::Instant;
 
-use super::lookup::{Lookup, ObservedPod, OwnerLookup, Source};
+use super::lookup::{Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
 
 /// Why an inventory file cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -173,14 +172,8 @@ impl Inventory {
 }
 
 impl OwnerLookup for Inventory {
-    fn lookup<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-        _expected_uid: &'a str,
-        _deadline: Instant,
-    ) -> BoxFuture<'a, Lookup> {
-        let outcome = Ok(self.get(namespace, name).cloned());
+    fn lookup<'a>(&'a self, query: PodQuery<'a>) -> BoxFuture<'a, Lookup> {
+        let outcome = Ok(self.get(query.namespace, query.name).cloned());
         Box::pin(std::future::ready(Lookup {
             source: Source::Inventory,
             outcome,

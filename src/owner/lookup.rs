@@ -64,23 +64,31 @@ impl Lookup {
             Ok(Some(_)) => "found",
             Err(LookupError::TimedOut { .. }) => "timeout",
             Err(LookupError::Api { .. }) => "error",
+            Err(LookupError::Throttled { .. }) => "throttled",
         }
     }
 }
 
+/// One pod to look up, and how.
+#[derive(Debug, Clone, Copy)]
+pub struct PodQuery<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// The uid the object declares: a source that may be stale (a cache)
+    /// answers alone only when it agrees.
+    pub expected_uid: &'a str,
+    /// Ask the API server, never a cache alone: the answer decides to put
+    /// a reference back.
+    pub fresh: bool,
+    /// Answer before this.
+    pub deadline: Instant,
+}
+
 /// A source of owner pods.
 pub trait OwnerLookup: Send + Sync {
-    /// Look pod `name` up in `namespace`, answering before `deadline`.
-    ///
-    /// `expected_uid` is the uid the object declares: a source that may be
-    /// stale (a cache) checks again live when its answer disagrees.
-    fn lookup<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-        expected_uid: &'a str,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Lookup>;
+    /// Look pod `query.name` up in `query.namespace`, answering before
+    /// `query.deadline`.
+    fn lookup<'a>(&'a self, query: PodQuery<'a>) -> BoxFuture<'a, Lookup>;
 
     /// Whether the source can answer yet (`/readyz`): a cache that has not
     /// listed the pods once would answer "not found" for every owner.

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod inventory;
 pub mod lookup;
 pub mod resolve;
+pub mod throttle;
 
-pub use lookup::{Lookup, ObservedPod, OwnerLookup, Source};
-pub use resolve::{Claim, Origin, OwnerLabels, Requester, RequesterCheck};
+pub use lookup::{Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
+pub use resolve::{Claim, Delegate, Origin, OwnerLabels, Requester, RequesterCheck};

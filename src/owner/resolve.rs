@@ -1,25 +1,60 @@
 //! Who an object declares as its owner: the owner labels, the Pod
 //! `ownerReferences` a client set itself, and the identity of the pod that
 //! sends the request. Pure: no I/O.
+//!
+//! Every name that comes out of here as a [`Claim`] is a valid pod name:
+//! what is looked up cannot carry anything an API path would read.
 
-use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID, ObjectMeta, UserInfo};
-use crate::error::{Denial, ObjectName};
+use std::collections::HashMap;
 
-/// The two owner label keys under `--key-prefix`.
+use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID, ObjectMeta, OwnerReference, UserInfo};
+use crate::error::{Denial, Subject};
+use crate::names::{is_pod_name, is_uid};
+
+/// The owner-pod label value that means "the pod that sends this request",
+/// for a worker whose name cannot be a label value (over 63 characters).
+/// It is not a pod name (pod names are lowercase), so it can never be
+/// mistaken for one.
+pub const REQUESTING_POD: &str = "Self";
+
+/// The user the garbage collector's controller runs as: its UPDATEs remove
+/// the references of deleted and orphaning owners.
+pub const GARBAGE_COLLECTOR: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
+
+/// The owner keys under `--key-prefix`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerLabels {
-    /// `<prefix>/owner-pod`: the name of the owner pod. Opts the object in.
+    /// `--key-prefix`.
+    pub prefix: String,
+    /// `<prefix>/owner-pod`: the name of the owner pod, or
+    /// [`REQUESTING_POD`]. Opts the object in.
     pub pod: String,
     /// `<prefix>/owner-uid`: the uid of that pod.
     pub uid: String,
+    /// The annotation `<prefix>/owner-pod-name`: the owner's full name when
+    /// the label is [`REQUESTING_POD`]. ownerguard writes it, so that the
+    /// object (and what a controller makes from its template) names its
+    /// owner whoever sends the next request.
+    pub pod_name: String,
 }
 
 impl OwnerLabels {
     pub fn new(prefix: &str) -> Self {
         Self {
+            prefix: prefix.to_string(),
             pod: format!("{prefix}/owner-pod"),
             uid: format!("{prefix}/owner-uid"),
+            pod_name: format!("{prefix}/owner-pod-name"),
         }
+    }
+
+    /// Whether `meta` declares anything at all: an owner key, or a
+    /// reference that means a pod.
+    pub fn declared_in(&self, meta: &ObjectMeta) -> bool {
+        label(meta, &self.pod).is_some()
+            || label(meta, &self.uid).is_some()
+            || annotation(meta, &self.pod_name).is_some()
+            || references(meta).iter().any(OwnerReference::means_pod)
     }
 }
 
@@ -53,54 +88,103 @@ pub enum RequesterCheck {
     Off,
 }
 
-/// The pod a request comes from, when its service-account token is bound
-/// to a pod. The API server signs that token: the client cannot forge it.
+/// A service account allowed to declare any pod of its own namespace as
+/// owner (`--delegate NAMESPACE/NAME`): a broker that creates agents on
+/// behalf of the workers of its namespace. The owner is still looked up.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Delegate {
+    pub namespace: String,
+    pub service_account: String,
+}
+
+impl std::str::FromStr for Delegate {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.split_once('/') {
+            Some((namespace, service_account))
+                if crate::names::is_namespace(namespace) && is_pod_name(service_account) =>
+            {
+                Ok(Self {
+                    namespace: namespace.to_string(),
+                    service_account: service_account.to_string(),
+                })
+            }
+            _ => Err(format!(
+                "'{text}' is not NAMESPACE/SERVICEACCOUNT (for instance workflows/broker)"
+            )),
+        }
+    }
+}
+
+/// The pod a request comes from. Only a service account of the object's
+/// namespace whose token is bound to a pod has one (SPEC §3 rule 8): the
+/// API server signs that token, so the client cannot forge it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requester {
-    /// From the username `system:serviceaccount:<namespace>:<name>`: a pod
-    /// runs in the namespace of its service account.
-    pub namespace: Option<String>,
+    pub namespace: String,
+    pub service_account: String,
     pub name: String,
     pub uid: String,
 }
 
 impl Requester {
-    /// The requesting pod from `userInfo.extra`, or `None` for requests
-    /// without pod identity (controllers, users, unbound tokens).
-    pub fn from_user_info(user_info: &UserInfo) -> Option<Self> {
-        let one = |key: &str| {
-            user_info
-                .extra
-                .get(key)
-                .and_then(|values| values.first())
-                .filter(|value| !value.is_empty())
-                .cloned()
+    /// The requesting pod, judged for an object of `namespace`.
+    ///
+    /// `Ok(None)`: no pod identity (no extras, or a user that is not a
+    /// service account of `namespace`: nodes, people, controllers).
+    ///
+    /// # Errors
+    ///
+    /// The problem, when the pod extras are present but malformed: one
+    /// without the other, not exactly one value, an empty value, or a pod
+    /// name that is not one. The API server never sends such a request.
+    pub fn from_user_info(
+        user_info: &UserInfo,
+        namespace: &str,
+    ) -> Result<Option<Self>, &'static str> {
+        let (name, uid) = match (
+            user_info.extra.get(EXTRA_POD_NAME),
+            user_info.extra.get(EXTRA_POD_UID),
+        ) {
+            (None, None) => return Ok(None),
+            (Some(name), Some(uid)) => (only(name)?, only(uid)?),
+            _ => return Err("one of pod-name and pod-uid without the other"),
         };
-        let name = one(EXTRA_POD_NAME)?;
-        let uid = one(EXTRA_POD_UID)?;
-        let namespace = user_info
+        if !is_pod_name(name) {
+            return Err("the pod name is not a pod name");
+        }
+        let account = user_info
             .username
             .strip_prefix("system:serviceaccount:")
-            .and_then(|rest| rest.split_once(':'))
-            .map(|(namespace, _)| namespace.to_string());
-        Some(Self {
-            namespace,
-            name,
-            uid,
+            .and_then(|rest| rest.split_once(':'));
+        Ok(match account {
+            Some((ns, service_account)) if ns == namespace && !service_account.is_empty() => {
+                Some(Self {
+                    namespace: ns.to_string(),
+                    service_account: service_account.to_string(),
+                    name: name.to_string(),
+                    uid: uid.to_string(),
+                })
+            }
+            _ => None,
         })
     }
 
-    /// Whether the requester is pod `name` of `namespace`.
-    pub fn is(&self, namespace: &str, name: &str) -> bool {
-        self.name == name && self.namespace.as_deref().is_none_or(|ns| ns == namespace)
+    /// Whether the requester's service account is on the delegate list.
+    pub fn is_delegate(&self, delegates: &[Delegate]) -> bool {
+        delegates
+            .iter()
+            .any(|d| d.namespace == self.namespace && d.service_account == self.service_account)
     }
+}
 
-    /// `namespace/name`, for messages.
-    pub fn display(&self) -> String {
-        match &self.namespace {
-            Some(namespace) => format!("{namespace}/{}", self.name),
-            None => self.name.clone(),
-        }
+fn only(values: &[String]) -> Result<&str, &'static str> {
+    match values {
+        [value] if !value.is_empty() => Ok(value),
+        [_] => Err("an empty value"),
+        [] => Err("no value"),
+        _ => Err("more than one value"),
     }
 }
 
@@ -121,40 +205,105 @@ pub struct Claim {
     pub origin: Origin,
 }
 
+/// The owner the labels declare, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelOwner {
+    pub claim: Claim,
+    /// The label is [`REQUESTING_POD`]: the name lives in the annotation.
+    pub by_self: bool,
+}
+
+/// Who the requester check compares: the settings it needs.
+#[derive(Debug, Clone, Copy)]
+pub struct RequesterPolicy<'a> {
+    pub mode: RequesterCheck,
+    pub delegates: &'a [Delegate],
+    pub labels: &'a OwnerLabels,
+}
+
 /// The owner the labels declare, with its uid resolved; `None` when the
 /// object has no owner label.
 ///
-/// The uid comes from the uid label, or else from the requester when the
-/// requester is the owner pod itself.
+/// The name is the label's value, or, for [`REQUESTING_POD`], the name
+/// annotation or else the requesting pod. The uid comes from the uid
+/// label, or else from the requester when the requester is the owner pod
+/// itself. A requester that declares another pod is told so first (under
+/// `enforce`), before anything about the uid.
 ///
 /// # Errors
 ///
-/// [`Denial::InvalidOwnerName`], [`Denial::InvalidOwnerUid`],
-/// [`Denial::MissingOwnerUid`] or [`Denial::UidDisagreesWithRequester`].
+/// The [`Denial`] of the first rule the labels break.
 pub fn label_owner(
     meta: &ObjectMeta,
-    object: &ObjectName,
-    namespace: &str,
-    labels: &OwnerLabels,
+    at: &Subject,
     requester: Option<&Requester>,
-) -> Result<Option<Claim>, Denial> {
-    let Some(name) = label(meta, &labels.pod) else {
+    policy: RequesterPolicy<'_>,
+) -> Result<Option<LabelOwner>, Denial> {
+    let labels = policy.labels;
+    let annotated = annotation(meta, &labels.pod_name);
+    let Some(value) = label(meta, &labels.pod) else {
+        if let Some(key) = [
+            label(meta, &labels.uid).map(|_| &labels.uid),
+            annotated.map(|_| &labels.pod_name),
+        ]
+        .into_iter()
+        .flatten()
+        .next()
+        {
+            return Err(Denial::HalfClaim {
+                at: at.clone(),
+                key: key.clone(),
+                pod_key: labels.pod.clone(),
+            });
+        }
         return Ok(None);
     };
-    if !is_pod_name(name) {
-        return Err(Denial::InvalidOwnerName {
-            object: object.clone(),
-            namespace: namespace.to_string(),
-            key: labels.pod.clone(),
-            value: name.to_string(),
-        });
+    let invalid_name = |what, key: &str, value: &str| Denial::InvalidOwnerName {
+        at: at.clone(),
+        what,
+        key: key.to_string(),
+        pod_key: labels.pod.clone(),
+        value: value.to_string(),
+    };
+    let by_self = value == REQUESTING_POD;
+    let name = match (by_self, annotated, requester) {
+        (true, Some(name), _) if is_pod_name(name) => name,
+        (true, Some(name), _) => return Err(invalid_name("annotation", &labels.pod_name, name)),
+        (true, None, Some(requester)) => &requester.name,
+        (true, None, None) => {
+            return Err(Denial::SelfWithoutPodIdentity {
+                at: at.clone(),
+                key: labels.pod.clone(),
+            });
+        }
+        (false, _, _) if !is_pod_name(value) => {
+            return Err(invalid_name("label", &labels.pod, value));
+        }
+        (false, Some(annotated), _) => {
+            return Err(Denial::StrayOwnerAnnotation {
+                at: at.clone(),
+                owner: annotated.to_string(),
+                key: labels.pod_name.clone(),
+                pod_key: labels.pod.clone(),
+            });
+        }
+        (false, None, _) => value,
+    };
+    let claim = |uid: &str| Claim {
+        name: name.to_string(),
+        uid: uid.to_string(),
+        origin: Origin::Label,
+    };
+    // The requester check first: a worker that names another pod needs to
+    // hear that, not that a uid is missing.
+    if policy.mode == RequesterCheck::Enforce {
+        check_requester(&claim(""), at, requester, policy)?;
     }
-    let from_owner = requester.filter(|requester| requester.is(namespace, name));
+    let from_owner = requester.filter(|requester| requester.name == name);
     let uid = match (label(meta, &labels.uid), from_owner) {
         (Some(uid), _) if !is_uid(uid) => {
             return Err(Denial::InvalidOwnerUid {
-                object: object.clone(),
-                namespace: namespace.to_string(),
+                at: at.clone(),
                 owner: name.to_string(),
                 key: labels.uid.clone(),
                 value: uid.to_string(),
@@ -162,62 +311,80 @@ pub fn label_owner(
         }
         (Some(uid), Some(requester)) if uid != requester.uid => {
             return Err(Denial::UidDisagreesWithRequester {
-                object: object.clone(),
-                namespace: namespace.to_string(),
+                at: at.clone(),
                 owner: name.to_string(),
+                key: labels.uid.clone(),
                 declared: uid.to_string(),
-                requester_uid: requester.uid.clone(),
             });
         }
-        (Some(uid), _) => uid.to_string(),
-        (None, Some(requester)) => requester.uid.clone(),
+        (Some(uid), _) => uid,
+        (None, Some(requester)) => &requester.uid,
         (None, None) => {
             return Err(Denial::MissingOwnerUid {
-                object: object.clone(),
-                namespace: namespace.to_string(),
+                at: at.clone(),
                 owner: name.to_string(),
                 key: labels.uid.clone(),
             });
         }
     };
-    Ok(Some(Claim {
-        name: name.to_string(),
-        uid,
-        origin: Origin::Label,
+    Ok(Some(LabelOwner {
+        claim: claim(uid),
+        by_self,
     }))
 }
 
-/// The owners the Pod `ownerReferences` declare, in order, skipping those
-/// at `skip` (references an UPDATE already had).
+/// The owners the Pod `ownerReferences` declare, in order, each checked as
+/// a whole tuple (SPEC §3 rules 6 and 7), skipping the entries `skip`
+/// accepts (those an UPDATE already had).
 ///
 /// # Errors
 ///
-/// [`Denial::MalformedReference`] for a Pod reference without name or uid.
+/// - [`Denial::InexactPodReference`]: a reference that means a pod but is
+///   not exactly `apiVersion: v1`, `kind: Pod`;
+/// - [`Denial::MalformedReference`], [`Denial::InvalidReferenceName`]: a
+///   Pod reference without name or uid, or whose name is not a pod name;
+/// - [`Denial::ContradictingReference`]: an entry with the uid of the
+///   label's owner or of a Pod reference, but not that same reference.
 pub fn reference_owners(
     meta: &ObjectMeta,
-    object: &ObjectName,
-    namespace: &str,
-    skip: impl Fn(&str) -> bool,
+    at: &Subject,
+    owner: Option<&Claim>,
+    skip: impl Fn(&OwnerReference) -> bool,
 ) -> Result<Vec<Claim>, Denial> {
     let mut claims = Vec::new();
-    for (index, reference) in meta.owner_references.iter().flatten().enumerate() {
-        if !reference.is_pod() || skip(&reference.uid) {
+    for (index, reference) in references(meta).iter().enumerate() {
+        if skip(reference) || !reference.means_pod() {
             continue;
         }
-        let field = if reference.name.is_empty() {
+        if !reference.is_pod() {
+            return Err(Denial::InexactPodReference {
+                at: at.clone(),
+                owner: reference.name.clone(),
+                index,
+                api_version: reference.api_version.clone(),
+                kind: reference.kind.clone(),
+            });
+        }
+        let missing = if reference.name.is_empty() {
             Some("name")
         } else if reference.uid.is_empty() {
             Some("uid")
         } else {
             None
         };
-        if let Some(field) = field {
+        if let Some(field) = missing {
             return Err(Denial::MalformedReference {
-                object: object.clone(),
-                namespace: namespace.to_string(),
+                at: at.clone(),
                 owner: reference.name.clone(),
                 index,
                 field,
+            });
+        }
+        if !is_pod_name(&reference.name) {
+            return Err(Denial::InvalidReferenceName {
+                at: at.clone(),
+                owner: reference.name.clone(),
+                index,
             });
         }
         claims.push(Claim {
@@ -225,6 +392,32 @@ pub fn reference_owners(
             uid: reference.uid.clone(),
             origin: Origin::Reference(index),
         });
+    }
+    // One uid, one pod: every entry carrying the uid of the label's owner
+    // or of a Pod reference must be that very reference.
+    let mut pods_by_uid: HashMap<&str, &str> = HashMap::new();
+    if let Some(owner) = owner {
+        pods_by_uid.insert(&owner.uid, &owner.name);
+    }
+    for claim in &claims {
+        pods_by_uid.entry(&claim.uid).or_insert(&claim.name);
+    }
+    for (index, reference) in references(meta).iter().enumerate() {
+        if skip(reference) {
+            continue;
+        }
+        if let Some(&name) = pods_by_uid.get(reference.uid.as_str())
+            && !(reference.is_pod() && reference.name == name)
+        {
+            return Err(Denial::ContradictingReference {
+                at: at.clone(),
+                owner: name.to_string(),
+                index,
+                api_version: reference.api_version.clone(),
+                kind: reference.kind.clone(),
+                name: reference.name.clone(),
+            });
+        }
     }
     Ok(claims)
 }
@@ -235,38 +428,34 @@ pub fn reference_owners(
 ///
 /// # Errors
 ///
-/// [`Denial::RequesterNotOwner`] under `enforce`.
+/// [`Denial::RequesterNotOwner`] under `enforce`, unless the requester's
+/// service account is a delegate.
 pub fn check_requester(
     claim: &Claim,
-    object: &ObjectName,
-    namespace: &str,
-    labels: &OwnerLabels,
+    at: &Subject,
     requester: Option<&Requester>,
-    mode: RequesterCheck,
+    policy: RequesterPolicy<'_>,
 ) -> Result<Option<String>, Denial> {
     let Some(requester) = requester else {
         return Ok(None);
     };
-    if mode == RequesterCheck::Off || requester.is(namespace, &claim.name) {
+    if policy.mode == RequesterCheck::Off
+        || requester.name == claim.name
+        || requester.is_delegate(policy.delegates)
+    {
         return Ok(None);
     }
-    match mode {
+    match policy.mode {
         RequesterCheck::Warn => Ok(Some(format!(
             "request from pod '{}' declares pod '{}' as owner",
-            requester.display(),
-            claim.name
+            requester.name, claim.name
         ))),
         _ => Err(Denial::RequesterNotOwner {
-            object: object.clone(),
-            namespace: namespace.to_string(),
+            at: at.clone(),
             owner: claim.name.clone(),
-            requester: requester.display(),
-            requester_name: requester.name.clone(),
-            requester_namespace: requester
-                .namespace
-                .clone()
-                .unwrap_or_else(|| namespace.to_string()),
-            key: labels.pod.clone(),
+            requester: requester.name.clone(),
+            service_account: format!("{}/{}", requester.namespace, requester.service_account),
+            key: policy.labels.pod.clone(),
         }),
     }
 }
@@ -276,269 +465,15 @@ pub fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.labels.as_ref()?.get(key).map(String::as_str)
 }
 
-/// Whether `name` is a valid pod name: an RFC 1123 subdomain (lowercase
-/// alphanumerics, `-` and `.`, starting and ending alphanumeric, at most
-/// 253 characters).
-pub fn is_pod_name(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    !bytes.is_empty()
-        && bytes.len() <= 253
-        && bytes.first().is_some_and(alnum)
-        && bytes.last().is_some_and(alnum)
-        && bytes.iter().all(|b| alnum(b) || *b == b'-' || *b == b'.')
+/// The value of annotation `key`, if set.
+pub fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
-/// Whether `uid` can be a pod uid written in a label: non-empty, at most 63
-/// characters of `[A-Za-z0-9._-]` (a label value; Kubernetes uids are
-/// UUIDs, which fit).
-pub fn is_uid(uid: &str) -> bool {
-    !uid.is_empty()
-        && uid.len() <= 63
-        && uid
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+/// The object's `ownerReferences`, empty when absent.
+pub fn references(meta: &ObjectMeta) -> &[OwnerReference] {
+    meta.owner_references.as_deref().unwrap_or_default()
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use super::*;
-
-    fn object() -> ObjectName {
-        ObjectName {
-            kind: "Pod".into(),
-            name: "agent-1".into(),
-            generated: false,
-        }
-    }
-
-    fn meta(labels: &[(&str, &str)]) -> ObjectMeta {
-        ObjectMeta {
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
-        }
-    }
-
-    fn requester(name: &str, uid: &str) -> Requester {
-        Requester {
-            namespace: Some("agents".into()),
-            name: name.into(),
-            uid: uid.into(),
-        }
-    }
-
-    #[test]
-    fn requester_comes_from_pod_bound_token_extras() {
-        let user_info = UserInfo {
-            username: "system:serviceaccount:agents:worker".into(),
-            extra: BTreeMap::from([
-                (EXTRA_POD_NAME.to_string(), vec!["w-1".to_string()]),
-                (EXTRA_POD_UID.to_string(), vec!["uid-1".to_string()]),
-            ]),
-        };
-        assert_eq!(
-            Requester::from_user_info(&user_info),
-            Some(requester("w-1", "uid-1"))
-        );
-    }
-
-    #[test]
-    fn requester_needs_both_pod_name_and_uid() {
-        let user_info = UserInfo {
-            username: "system:serviceaccount:agents:worker".into(),
-            extra: BTreeMap::from([(EXTRA_POD_NAME.to_string(), vec!["w-1".to_string()])]),
-        };
-        assert_eq!(Requester::from_user_info(&user_info), None);
-    }
-
-    #[test]
-    fn requester_of_another_namespace_is_not_the_owner() {
-        let mut other = requester("w-1", "uid-1");
-        other.namespace = Some("elsewhere".into());
-        assert!(!other.is("agents", "w-1"));
-        assert!(requester("w-1", "uid-1").is("agents", "w-1"));
-    }
-
-    #[test]
-    fn no_owner_label_declares_no_owner() {
-        let claim = label_owner(
-            &meta(&[]),
-            &object(),
-            "agents",
-            &OwnerLabels::default(),
-            None,
-        );
-        assert_eq!(claim, Ok(None));
-    }
-
-    #[test]
-    fn empty_owner_label_is_invalid_owner_name() {
-        let m = meta(&[
-            ("ownerguard.io/owner-pod", ""),
-            ("ownerguard.io/owner-uid", "u"),
-        ]);
-        let err = label_owner(&m, &object(), "agents", &OwnerLabels::default(), None).unwrap_err();
-        assert!(matches!(err, Denial::InvalidOwnerName { .. }), "{err:?}");
-        assert_eq!(err.code(), 400);
-    }
-
-    #[test]
-    fn uppercase_owner_label_is_invalid_owner_name() {
-        let m = meta(&[
-            ("ownerguard.io/owner-pod", "Worker"),
-            ("ownerguard.io/owner-uid", "u"),
-        ]);
-        let err = label_owner(&m, &object(), "agents", &OwnerLabels::default(), None).unwrap_err();
-        assert!(matches!(err, Denial::InvalidOwnerName { .. }), "{err:?}");
-    }
-
-    #[test]
-    fn empty_uid_label_is_invalid_owner_uid() {
-        let m = meta(&[
-            ("ownerguard.io/owner-pod", "w-1"),
-            ("ownerguard.io/owner-uid", ""),
-        ]);
-        let err = label_owner(&m, &object(), "agents", &OwnerLabels::default(), None).unwrap_err();
-        assert!(matches!(err, Denial::InvalidOwnerUid { .. }), "{err:?}");
-        assert_eq!(err.code(), 400);
-    }
-
-    #[test]
-    fn uid_label_gives_the_uid() {
-        let m = meta(&[
-            ("ownerguard.io/owner-pod", "w-1"),
-            ("ownerguard.io/owner-uid", "uid-1"),
-        ]);
-        let claim = label_owner(&m, &object(), "agents", &OwnerLabels::default(), None).unwrap();
-        assert_eq!(
-            claim,
-            Some(Claim {
-                name: "w-1".into(),
-                uid: "uid-1".into(),
-                origin: Origin::Label
-            })
-        );
-    }
-
-    #[test]
-    fn missing_uid_label_is_taken_from_the_requesting_owner() {
-        let m = meta(&[("ownerguard.io/owner-pod", "w-1")]);
-        let r = requester("w-1", "uid-r");
-        let claim =
-            label_owner(&m, &object(), "agents", &OwnerLabels::default(), Some(&r)).unwrap();
-        assert_eq!(claim.map(|c| c.uid), Some("uid-r".to_string()));
-    }
-
-    #[test]
-    fn missing_uid_label_without_the_owner_requesting_is_missing_owner_uid() {
-        let m = meta(&[("ownerguard.io/owner-pod", "w-1")]);
-        let r = requester("w-2", "uid-2");
-        let err =
-            label_owner(&m, &object(), "agents", &OwnerLabels::default(), Some(&r)).unwrap_err();
-        assert!(matches!(err, Denial::MissingOwnerUid { .. }), "{err:?}");
-    }
-
-    #[test]
-    fn uid_label_and_requesting_owner_must_agree() {
-        let m = meta(&[
-            ("ownerguard.io/owner-pod", "w-1"),
-            ("ownerguard.io/owner-uid", "uid-old"),
-        ]);
-        let r = requester("w-1", "uid-new");
-        let err =
-            label_owner(&m, &object(), "agents", &OwnerLabels::default(), Some(&r)).unwrap_err();
-        assert!(
-            matches!(err, Denial::UidDisagreesWithRequester { .. }),
-            "{err:?}"
-        );
-        assert_eq!(err.code(), 403);
-    }
-
-    #[test]
-    fn key_prefix_changes_the_label_keys() {
-        let labels = OwnerLabels::new("example.com");
-        let m = meta(&[
-            ("example.com/owner-pod", "w-1"),
-            ("example.com/owner-uid", "u-1"),
-        ]);
-        let claim = label_owner(&m, &object(), "agents", &labels, None).unwrap();
-        assert_eq!(claim.map(|c| c.name), Some("w-1".to_string()));
-    }
-
-    #[test]
-    fn requester_declaring_another_pod_is_requester_not_owner_under_enforce() {
-        let claim = Claim {
-            name: "w-2".into(),
-            uid: "u".into(),
-            origin: Origin::Label,
-        };
-        let r = requester("w-1", "uid-1");
-        let labels = OwnerLabels::default();
-        let err = check_requester(
-            &claim,
-            &object(),
-            "agents",
-            &labels,
-            Some(&r),
-            RequesterCheck::Enforce,
-        )
-        .unwrap_err();
-        assert!(matches!(err, Denial::RequesterNotOwner { .. }), "{err:?}");
-        let warning = check_requester(
-            &claim,
-            &object(),
-            "agents",
-            &labels,
-            Some(&r),
-            RequesterCheck::Warn,
-        )
-        .unwrap();
-        assert!(warning.is_some());
-        let off = check_requester(
-            &claim,
-            &object(),
-            "agents",
-            &labels,
-            Some(&r),
-            RequesterCheck::Off,
-        );
-        assert_eq!(off, Ok(None));
-    }
-
-    #[test]
-    fn requests_without_pod_identity_are_not_requester_checked() {
-        let claim = Claim {
-            name: "w-2".into(),
-            uid: "u".into(),
-            origin: Origin::Label,
-        };
-        let labels = OwnerLabels::default();
-        let result = check_requester(
-            &claim,
-            &object(),
-            "agents",
-            &labels,
-            None,
-            RequesterCheck::Enforce,
-        );
-        assert_eq!(result, Ok(None));
-    }
-
-    #[test]
-    fn pod_names_follow_rfc_1123_subdomains() {
-        for good in ["w", "w-1", "worker.abc-1", "0w"] {
-            assert!(is_pod_name(good), "{good}");
-        }
-        let too_long = "a".repeat(254);
-        for bad in ["", "-w", "w-", "W", "w_1", "w/1", too_long.as_str()] {
-            assert!(!is_pod_name(bad), "{bad}");
-        }
-    }
-}
+mod tests;

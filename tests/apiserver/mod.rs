@@ -71,6 +71,17 @@ pub struct Faults {
     /// Right after a list of this kind is served, the named object is
     /// replaced by a new one (another uid, no owner): a race made certain.
     pub replace_after_list: Option<(Kind, String, String)>,
+    /// GETs of one object answer 429 Too Many Requests, with this
+    /// `Retry-After` (seconds) when given.
+    pub throttled: Option<Option<u64>>,
+    /// Watch requests answer 500: the watch keeps failing.
+    pub watch_fails: bool,
+    /// Changes are not sent to open watches, which stay open: a stream that
+    /// lost its events, or went silent.
+    pub mute_watches: bool,
+    /// DELETE of this kind (of this name only, when given) answers this
+    /// code.
+    pub delete_fails: Option<(Kind, Option<String>, u16)>,
 }
 
 struct Watcher {
@@ -93,6 +104,9 @@ struct Inner {
     /// Any other object, by its API path (for `doctor`): GET by path, and a
     /// list of a collection path gives the objects directly under it.
     raw: BTreeMap<String, Value>,
+    /// GETs of one object being answered now, and the most at once.
+    gets_in_flight: usize,
+    max_gets_in_flight: usize,
 }
 
 #[derive(Clone, Default)]
@@ -117,12 +131,17 @@ impl Running {
         format!("http://{}", self.addr)
     }
 
-    /// A kube client for this server.
-    pub fn client(&self) -> kube::Client {
+    /// A kube client configuration for this server.
+    pub fn config(&self) -> kube::Config {
         let mut config = kube::Config::new(self.url().parse().unwrap());
         config.default_namespace = "default".into();
         config.read_timeout = Some(Duration::from_secs(295));
-        kube::Client::try_from(config).unwrap()
+        config
+    }
+
+    /// A kube client for this server.
+    pub fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.config()).unwrap()
     }
 
     /// A kubeconfig file pointing at this server.
@@ -184,9 +203,21 @@ impl FakeApi {
         labels: Value,
         owner_uids: &[&str],
     ) {
+        // A reference names its pod as a real one does: by the name of the
+        // pod of that uid in the namespace, when there is one.
+        let pod_name = |uid: &str| {
+            let inner = self.inner.lock().unwrap();
+            inner
+                .objects
+                .iter()
+                .find(|((k, ns, _), object)| {
+                    *k == Kind::Pod && ns == namespace && object["metadata"]["uid"] == uid
+                })
+                .map_or_else(|| format!("owner-{uid}"), |((_, _, name), _)| name.clone())
+        };
         let references: Vec<Value> = owner_uids
             .iter()
-            .map(|uid| json!({"apiVersion": "v1", "kind": "Pod", "name": format!("owner-{uid}"), "uid": uid, "controller": false, "blockOwnerDeletion": false}))
+            .map(|uid| json!({"apiVersion": "v1", "kind": "Pod", "name": pod_name(uid), "uid": uid, "controller": false, "blockOwnerDeletion": false}))
             .collect();
         let mut object = json!({
             "apiVersion": kind.api_version(), "kind": kind.name(),
@@ -196,6 +227,23 @@ impl FakeApi {
         if !references.is_empty() {
             object["metadata"]["ownerReferences"] = Value::Array(references);
         }
+        self.store(kind, object, true);
+    }
+
+    /// Create or replace an object with exactly these `ownerReferences`.
+    pub fn put_with_references(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        references: Value,
+    ) {
+        let object = json!({
+            "apiVersion": kind.api_version(), "kind": kind.name(),
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "ownerReferences": references,
+                         "creationTimestamp": "2026-11-29T12:00:00Z"},
+        });
         self.store(kind, object, true);
     }
 
@@ -298,6 +346,11 @@ impl FakeApi {
         self.inner.lock().unwrap().history.clear();
     }
 
+    /// The most GETs of one object answered at once so far.
+    pub fn max_gets_in_flight(&self) -> usize {
+        self.inner.lock().unwrap().max_gets_in_flight
+    }
+
     pub fn open_watches(&self) -> usize {
         let mut inner = self.inner.lock().unwrap();
         inner.watchers.retain(|w| !w.sender.is_closed());
@@ -355,6 +408,9 @@ fn event_line(event: &str, object: &Value, metadata_only: bool) -> Bytes {
 }
 
 fn broadcast(inner: &mut Inner, event: &'static str, kind: Kind, object: &Value) {
+    if inner.faults.mute_watches {
+        return;
+    }
     let namespace = object["metadata"]["namespace"]
         .as_str()
         .unwrap_or_default()
@@ -496,6 +552,30 @@ async fn handle(
             "jobs.batch is forbidden: User \"system:serviceaccount:agents:worker\" cannot list resource \"jobs\"",
         );
     }
+    if let Some(retry_after) = faults.throttled
+        && method == Method::GET
+        && name.is_some()
+    {
+        let mut response = status(
+            429,
+            "TooManyRequests",
+            "too many requests, please try again later",
+        );
+        if let Some(seconds) = retry_after {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from_str(&seconds.to_string()).unwrap(),
+            );
+        }
+        return response;
+    }
+    if let Some((failing, only, code)) = &faults.delete_fails
+        && method == Method::DELETE
+        && *failing == kind
+        && only.as_ref().is_none_or(|only| name.as_ref() == Some(only))
+    {
+        return status(*code, "Failure", "injected delete failure");
+    }
     let metadata_only = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -503,9 +583,15 @@ async fn handle(
     let query = query(&uri);
     match (method, name) {
         (Method::GET, Some(name)) => {
+            {
+                let mut inner = api.inner.lock().unwrap();
+                inner.gets_in_flight += 1;
+                inner.max_gets_in_flight = inner.max_gets_in_flight.max(inner.gets_in_flight);
+            }
             if !faults.get_delay.is_zero() {
                 tokio::time::sleep(faults.get_delay).await;
             }
+            api.inner.lock().unwrap().gets_in_flight -= 1;
             let object = api
                 .inner
                 .lock()
@@ -520,6 +606,9 @@ async fn handle(
             }
         }
         (Method::GET, None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+            if faults.watch_fails {
+                return status(500, "InternalError", "injected watch failure");
+            }
             watch(&api, kind, namespace, &query, metadata_only)
         }
         (Method::GET, None) => {

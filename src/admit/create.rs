@@ -1,0 +1,138 @@
+//! CREATE: the owner the labels declare, every Pod reference as a whole
+//! tuple, the pod templates; then the patch that completes them (SPEC §3,
+//! "CREATE").
+
+use crate::admission::AdmissionRequest;
+use crate::error::{Denial, Subject};
+use crate::owner::Claim;
+use crate::owner::resolve::{
+    Origin, annotation, check_requester, label, label_owner, reference_owners, references,
+};
+use crate::patch::MetadataPatch;
+
+use super::{
+    Checks, Judge, LookupNeed, Policy, WebhookKind, blocking, check_reference_count,
+    cluster_scoped, first_declared_owner, merge_lookups, namespace_of, object_of, requester_of,
+    templates, unblock_warning,
+};
+
+/// What a CREATE leaves to the lookups: every declared owner must be
+/// there; the patch is settled already.
+#[derive(Debug)]
+pub(super) struct Work {
+    /// The label's owner first, then the Pod references.
+    claims: Vec<Claim>,
+    patch: MetadataPatch,
+    warnings: Vec<String>,
+}
+
+pub(super) fn plan(
+    request: &AdmissionRequest,
+    webhook: WebhookKind,
+    policy: &Policy,
+) -> Result<Option<Checks>, Denial> {
+    let (object, head) = object_of(request)?;
+    let meta = &head.metadata;
+    let labels = &policy.labels;
+    if !labels.declared_in(meta) {
+        return Ok(None);
+    }
+    let declared = first_declared_owner(meta, labels);
+    let Some(namespace) = namespace_of(request, meta, &object, &declared)? else {
+        return Err(cluster_scoped(&object, meta, labels));
+    };
+    let at = Subject { object, namespace };
+    check_reference_count(meta, &at, policy)?;
+    let requester = requester_of(request, &at, &declared)?;
+    let requester = requester.as_ref();
+
+    let owner = label_owner(meta, &at, requester, policy.requester_policy())?;
+    let mut claims: Vec<Claim> = owner.iter().map(|o| o.claim.clone()).collect();
+    claims.extend(reference_owners(
+        meta,
+        &at,
+        owner.as_ref().map(|o| &o.claim),
+        |_| false,
+    )?);
+    let mut warnings = Vec::new();
+    for claim in &claims {
+        warnings.extend(check_requester(
+            claim,
+            &at,
+            requester,
+            policy.requester_policy(),
+        )?);
+    }
+
+    let mutate = webhook == WebhookKind::Mutate;
+    let mut patch = MetadataPatch::default();
+    if let Some(owner) = &owner {
+        let (name, uid) = (&owner.claim.name, &owner.claim.uid);
+        // Every entry with the owner's uid is the owner's exact reference
+        // (reference_owners denied any other): it only needs to exist.
+        if !references(meta).iter().any(|r| &r.uid == uid) {
+            if !mutate {
+                return Err(Denial::ReferenceMissing {
+                    at,
+                    owner: name.clone(),
+                    uid: uid.clone(),
+                });
+            }
+            patch.add_owner_reference(meta, name, uid);
+        }
+        if mutate && label(meta, &labels.uid).is_none() {
+            patch.add_label(meta, &labels.uid, uid);
+        }
+        if mutate && owner.by_self && annotation(meta, &labels.pod_name).is_none() {
+            patch.add_annotation(meta, &labels.pod_name, name);
+        }
+        templates::complete(head, &at, &owner.claim, labels, webhook, &mut patch)?;
+    }
+
+    // Every Pod reference non-blocking: a `true` is set to false with a
+    // warning; the owner's own entry gets an explicit `false`.
+    let owner_uid = owner.as_ref().map(|o| o.claim.uid.as_str());
+    for claim in &claims {
+        let Origin::Reference(index) = claim.origin else {
+            continue;
+        };
+        let blocking_flag = references(meta)[index].block_owner_deletion;
+        match (webhook, blocking_flag) {
+            (_, Some(false)) | (WebhookKind::Validate, None) => {}
+            (WebhookKind::Validate, Some(true)) => {
+                return Err(blocking(&at, &claim.name, owner.is_some()));
+            }
+            (WebhookKind::Mutate, Some(true)) => {
+                warnings.push(unblock_warning(&claim.name));
+                patch.unblock_owner_reference(index);
+            }
+            (WebhookKind::Mutate, None) if owner_uid == Some(claim.uid.as_str()) => {
+                patch.unblock_owner_reference(index);
+            }
+            (WebhookKind::Mutate, None) => {}
+        }
+    }
+
+    let lookups = merge_lookups(claims.iter().map(|claim| LookupNeed {
+        name: claim.name.clone(),
+        uid: claim.uid.clone(),
+        fresh: false,
+    }));
+    Ok(Some(Checks {
+        at,
+        lookups,
+        work: super::Work::Create(Work {
+            claims,
+            patch,
+            warnings,
+        }),
+    }))
+}
+
+pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch, Denial> {
+    judge.warnings.extend(work.warnings);
+    for claim in &work.claims {
+        judge.require_owner(claim)?;
+    }
+    Ok(work.patch)
+}

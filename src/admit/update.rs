@@ -1,0 +1,427 @@
+//! UPDATE: ownership is set at creation (SPEC §3, "UPDATE" and
+//! "Orphaning").
+//!
+//! - The owner labels may not be added or changed. What ownerguard added
+//!   and an update merely leaves out (a `kubectl replace` of the original
+//!   manifest) is put back by `/mutate` while the owner lives, checked
+//!   live; the labels may go once no running owner holds the object.
+//! - A Pod reference the old object had stays, whole and non-blocking, as
+//!   long as its pod runs; once the pod is gone, has another uid or is
+//!   being deleted, it may be removed (the garbage collector orphaning).
+//!   The collector's own UPDATEs are never refused nor undone.
+//! - A Pod reference the update adds is checked as on CREATE.
+
+use std::collections::HashSet;
+
+use crate::admission::{AdmissionRequest, ObjectMeta, OwnerReference};
+use crate::error::{Denial, Shown, Subject};
+use crate::names::is_pod_name;
+use crate::owner::Claim;
+use crate::owner::resolve::{
+    GARBAGE_COLLECTOR, OwnerLabels, REQUESTING_POD, annotation, check_requester, label,
+    reference_owners, references,
+};
+use crate::patch::MetadataPatch;
+
+use super::{
+    Checks, Judge, LookupNeed, Policy, WebhookKind, blocking, check_reference_count,
+    cluster_scoped, first_declared_owner, merge_lookups, namespace_of, object_of, requester_of,
+    templates, unblock_warning,
+};
+
+/// What an UPDATE leaves to the lookups.
+#[derive(Debug)]
+pub(super) struct Work {
+    /// Pod references the update adds: each must be a running pod.
+    claims: Vec<Claim>,
+    /// Settled already: references unblocked, templates completed.
+    patch: MetadataPatch,
+    warnings: Vec<String>,
+    mutate: bool,
+    /// The new object's metadata, for putting back what it left out.
+    meta: ObjectMeta,
+    /// The owner the old object's labels name.
+    owner: Option<OwnerOfRecord>,
+    /// Pod references the update removes: allowed once their pod is gone.
+    removed: Vec<Removed>,
+    /// The owner label key, when the update removes the owner label.
+    label_removed: Option<String>,
+    /// The uid label or name annotation the update leaves out while
+    /// keeping the owner label.
+    omitted: Vec<Omitted>,
+}
+
+/// The owner of the old object, by its labels.
+#[derive(Debug, Clone)]
+struct OwnerOfRecord {
+    name: String,
+    uid: String,
+    /// The old object had the exact reference to it.
+    referenced: bool,
+}
+
+#[derive(Debug)]
+struct Removed {
+    reference: OwnerReference,
+    /// It is the owner's reference, the owner label stays, and this is
+    /// `/mutate`: put it back if the owner runs.
+    restorable: bool,
+}
+
+#[derive(Debug)]
+struct Omitted {
+    key: String,
+    value: String,
+    annotation: bool,
+}
+
+pub(super) fn plan(
+    request: &AdmissionRequest,
+    webhook: WebhookKind,
+    policy: &Policy,
+) -> Result<Option<Checks>, Denial> {
+    let (object, head) = object_of(request)?;
+    let meta = &head.metadata;
+    let labels = &policy.labels;
+    let old = request.old_object.as_ref().map(|o| &o.metadata);
+    if !labels.declared_in(meta) && !old.is_some_and(|old| labels.declared_in(old)) {
+        return Ok(None);
+    }
+    let declared = Some(first_declared_owner(meta, labels))
+        .filter(|owner| !owner.is_empty())
+        .or_else(|| old.map(|old| first_declared_owner(old, labels)))
+        .unwrap_or_default();
+    let namespace = match namespace_of(request, meta, &object, &declared)? {
+        Some(namespace) => namespace,
+        None if labels.declared_in(meta) => return Err(cluster_scoped(&object, meta, labels)),
+        None => return Ok(None),
+    };
+    let at = Subject { object, namespace };
+    let Some(old) = old else {
+        return Err(Denial::MissingOldObject {
+            at,
+            owner: declared,
+        });
+    };
+    check_reference_count(meta, &at, policy)?;
+    let requester = requester_of(request, &at, &declared)?;
+    let mutate = webhook == WebhookKind::Mutate;
+    let garbage_collector = request.user_info.username == GARBAGE_COLLECTOR;
+
+    let (label_removed, omitted) = label_changes(old, meta, &at, labels)?;
+    let owner_label_kept = label(meta, &labels.pod).is_some() && label_removed.is_none();
+    let owner = owner_of_record(old, labels);
+
+    let mut patch = MetadataPatch::default();
+    let mut warnings = Vec::new();
+    let (old_references, new_references) = (references(old), references(meta));
+
+    // The Pod references the old object had: kept whole and non-blocking,
+    // or removed (judged once their pods are looked up).
+    let mut removed = Vec::new();
+    let mut seen = HashSet::new();
+    for before in old_references.iter().filter(|r| r.is_pod()) {
+        if !seen.insert(before.uid.as_str()) {
+            continue;
+        }
+        let kept: Vec<(usize, &OwnerReference)> = new_references
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.uid == before.uid)
+            .collect();
+        if kept.is_empty() {
+            if !garbage_collector {
+                let owners = owner
+                    .as_ref()
+                    .is_some_and(|o| o.uid == before.uid && o.name == before.name);
+                removed.push(Removed {
+                    reference: before.clone(),
+                    restorable: mutate && owners && owner_label_kept,
+                });
+            }
+            continue;
+        }
+        for (index, after) in kept {
+            if !(after.is_pod() && after.name == before.name) {
+                return Err(Denial::OwnerReferenceChanged {
+                    at,
+                    owner: before.name.clone(),
+                    api_version: after.api_version.clone(),
+                    kind: after.kind.clone(),
+                    name: after.name.clone(),
+                });
+            }
+            if after.block_owner_deletion == Some(true) {
+                if !mutate {
+                    return Err(blocking(&at, &before.name, owner_label_kept));
+                }
+                warnings.push(unblock_warning(&before.name));
+                patch.unblock_owner_reference(index);
+            }
+        }
+    }
+
+    // Pod references the update adds (or rewrites from an entry that was
+    // not a Pod reference): checked as on CREATE.
+    let unchanged = |reference: &OwnerReference| {
+        old_references.iter().any(|before| {
+            before.uid == reference.uid
+                && (before.is_pod()
+                    || (before.api_version == reference.api_version
+                        && before.kind == reference.kind
+                        && before.name == reference.name))
+        })
+    };
+    let owner_claim = owner.as_ref().map(|o| Claim {
+        name: o.name.clone(),
+        uid: o.uid.clone(),
+        origin: crate::owner::Origin::Label,
+    });
+    let claims = reference_owners(meta, &at, owner_claim.as_ref(), unchanged)?;
+    for claim in &claims {
+        warnings.extend(check_requester(
+            claim,
+            &at,
+            requester.as_ref(),
+            policy.requester_policy(),
+        )?);
+        let crate::owner::Origin::Reference(index) = claim.origin else {
+            continue;
+        };
+        if new_references[index].block_owner_deletion == Some(true) {
+            if !mutate {
+                return Err(blocking(&at, &claim.name, owner_label_kept));
+            }
+            warnings.push(unblock_warning(&claim.name));
+            patch.unblock_owner_reference(index);
+        }
+    }
+
+    if owner_label_kept && let Some(owner) = &owner_claim {
+        templates::complete(head, &at, owner, labels, webhook, &mut patch)?;
+    }
+
+    let mut lookups: Vec<LookupNeed> = claims
+        .iter()
+        .map(|claim| LookupNeed {
+            name: claim.name.clone(),
+            uid: claim.uid.clone(),
+            fresh: false,
+        })
+        .collect();
+    // A pod whose name cannot be a pod name cannot be running: its
+    // reference may go without asking.
+    lookups.extend(
+        removed
+            .iter()
+            .filter(|r| is_pod_name(&r.reference.name))
+            .map(|r| LookupNeed {
+                name: r.reference.name.clone(),
+                uid: r.reference.uid.clone(),
+                fresh: r.restorable,
+            }),
+    );
+    if let Some(owner) = &owner
+        && (!omitted.is_empty() || (label_removed.is_some() && owner.referenced))
+    {
+        lookups.push(LookupNeed {
+            name: owner.name.clone(),
+            uid: owner.uid.clone(),
+            fresh: mutate && !omitted.is_empty(),
+        });
+    }
+    if lookups.is_empty() && patch.is_empty() && warnings.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Checks {
+        at,
+        lookups: merge_lookups(lookups),
+        work: super::Work::Update(Box::new(Work {
+            claims,
+            patch,
+            warnings,
+            mutate,
+            meta: meta.clone(),
+            owner,
+            removed,
+            label_removed,
+            omitted,
+        })),
+    }))
+}
+
+/// Compare the owner keys of the old and new objects.
+///
+/// Returns the owner label's key when the update removes it, and what the
+/// update leaves out while keeping the owner label.
+///
+/// # Errors
+///
+/// [`Denial::OwnerLabelAdded`], [`Denial::OwnerLabelChanged`], or
+/// [`Denial::HalfClaim`] when the owner label goes and the uid label stays.
+fn label_changes(
+    old: &ObjectMeta,
+    meta: &ObjectMeta,
+    at: &Subject,
+    labels: &OwnerLabels,
+) -> Result<(Option<String>, Vec<Omitted>), Denial> {
+    let shown = |v: Option<&str>| v.map_or("(none)".to_string(), |v| format!("'{}'", Shown(v)));
+    let (pod_before, pod_after) = (label(old, &labels.pod), label(meta, &labels.pod));
+    let owner = pod_before.or(pod_after).unwrap_or_default().to_string();
+    let label_removed = match (pod_before, pod_after) {
+        (None, Some(value)) => {
+            return Err(Denial::OwnerLabelAdded {
+                at: at.clone(),
+                owner: value.to_string(),
+                key: labels.pod.clone(),
+            });
+        }
+        (Some(before), Some(after)) if before != after => {
+            return Err(Denial::OwnerLabelChanged {
+                at: at.clone(),
+                owner,
+                key: format!("label {}", labels.pod),
+                old: shown(pod_before),
+                new: shown(pod_after),
+            });
+        }
+        (Some(_), None) => Some(labels.pod.clone()),
+        _ => None,
+    };
+    let mut omitted = Vec::new();
+    let keys = [
+        (
+            &labels.uid,
+            label(old, &labels.uid),
+            label(meta, &labels.uid),
+            false,
+        ),
+        (
+            &labels.pod_name,
+            annotation(old, &labels.pod_name),
+            annotation(meta, &labels.pod_name),
+            true,
+        ),
+    ];
+    for (key, before, after, is_annotation) in keys {
+        match (before, after) {
+            (before, after) if before == after => {}
+            (Some(value), None) if pod_after.is_some() => omitted.push(Omitted {
+                key: key.clone(),
+                value: value.to_string(),
+                annotation: is_annotation,
+            }),
+            (Some(_), None) => {}
+            _ => {
+                let what = if is_annotation { "annotation" } else { "label" };
+                return Err(Denial::OwnerLabelChanged {
+                    at: at.clone(),
+                    owner,
+                    key: format!("{what} {key}"),
+                    old: shown(before),
+                    new: shown(after),
+                });
+            }
+        }
+        // Removing the owner label but keeping the rest names no owner.
+        if pod_after.is_none() && after.is_some() {
+            return Err(Denial::HalfClaim {
+                at: at.clone(),
+                key: key.clone(),
+                pod_key: labels.pod.clone(),
+            });
+        }
+    }
+    Ok((label_removed, omitted))
+}
+
+/// The owner the old object's labels name, when they name one with a uid
+/// (from the uid label, or else from its one reference to that pod).
+fn owner_of_record(old: &ObjectMeta, labels: &OwnerLabels) -> Option<OwnerOfRecord> {
+    let value = label(old, &labels.pod)?;
+    let name = if value == REQUESTING_POD {
+        annotation(old, &labels.pod_name)?
+    } else {
+        value
+    };
+    if !is_pod_name(name) {
+        return None;
+    }
+    let to_owner = || {
+        references(old)
+            .iter()
+            .filter(move |r| r.is_pod() && r.name == name)
+    };
+    let uid = match label(old, &labels.uid) {
+        Some(uid) => uid,
+        None => {
+            let mut uids = to_owner().map(|r| r.uid.as_str());
+            let uid = uids.next()?;
+            uids.all(|other| other == uid).then_some(uid)?
+        }
+    };
+    Some(OwnerOfRecord {
+        name: name.to_string(),
+        uid: uid.to_string(),
+        referenced: to_owner().any(|r| r.uid == uid),
+    })
+}
+
+pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch, Denial> {
+    judge.warnings.extend(work.warnings);
+    for claim in &work.claims {
+        judge.require_owner(claim)?;
+    }
+    let mut patch = work.patch;
+    for removed in &work.removed {
+        let reference = &removed.reference;
+        if !is_pod_name(&reference.name) || !judge.is_live(&reference.name, &reference.uid)? {
+            continue;
+        }
+        if !removed.restorable {
+            return Err(Denial::OwnerReferenceRemoved {
+                at: judge.at.clone(),
+                owner: reference.name.clone(),
+            });
+        }
+        patch.restore_owner_reference(&work.meta, reference);
+        judge.warnings.push(format!(
+            "ownerReference to running owner pod '{}' restored: the update left it out",
+            reference.name
+        ));
+    }
+    let Some(owner) = &work.owner else {
+        return Ok(patch);
+    };
+    let owner_judged =
+        !work.omitted.is_empty() || (work.label_removed.is_some() && owner.referenced);
+    if !owner_judged || !judge.is_live(&owner.name, &owner.uid)? {
+        return Ok(patch);
+    }
+    if let Some(key) = &work.label_removed {
+        return Err(Denial::OwnerLabelRemoved {
+            at: judge.at.clone(),
+            owner: owner.name.clone(),
+            key: key.clone(),
+        });
+    }
+    for omitted in &work.omitted {
+        if !work.mutate {
+            return Err(Denial::OwnerLabelOmitted {
+                at: judge.at.clone(),
+                owner: owner.name.clone(),
+                key: omitted.key.clone(),
+            });
+        }
+        if omitted.annotation {
+            patch.add_annotation(&work.meta, &omitted.key, &omitted.value);
+        } else {
+            patch.add_label(&work.meta, &omitted.key, &omitted.value);
+        }
+        judge.warnings.push(format!(
+            "{} of running owner pod '{}' restored: the update left it out",
+            omitted.key, owner.name
+        ));
+    }
+    Ok(patch)
+}
