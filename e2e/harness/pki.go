@@ -98,17 +98,21 @@ func RandomToken() string {
 
 // PKI is what the control plane is started with, written under Dir.
 type PKI struct {
-	Dir           string
-	CA            *CA
-	CAFile        string
-	ServerCert    string
-	ServerKey     string
-	SAKey         string // service-account signing key (private)
-	SAPub         string // its public key, for verification
-	TokenFile     string // --token-auth-file
-	AdminToken    string
-	KCMToken      string
-	AuditPolicy   string
+	Dir        string
+	CA         *CA
+	CAFile     string
+	ServerCert string
+	ServerKey  string
+	SAKey      string // service-account signing key (private)
+	SAPub      string // its public key, for verification
+	TokenFile  string // --token-auth-file
+	AdminToken string
+	KCMToken   string
+	// An admin of its own for the ownerguard the lookup scenarios serve
+	// "with the admin kubeconfig", so that the audit log tells its
+	// requests apart.
+	OwnerguardAdminToken string
+	AuditPolicy          string
 }
 
 // NewPKI writes a fresh CA, the API server's serving certificate, a fresh
@@ -122,17 +126,18 @@ func NewPKI(dir string, nodeIP, serviceIP net.IP) (*PKI, error) {
 		return nil, err
 	}
 	p := &PKI{
-		Dir:         dir,
-		CA:          ca,
-		CAFile:      filepath.Join(dir, "ca.crt"),
-		ServerCert:  filepath.Join(dir, "apiserver.crt"),
-		ServerKey:   filepath.Join(dir, "apiserver.key"),
-		SAKey:       filepath.Join(dir, "sa.key"),
-		SAPub:       filepath.Join(dir, "sa.pub"),
-		TokenFile:   filepath.Join(dir, "tokens.csv"),
-		AuditPolicy: filepath.Join(dir, "audit-policy.yaml"),
-		AdminToken:  RandomToken(),
-		KCMToken:    RandomToken(),
+		Dir:                  dir,
+		CA:                   ca,
+		CAFile:               filepath.Join(dir, "ca.crt"),
+		ServerCert:           filepath.Join(dir, "apiserver.crt"),
+		ServerKey:            filepath.Join(dir, "apiserver.key"),
+		SAKey:                filepath.Join(dir, "sa.key"),
+		SAPub:                filepath.Join(dir, "sa.pub"),
+		TokenFile:            filepath.Join(dir, "tokens.csv"),
+		AuditPolicy:          filepath.Join(dir, "audit-policy.yaml"),
+		AdminToken:           RandomToken(),
+		KCMToken:             RandomToken(),
+		OwnerguardAdminToken: RandomToken(),
 	}
 	certPEM, keyPEM, err := ca.Serving("kube-apiserver",
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
@@ -150,8 +155,8 @@ func NewPKI(dir string, nodeIP, serviceIP net.IP) (*PKI, error) {
 	}
 	// The admin is in system:masters; the controller manager is the user
 	// the bootstrap RBAC policy binds its roles to.
-	tokens := fmt.Sprintf("%s,e2e-admin,e2e-admin,\"system:masters\"\n%s,system:kube-controller-manager,system:kube-controller-manager\n",
-		p.AdminToken, p.KCMToken)
+	tokens := fmt.Sprintf("%s,e2e-admin,e2e-admin,\"system:masters\"\n%s,system:kube-controller-manager,system:kube-controller-manager\n%s,%s,%s,\"system:masters\"\n",
+		p.AdminToken, p.KCMToken, p.OwnerguardAdminToken, OwnerguardAdmin, OwnerguardAdmin)
 	files := map[string][]byte{
 		p.CAFile:      ca.CertPEM,
 		p.ServerCert:  certPEM,
@@ -169,6 +174,9 @@ func NewPKI(dir string, nodeIP, serviceIP net.IP) (*PKI, error) {
 	return p, nil
 }
 
+// OwnerguardAdmin is the user of PKI.OwnerguardAdminToken.
+const OwnerguardAdmin = "e2e-ownerguard-admin"
+
 // What the API server writes to its audit log: the admission-relevant
 // requests on the objects the scenarios create (with the annotations the
 // webhooks added), and everything ownerguard's own identity asks.
@@ -178,6 +186,8 @@ omitStages: ["RequestReceived"]
 rules:
   - level: Metadata
     userGroups: ["system:serviceaccounts:ownerguard"]
+  - level: Metadata
+    users: ["e2e-ownerguard-admin"]
   - level: Metadata
     verbs: ["create", "update", "patch", "delete"]
     resources:

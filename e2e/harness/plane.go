@@ -52,10 +52,12 @@ type Plane struct {
 	PKI             *PKI
 	Logs            string
 	AdminKubeconfig string
-	Etcd            *Process
-	APIServer       *Process
-	KCM             *Process
-	extraAPI        map[int]*Process
+	// An admin (system:masters) of its own, for an ownerguard to serve with.
+	OwnerguardAdminKubeconfig string
+	Etcd                      *Process
+	APIServer                 *Process
+	KCM                       *Process
+	extraAPI                  map[int]*Process
 }
 
 // NewPlane makes the PKI and the kubeconfigs; nothing runs yet.
@@ -67,6 +69,10 @@ func NewPlane(c Config) (*Plane, error) {
 	p := &Plane{Config: c, PKI: pki, Logs: filepath.Join(c.Work, "logs"), extraAPI: map[int]*Process{}}
 	p.AdminKubeconfig = filepath.Join(c.Work, "admin.kubeconfig")
 	if err := Kubeconfig(p.AdminKubeconfig, APIURL(APIPort), pki.CAFile, pki.AdminToken); err != nil {
+		return nil, err
+	}
+	p.OwnerguardAdminKubeconfig = filepath.Join(c.Work, "ownerguard-admin.kubeconfig")
+	if err := Kubeconfig(p.OwnerguardAdminKubeconfig, APIURL(APIPort), pki.CAFile, pki.OwnerguardAdminToken); err != nil {
 		return nil, err
 	}
 	if err := Kubeconfig(filepath.Join(c.Work, "kcm.kubeconfig"), APIURL(APIPort), pki.CAFile, pki.KCMToken); err != nil {
@@ -153,7 +159,9 @@ func (p *Plane) StopAPIServer(port int) {
 		delete(p.extraAPI, port)
 	}
 	if proc != nil {
-		proc.Stop(30 * time.Second)
+		// A stopped API server stops listening at once but may take
+		// its time to exit while watches are open: killed after 15 s.
+		proc.Stop(15 * time.Second)
 	}
 }
 

@@ -19,8 +19,8 @@ import (
 // API server sent in the scenarios above, as `serve --record` wrote it.
 var curated = []struct {
 	name, webhook, operation, resource, nsPrefix, object string
-	nth                                                 int    // 0: first match; -1: last
-	user                                                string // the requester, when it tells cases apart
+	nth                                                  int    // 0: first match; -1: last
+	user                                                 string // the requester, when it tells cases apart
 }{
 	{"create-agent-pod-from-worker-token", "mutate", "CREATE", "pods", "e2e-creates-", "agent-0", 0, ""},
 	{"create-configmap-from-worker-token", "mutate", "CREATE", "configmaps", "e2e-creates-", "prompt-0", 0, ""},
@@ -35,7 +35,7 @@ var curated = []struct {
 	{"create-reinvoked-after-another-webhook", "mutate", "CREATE", "configmaps", "e2e-creates-", "reinvoked-", -1, ""},
 	{"update-replace-original-manifest", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-put", 0, ""},
 	{"update-owner-label-changed-denied", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-label", 0, ""},
-	{"update-owner-reference-removed-denied", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-ref", 0, ""},
+	{"update-owner-reference-removed", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-ref", 0, ""},
 	{"update-reference-made-blocking", "mutate", "UPDATE", "configmaps", "e2e-updates-", "upd-block", 0, ""},
 	{"create-blocking-reference-unblocked", "mutate", "CREATE", "configmaps", "e2e-updates-", "upd-blocked-create", 0, ""},
 	{"update-orphaned-by-garbage-collector", "mutate", "UPDATE", "configmaps", "e2e-gc-", "orphan-prompt", 0, ""},
