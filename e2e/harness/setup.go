@@ -3,10 +3,12 @@ package harness
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 )
 
 // The installation the suite and the benchmark use: release "ownerguard"
@@ -53,10 +55,16 @@ func (c *Cluster) up(ctx context.Context, repo, record string) error {
 	if err := plane.StartKCM(ctx); err != nil {
 		return err
 	}
-	out, err := plane.Helm(ctx, "install", ReleaseName, filepath.Join(repo, "charts", "ownerguard"),
+	args := []string{"install", ReleaseName, Chart(repo),
 		"--namespace", ReleaseNamespace, "--create-namespace",
 		// The chart's pods never run: ownerguard runs in their place.
-		"--set", "image.repository=e2e.invalid/ownerguard", "--set", "image.tag=e2e")
+		"--set", "image.repository=e2e.invalid/ownerguard", "--set", "image.tag=e2e"}
+	if chartHasValue(Chart(repo), "check", "afterInstall") {
+		// A post-install hook Job checks the installation; no kubelet
+		// runs it here (helm install would wait for it in vain).
+		args = append(args, "--set", "check.afterInstall=false")
+	}
+	out, err := plane.Helm(ctx, args...)
 	if err != nil {
 		return err
 	}
@@ -98,4 +106,31 @@ func (c *Cluster) Down() {
 		c.Guard.Stop(30 * time.Second)
 	}
 	c.Plane.Stop()
+}
+
+// Chart is the chart the suite installs: repo/charts/ownerguard, or
+// E2E_CHART (to try another branch's chart against this suite).
+func Chart(repo string) string {
+	if chart := os.Getenv("E2E_CHART"); chart != "" {
+		return chart
+	}
+	return filepath.Join(repo, "charts", "ownerguard")
+}
+
+// chartHasValue: the chart's values.yaml defines key.sub.
+func chartHasValue(chart, key, sub string) bool {
+	data, err := os.ReadFile(filepath.Join(chart, "values.yaml"))
+	if err != nil {
+		return false
+	}
+	var values map[string]any
+	if yaml.Unmarshal(data, &values) != nil {
+		return false
+	}
+	m, ok := values[key].(map[string]any)
+	if !ok {
+		return false
+	}
+	_, ok = m[sub]
+	return ok
 }

@@ -20,11 +20,12 @@ import (
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 )
 
 // Install: the chart through Helm, accepted by the API server.
 func TestInstall(t *testing.T) {
-	chart := filepath.Join(repo, "charts", "ownerguard")
+	chart := harness.Chart(repo)
 
 	t.Run("DefaultValuesInstalled", func(t *testing.T) {
 		// harness.Up installed it with `helm install` and the default
@@ -173,9 +174,10 @@ func TestInstall(t *testing.T) {
 			"--set", "certificates.secret.caBundle="+strings.TrimSpace(string(bundle)),
 			"--set", "image.repository=e2e.invalid/ownerguard")
 		must(t, err, "helm install, secret mode")
+		uninstalled := false
 		defer func() {
-			if _, err := plane.Helm(context.Background(), "uninstall", name, "--namespace", name); err != nil {
-				t.Errorf("helm uninstall: %v", err)
+			if !uninstalled {
+				_, _ = plane.Helm(context.Background(), "uninstall", name, "--namespace", name)
 			}
 		}()
 		secondInst, err := harness.ReadInstallation(ctx, admin, name, name)
@@ -189,20 +191,41 @@ func TestInstall(t *testing.T) {
 		defer second.Stop(30 * time.Second)
 		ns := newNamespace(t, "secretmode", workerRules)
 		w := newWorker(t, ns, "worker-secret")
-		must(t, harness.Until(ctx, 20*time.Second, 200*time.Millisecond, "the second installation called", func() error {
-			cm, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("both-"+fmt.Sprint(time.Now().UnixNano()), ownedLabels(w.Name(), "")), metav1.CreateOptions{})
+		calls := func() float64 {
+			n, _ := second.Metric("ownerguard_admission_requests_total", map[string]string{"webhook": "mutate", "operation": "CREATE", "resource": "configmaps"})
+			return n
+		}
+		create := func() error {
+			cm, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("both-"+rand.String(6), ownedLabels(w.Name(), "")), metav1.CreateOptions{})
 			if err != nil {
 				return err
 			}
-			if err := checkOwned(cm.ObjectMeta, w, true); err != nil {
+			return checkOwned(cm.ObjectMeta, w, true)
+		}
+		must(t, harness.Until(ctx, 20*time.Second, 200*time.Millisecond, "the second installation called", func() error {
+			if err := create(); err != nil {
 				return err
 			}
-			n, err := second.Metric("ownerguard_admission_requests_total", map[string]string{"webhook": "mutate", "operation": "CREATE", "resource": "configmaps"})
-			if err != nil || n < 1 {
-				return fmt.Errorf("the secret-mode ownerguard answered nothing yet (%v)", err)
+			if calls() < 1 {
+				return fmt.Errorf("the secret-mode ownerguard answered nothing yet")
 			}
 			return nil
 		}), "a create through both installations")
+		// Uninstalled, and no longer called, before its server stops: the
+		// next scenarios must not meet a configuration left without server.
+		_, err = plane.Helm(ctx, "uninstall", name, "--namespace", name)
+		must(t, err, "helm uninstall")
+		uninstalled = true
+		must(t, harness.Until(ctx, 20*time.Second, 200*time.Millisecond, "the API server stops calling it", func() error {
+			before := calls()
+			if err := create(); err != nil {
+				return err
+			}
+			if after := calls(); after != before {
+				return fmt.Errorf("still called (%v reviews)", after)
+			}
+			return nil
+		}), "uninstalled")
 	})
 }
 

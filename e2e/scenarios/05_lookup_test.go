@@ -52,14 +52,18 @@ func TestClusterLookup(t *testing.T) {
 	source := func(a *harness.Answer) string { return a.Response.AuditAnnotations["owner-source"] }
 
 	t.Run("CacheFillsFromListAndWatch", func(t *testing.T) {
-		all, err := admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-		must(t, err, "list pods")
+		// Pods come and go as earlier scenarios' namespaces are deleted:
+		// the cache must agree with a list taken at the same moment.
 		must(t, harness.Until(ctx, 30*time.Second, 200*time.Millisecond, "the cache holds every pod", func() error {
+			all, err := admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
 			n, err := lookup.Metric("ownerguard_owner_cache_pods", nil)
 			if err != nil {
 				return err
 			}
-			if int(n) < len(all.Items) {
+			if int(n) != len(all.Items) {
 				return fmt.Errorf("ownerguard_owner_cache_pods %v, the cluster has %d pods", n, len(all.Items))
 			}
 			return nil
