@@ -55,15 +55,8 @@ func (c *Cluster) up(ctx context.Context, repo, record string) error {
 	if err := plane.StartKCM(ctx); err != nil {
 		return err
 	}
-	args := []string{"install", ReleaseName, Chart(repo),
-		"--namespace", ReleaseNamespace, "--create-namespace",
-		// The chart's pods never run: ownerguard runs in their place.
-		"--set", "image.repository=e2e.invalid/ownerguard", "--set", "image.tag=e2e"}
-	if chartHasValue(Chart(repo), "check", "afterInstall") {
-		// A post-install hook Job checks the installation; no kubelet
-		// runs it here (helm install would wait for it in vain).
-		args = append(args, "--set", "check.afterInstall=false")
-	}
+	args := append([]string{"install", ReleaseName, Chart(repo),
+		"--namespace", ReleaseNamespace, "--create-namespace"}, ChartSettings(Chart(repo))...)
 	out, err := plane.Helm(ctx, args...)
 	if err != nil {
 		return err
@@ -115,6 +108,18 @@ func Chart(repo string) string {
 		return chart
 	}
 	return filepath.Join(repo, "charts", "ownerguard")
+}
+
+// ChartSettings are the values every install and render here sets: an
+// image name that never resolves (the chart's pods never run: ownerguard
+// runs in their place) and, when the chart has one, no post-install check
+// Job (no kubelet runs it: helm install would wait for it in vain).
+func ChartSettings(chart string) []string {
+	settings := []string{"--set", "image.repository=e2e.invalid/ownerguard", "--set", "image.tag=e2e"}
+	if chartHasValue(chart, "check", "afterInstall") {
+		settings = append(settings, "--set", "check.afterInstall=false")
+	}
+	return settings
 }
 
 // chartHasValue: the chart's values.yaml defines key.sub.

@@ -125,7 +125,7 @@ func TestInstall(t *testing.T) {
 		t.Run("DryRunServer/"+file, func(t *testing.T) {
 			ctx := ctxFor(t, 2*time.Minute)
 			createNamespace(t, name)
-			manifest := dryRunServer(t, ctx, name, chart, "-f", filepath.Join(chart, "ci", file), "--set", "image.repository=e2e.invalid/ownerguard")
+			manifest := dryRunServer(t, ctx, name, chart, append([]string{"-f", filepath.Join(chart, "ci", file)}, harness.ChartSettings(chart)...)...)
 			rendered := filepath.Join(plane.Work, name+".rendered.yaml")
 			must(t, os.WriteFile(rendered, []byte(manifest), 0o600), "write the render")
 			chartcheck(t, rendered)
@@ -140,12 +140,12 @@ func TestInstall(t *testing.T) {
 		ctx := ctxFor(t, 2*time.Minute)
 		name := "ownerguard-cm"
 		createNamespace(t, name)
-		out, err := plane.Helm(ctx, "template", name, chart, "--namespace", name, "--set", "certificates.mode=certManager")
+		out, err := plane.Helm(ctx, append([]string{"template", name, chart, "--namespace", name, "--set", "certificates.mode=certManager"}, harness.ChartSettings(chart)...)...)
 		must(t, err, "helm template")
 		rendered := filepath.Join(plane.Work, name+".rendered.yaml")
 		must(t, os.WriteFile(rendered, []byte(out), 0o600), "write the render")
 		chartcheck(t, rendered)
-		dryRunServer(t, ctx, name, chart, "--set", "certificates.mode=certManager")
+		dryRunServer(t, ctx, name, chart, append([]string{"--set", "certificates.mode=certManager"}, harness.ChartSettings(chart)...)...)
 		for _, want := range []string{"kind: Certificate", "kind: Issuer", "cert-manager.io/inject-ca-from: " + name + "/" + name} {
 			if !strings.Contains(out, want) {
 				t.Errorf("the certManager render lacks %q", want)
@@ -169,10 +169,9 @@ func TestInstall(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "ownerguard-serving"}, Type: corev1.SecretTypeTLS,
 			Data: map[string][]byte{"tls.crt": crt, "tls.key": key}}, metav1.CreateOptions{})
 		must(t, err, "the serving Secret")
-		_, err = plane.Helm(ctx, "install", name, chart, "--namespace", name,
+		_, err = plane.Helm(ctx, append([]string{"install", name, chart, "--namespace", name,
 			"-f", filepath.Join(chart, "ci", "secret-values.yaml"),
-			"--set", "certificates.secret.caBundle="+strings.TrimSpace(string(bundle)),
-			"--set", "image.repository=e2e.invalid/ownerguard")
+			"--set", "certificates.secret.caBundle=" + strings.TrimSpace(string(bundle))}, harness.ChartSettings(chart)...)...)
 		must(t, err, "helm install, secret mode")
 		uninstalled := false
 		defer func() {
