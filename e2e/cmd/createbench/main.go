@@ -6,10 +6,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,7 +111,36 @@ func run(n, c, rounds int) error {
 		fmt.Printf("| %s | %d | %.0f | %s | %s | %s |\n", va.name, len(lat),
 			float64(len(lat))/walls[va.name].Seconds(), ms(pct(lat, 50)), ms(pct(lat, 90)), ms(pct(lat, 99)))
 	}
+	// What ownerguard itself spent on each review, from its decision log
+	// lines (JSON, as the chart configures it).
+	decisions, err := decisionDurations(cluster.Guard.Log)
+	if err != nil {
+		return err
+	}
+	sort.Slice(decisions, func(i, j int) bool { return decisions[i] < decisions[j] })
+	fmt.Printf("\nownerguard's own time per review (its log, %d reviews): p50 %s, p90 %s, p99 %s\n",
+		len(decisions), ms(pct(decisions, 50)), ms(pct(decisions, 90)), ms(pct(decisions, 99)))
 	return nil
+}
+
+func decisionDurations(log string) ([]time.Duration, error) {
+	data, err := os.ReadFile(log)
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for _, line := range strings.Split(string(data), "\n") {
+		// Matched as text: a decision line carries "message" twice (the
+		// event's, then the denial's field), and a JSON decoder keeps the
+		// last.
+		var d struct {
+			DurationMS float64 `json:"duration_ms"`
+		}
+		if strings.Contains(line, `"message":"decision"`) && json.Unmarshal([]byte(line), &d) == nil {
+			out = append(out, time.Duration(d.DurationMS*float64(time.Millisecond)))
+		}
+	}
+	return out, nil
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
