@@ -154,7 +154,7 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[i]
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 
 func pod(name string, labels map[string]string) *corev1.Pod {
 	return &corev1.Pod{
