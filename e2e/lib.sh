@@ -91,7 +91,8 @@ e2e_in_netns() {
 }
 
 # Whatever still runs in the namespace is ours: end it, by pid, then
-# delete the namespace. Logs of a failed run are printed (tail).
+# delete the namespace. Logs of a failed run are printed (tail). For
+# e2e/run (E2E_SUMMARY=1) the very last line is "N passed, M failed".
 e2e_cleanup() {
   local rc=$?
   set +e
@@ -126,14 +127,23 @@ e2e_cleanup() {
       rm -rf "$E2E_WORK"
     fi
   fi
+  if [[ -n "${E2E_SUMMARY:-}" ]]; then
+    if [[ -z "${E2E_FAILED:-}" ]]; then
+      log "failed before any scenario ran"
+      E2E_PASSED=0 E2E_FAILED=1
+      rc=1
+    fi
+    echo "$E2E_PASSED passed, $E2E_FAILED failed"
+  fi
   exit $rc
 }
 
 # Count the leaf tests of a `go test -v` log (a test with subtests counts
-# through its subtests), print "N passed, M failed", return non-zero when
-# a test failed or the binary failed outside any test.
-e2e_summary() {
-  local file="$1" status="$2" counts passed failed
+# through its subtests) into E2E_PASSED and E2E_FAILED, naming each
+# failure; a binary that failed outside any test counts as one failure.
+# Returns non-zero when something failed.
+e2e_count() {
+  local file="$1" status="$2" counts
   counts="$(awk '
     match($0, /^ *--- (PASS|FAIL|SKIP): [^ ]+/) {
       split(substr($0, RSTART, RLENGTH), w, " ")
@@ -149,11 +159,10 @@ e2e_summary() {
       }
       printf "%d %d\n", p, q
     }' "$file")"
-  read -r passed failed <<<"$counts"
-  if [[ "$status" -ne 0 && "$failed" -eq 0 ]]; then
+  read -r E2E_PASSED E2E_FAILED <<<"$counts"
+  if [[ "$status" -ne 0 && "$E2E_FAILED" -eq 0 ]]; then
     log "the scenarios exited with status $status outside any test (setup, timeout or crash)"
-    failed=1
+    E2E_FAILED=1
   fi
-  echo "$passed passed, $failed failed"
-  [[ "$failed" -eq 0 ]]
+  [[ "$E2E_FAILED" -eq 0 ]]
 }
