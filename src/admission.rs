@@ -230,24 +230,35 @@ impl ObjectHead {
     /// StatefulSets, DaemonSets, and any resource of that shape), and a
     /// CronJob's `spec.jobTemplate` (the Jobs it makes) and
     /// `spec.jobTemplate.spec.template` (their pods).
-    pub fn templates(&self) -> Vec<(TemplatePath, &TemplateMeta)> {
+    ///
+    /// A template whose labels or annotations are not maps of strings is
+    /// not a pod template (a custom resource of another shape): it is left
+    /// alone, never patched.
+    pub fn templates(&self) -> Vec<(TemplatePath, TemplateMeta)> {
         let Some(spec) = &self.spec else {
             return Vec::new();
         };
-        let mut templates = Vec::new();
-        if let Some(meta) = spec.template.as_ref().and_then(|t| t.metadata.as_ref()) {
-            templates.push((TemplatePath::PodTemplate, meta));
-        }
-        if let Some(job) = &spec.job_template {
-            if let Some(meta) = &job.metadata {
-                templates.push((TemplatePath::JobTemplate, meta));
-            }
-            let pod = job.spec.as_ref().and_then(|s| s.template.as_ref());
-            if let Some(meta) = pod.and_then(|t| t.metadata.as_ref()) {
-                templates.push((TemplatePath::JobTemplatePodTemplate, meta));
-            }
-        }
-        templates
+        let job = spec.job_template.as_ref();
+        let pod_of_job = job
+            .and_then(|j| j.spec.as_ref())
+            .and_then(|s| s.template.as_ref());
+        [
+            (
+                TemplatePath::PodTemplate,
+                spec.template.as_ref().and_then(|t| t.metadata.as_ref()),
+            ),
+            (
+                TemplatePath::JobTemplate,
+                job.and_then(|j| j.metadata.as_ref()),
+            ),
+            (
+                TemplatePath::JobTemplatePodTemplate,
+                pod_of_job.and_then(|t| t.metadata.as_ref()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(path, raw)| Some((path, TemplateMeta::from_raw(raw?)?)))
+        .collect()
     }
 }
 
@@ -299,14 +310,14 @@ pub struct SpecHead {
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct TemplateHead {
     #[serde(default, deserialize_with = "lenient")]
-    pub metadata: Option<TemplateMeta>,
+    pub metadata: Option<RawTemplateMeta>,
 }
 
 /// A CronJob's `JobTemplateSpec`.
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct JobTemplateHead {
     #[serde(default, deserialize_with = "lenient")]
-    pub metadata: Option<TemplateMeta>,
+    pub metadata: Option<RawTemplateMeta>,
     #[serde(default, deserialize_with = "lenient")]
     pub spec: Option<JobSpecHead>,
 }
@@ -318,13 +329,42 @@ pub struct JobSpecHead {
     pub template: Option<TemplateHead>,
 }
 
-/// The labels and annotations of a template.
+/// A template's labels and annotations as they came, of any shape.
 #[derive(Debug, Clone, Deserialize, Default)]
+pub struct RawTemplateMeta {
+    #[serde(default)]
+    labels: Option<serde_json::Value>,
+    #[serde(default)]
+    annotations: Option<serde_json::Value>,
+}
+
+/// The labels and annotations of a pod template.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TemplateMeta {
-    #[serde(default, deserialize_with = "lenient")]
     pub labels: Option<BTreeMap<String, String>>,
-    #[serde(default, deserialize_with = "lenient")]
     pub annotations: Option<BTreeMap<String, String>>,
+}
+
+impl TemplateMeta {
+    /// `None` when the labels or annotations are there but not maps of
+    /// strings: then it is not a pod template.
+    fn from_raw(raw: &RawTemplateMeta) -> Option<Self> {
+        fn strings(value: &Option<serde_json::Value>) -> Option<Option<BTreeMap<String, String>>> {
+            match value {
+                None => Some(None),
+                Some(serde_json::Value::Object(map)) => map
+                    .iter()
+                    .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect::<Option<BTreeMap<_, _>>>()
+                    .map(Some),
+                Some(_) => None,
+            }
+        }
+        Some(Self {
+            labels: strings(&raw.labels)?,
+            annotations: strings(&raw.annotations)?,
+        })
+    }
 }
 
 /// A field read only when it is a JSON object; anything else (a custom
@@ -411,7 +451,7 @@ pub struct ObjectMeta {
 
 /// An `ownerReference` as the client wrote it. Mutating webhooks run before
 /// the API server validates the object, so every field may be missing.
-#[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnerReference {
     #[serde(default)]
@@ -436,10 +476,19 @@ impl OwnerReference {
     }
 
     /// Whether this reference means a pod, in any spelling (`pod`, `POD`,
-    /// `apps/v1` `Pod`...): those that are not exactly [`Self::is_pod`]
-    /// are references the collector cannot resolve.
+    /// `Pods`, `apps/v1` `Pod`...): those that are not exactly
+    /// [`Self::is_pod`] are references the collector cannot resolve.
     pub fn means_pod(&self) -> bool {
-        self.kind.eq_ignore_ascii_case("pod")
+        // The kind as a person would read it: letters and digits only, any
+        // case. `Pod `, `pods`, `Pod\u{200b}` are all a pod to the writer
+        // and nothing to the collector's RESTMapper.
+        let letters: String = self
+            .kind
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .map(|c| c.to_ascii_lowercase())
+            .collect();
+        letters == "pod" || letters == "pods"
     }
 }
 
@@ -598,6 +647,26 @@ mod tests {
         .unwrap();
         assert!(review.request.object.unwrap().metadata.labels.is_none());
         assert!(review.request.old_object.is_none());
+    }
+
+    #[test]
+    fn templates_of_another_shape_are_not_pod_templates() {
+        let head = |spec: &str| -> ObjectHead {
+            serde_json::from_str(&format!(r#"{{"metadata": {{}}, "spec": {spec}}}"#)).unwrap()
+        };
+        for spec in [
+            r#""a string""#,
+            r#"{"template": 3}"#,
+            r#"{"template": {"metadata": "x"}}"#,
+            r#"{"template": {"metadata": {"labels": {"replicas": 3}}}}"#,
+            r#"{"template": {"metadata": {"labels": {"a": "b"}, "annotations": ["x"]}}}"#,
+            r#"{"jobTemplate": [1, 2]}"#,
+        ] {
+            assert!(head(spec).templates().is_empty(), "{spec}");
+        }
+        let templates = head(r#"{"template": {"metadata": {"labels": {"a": "b"}}}}"#).templates();
+        assert_eq!(templates.len(), 1);
+        assert_eq!(templates[0].0, TemplatePath::PodTemplate);
     }
 
     #[test]

@@ -363,10 +363,14 @@ impl Judge<'_> {
 /// looked up fresh.
 fn merge_lookups(needs: impl IntoIterator<Item = LookupNeed>) -> Vec<LookupNeed> {
     let mut merged: Vec<LookupNeed> = Vec::new();
+    let mut by_name: HashMap<String, usize> = HashMap::new();
     for need in needs {
-        match merged.iter_mut().find(|m| m.name == need.name) {
-            Some(existing) => existing.fresh |= need.fresh,
-            None => merged.push(need),
+        match by_name.get(&need.name) {
+            Some(&index) => merged[index].fresh |= need.fresh,
+            None => {
+                by_name.insert(need.name.clone(), merged.len());
+                merged.push(need);
+            }
         }
     }
     merged
@@ -386,6 +390,13 @@ fn namespace_of(
         owner: owner.to_string(),
         problem,
     };
+    // A Namespace has no namespace, though the API server fills the
+    // request's with the Namespace's own name.
+    let namespace_object = (request.kind.group.is_empty() && request.kind.kind == "Namespace")
+        || (request.resource.group.is_empty() && request.resource.resource == "namespaces");
+    if namespace_object {
+        return Ok(None);
+    }
     let from_request = request.namespace.as_deref().filter(|ns| !ns.is_empty());
     let from_object = meta.namespace.as_deref().filter(|ns| !ns.is_empty());
     let namespace = match (from_request, from_object) {
@@ -415,17 +426,30 @@ fn first_declared_owner(meta: &ObjectMeta, labels: &OwnerLabels) -> String {
 }
 
 /// The object under review and how messages name it.
-fn object_of(request: &AdmissionRequest) -> Result<(ObjectName, &ObjectHead), Denial> {
+fn object_of<'a>(
+    request: &'a AdmissionRequest,
+    labels: &OwnerLabels,
+) -> Result<(ObjectName, &'a ObjectHead), Denial> {
     let object = object_name(request);
     match &request.object {
         Some(head) => Ok((object, head)),
-        None => Err(Denial::MissingObject {
-            at: Subject {
-                object,
-                namespace: request.namespace.clone().unwrap_or_default(),
-            },
-            operation: request.operation.as_str().to_string(),
-        }),
+        None => {
+            let owner = request
+                .old_object
+                .as_ref()
+                .map(|old| first_declared_owner(&old.metadata, labels))
+                .filter(|owner| !owner.is_empty())
+                .unwrap_or_else(|| "none named".to_string());
+            Err(Denial::MissingObject {
+                at: Subject {
+                    object,
+                    namespace: request.namespace.clone().unwrap_or_default(),
+                    owner: None,
+                },
+                owner,
+                operation: request.operation.as_str().to_string(),
+            })
+        }
     }
 }
 

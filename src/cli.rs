@@ -56,8 +56,10 @@ pub enum Command {
     Release(ReleaseArgs),
     /// Check a live installation: webhook configurations, caBundle against
     /// the serving certificate and its days left, namespace exclusions,
-    /// failurePolicy and timeoutSeconds against the server's flags, replicas
-    /// and PodDisruptionBudget. One line per check; exit 1 when one fails.
+    /// what the API server calls (Service, port, path, rules, selectors),
+    /// failurePolicy and timeoutSeconds against the server's flags, what the
+    /// pods run and mount, replicas and PodDisruptionBudget; with --probe, a
+    /// real admission round trip. One line per check; exit 1 when one fails.
     Doctor(DoctorArgs),
 }
 
@@ -80,6 +82,28 @@ pub struct DoctorArgs {
     /// Fail when the serving certificate has fewer days left.
     #[arg(long, default_value_t = 14)]
     pub min_certificate_days: i64,
+
+    /// Also prove that the webhook answers: a server-side dry-run create of
+    /// a ConfigMap in this namespace, labelled with an owner pod that does
+    /// not exist, must come back denied by mutate.<key prefix>. Needs
+    /// create on ConfigMaps there; nothing is stored.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub probe: Option<String>,
+
+    /// Only the probe: no other check, and no other permission needed (the
+    /// chart's install check and helm test run this).
+    #[arg(long, requires = "probe")]
+    pub probe_only: bool,
+
+    /// Key prefix of the probe's owner labels (default: the server's
+    /// --key-prefix, read from the Deployment; ownerguard.io with
+    /// --probe-only).
+    #[arg(long, value_parser = key_prefix)]
+    pub key_prefix: Option<String>,
+
+    /// Retry the probe this long while it fails (pods still starting).
+    #[arg(long, default_value = "0s", value_parser = duration)]
+    pub wait: Duration,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,27 +1,45 @@
 //! `ownerguard doctor`: checks a live installation for what breaks
 //! webhooks in practice, one line per check; exit 1 when one fails.
 //!
+//! It reads what the API server will actually call (each webhook's Service,
+//! port, target port and path, its rules and selectors, its caBundle) and
+//! what the pods actually run and mount (the effective command line, the
+//! volume behind `--tls-cert`), rather than what the chart meant to
+//! install: each check names the object it read. `--probe` adds a real
+//! admission round trip.
+//!
 //! [`gather`] reads the installation through the API; [`check`] judges it,
-//! without I/O, so each verdict is tested on its own.
+//! without I/O, so each verdict is tested on its own; [`probe`] makes the
+//! round trip.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhookConfiguration,
+    WebhookClientConfig,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{Api, ListParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Api, ListParams, PostParams};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
 use crate::duration::parse_go_duration;
 use crate::tls::certificate_not_after;
 use crate::webhook::DEFAULT_LOOKUP_TIMEOUT;
+
+/// The key prefix when nothing says otherwise (the server's default).
+const DEFAULT_KEY_PREFIX: &str = "ownerguard.io";
+/// The server's default `--addr` and `--metrics-addr` ports.
+const DEFAULT_WEBHOOK_PORT: u16 = 8443;
+const DEFAULT_METRICS_PORT: u16 = 9090;
 
 /// What to check.
 #[derive(Debug, Clone)]
@@ -30,11 +48,44 @@ pub struct DoctorOptions {
     pub namespace: String,
     /// Name of the webhook configurations and the Deployment.
     pub name: String,
-    /// The serving certificate's Secret; default: the Deployment's `tls`
-    /// volume, else `<name>-tls`.
+    /// The serving certificate's Secret; default: the Secret behind the
+    /// volume that holds the server's `--tls-cert`.
     pub tls_secret: Option<String>,
     /// Fewer days left than this on the serving certificate fails.
     pub min_certificate_days: i64,
+    /// The admission round trip, if asked for.
+    pub probe: Option<ProbeOptions>,
+    /// Only the probe: no other read of the installation.
+    pub probe_only: bool,
+}
+
+/// The round trip of `--probe`.
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    /// Where the dry-run ConfigMap is created: a namespace the webhooks see.
+    pub namespace: String,
+    /// Key prefix of the owner labels; default: the server's, else
+    /// `ownerguard.io`.
+    pub key_prefix: Option<String>,
+    /// How long to retry while the probe fails.
+    pub wait: Duration,
+}
+
+impl From<crate::cli::DoctorArgs> for DoctorOptions {
+    fn from(args: crate::cli::DoctorArgs) -> Self {
+        Self {
+            namespace: args.namespace,
+            name: args.name,
+            tls_secret: args.tls_secret,
+            min_certificate_days: args.min_certificate_days,
+            probe: args.probe.map(|namespace| ProbeOptions {
+                namespace,
+                key_prefix: args.key_prefix,
+                wait: args.wait,
+            }),
+            probe_only: args.probe_only,
+        }
+    }
 }
 
 /// The installation as read from the API.
@@ -43,9 +94,22 @@ pub struct Installation {
     pub mutating: Option<MutatingWebhookConfiguration>,
     pub validating: Option<ValidatingWebhookConfiguration>,
     pub deployment: Option<Deployment>,
+    /// The Services the webhooks name, as found (missing ones are absent).
+    pub services: Vec<Service>,
     pub disruption_budgets: Vec<PodDisruptionBudget>,
-    /// The Secret's name, and its `tls.crt` (PEM) if it could be read.
-    pub serving_certificate: (String, Option<Vec<u8>>),
+    pub serving_certificate: ServingCertificate,
+}
+
+/// Where the server's certificate comes from, and what it holds.
+#[derive(Debug, Default, Clone)]
+pub struct ServingCertificate {
+    /// The Secret and the key of it that the server reads as `--tls-cert`.
+    pub secret: String,
+    pub key: String,
+    /// Why the server's certificate is not (cleanly) in a Secret, when so.
+    pub problem: Option<String>,
+    /// The certificate chain (PEM), if the Secret and key exist.
+    pub pem: Option<Vec<u8>>,
 }
 
 /// Read the installation. Missing objects are `None`, not errors.
@@ -71,40 +135,56 @@ pub async fn gather(
         .list(&ListParams::default())
         .await?
         .items;
-    let secret_name = options
-        .tls_secret
-        .clone()
-        .or_else(|| deployment.as_ref().and_then(tls_volume_secret))
-        .unwrap_or_else(|| format!("{}-tls", options.name));
-    let secret = Api::<Secret>::namespaced(client, namespace)
-        .get_opt(&secret_name)
-        .await?;
-    let certificate = secret
-        .and_then(|s| s.data)
-        .and_then(|mut data| data.remove("tls.crt"))
-        .map(|pem| pem.0);
-    Ok(Installation {
+
+    let mut wanted = BTreeSet::new();
+    let mut installation = Installation {
         mutating,
         validating,
         deployment,
         disruption_budgets,
-        serving_certificate: (secret_name, certificate),
-    })
-}
+        ..Installation::default()
+    };
+    for webhook in webhooks(&installation) {
+        if let Some(service) = &webhook.client_config.service {
+            wanted.insert((service.namespace.clone(), service.name.clone()));
+        }
+    }
+    for (service_namespace, name) in wanted {
+        if let Some(service) = Api::<Service>::namespaced(client.clone(), &service_namespace)
+            .get_opt(&name)
+            .await?
+        {
+            installation.services.push(service);
+        }
+    }
 
-fn tls_volume_secret(deployment: &Deployment) -> Option<String> {
-    let volumes = deployment
-        .spec
-        .as_ref()?
-        .template
-        .spec
-        .as_ref()?
-        .volumes
-        .as_ref()?;
-    volumes
-        .iter()
-        .find(|v| v.name == "tls")
-        .and_then(|v| v.secret.as_ref()?.secret_name.clone())
+    let mut serving = match &options.tls_secret {
+        Some(secret) => ServingCertificate {
+            secret: secret.clone(),
+            key: "tls.crt".into(),
+            ..ServingCertificate::default()
+        },
+        None => installation
+            .deployment
+            .as_ref()
+            .map(serving_certificate_source)
+            .unwrap_or_else(|| ServingCertificate {
+                secret: format!("{}-tls", options.name),
+                key: "tls.crt".into(),
+                ..ServingCertificate::default()
+            }),
+    };
+    if !serving.secret.is_empty() {
+        let secret = Api::<Secret>::namespaced(client, namespace)
+            .get_opt(&serving.secret)
+            .await?;
+        serving.pem = secret
+            .and_then(|s| s.data)
+            .and_then(|mut data| data.remove(&serving.key))
+            .map(|pem| pem.0);
+    }
+    installation.serving_certificate = serving;
+    Ok(installation)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,13 +221,44 @@ fn line(verdict: Verdict, subject: impl Into<String>, detail: impl Into<String>)
     }
 }
 
+/// Which configuration a webhook is in: what path it must call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Configuration {
+    Mutating,
+    Validating,
+}
+
+impl Configuration {
+    fn path(self) -> &'static str {
+        match self {
+            Self::Mutating => "/mutate",
+            Self::Validating => "/validate",
+        }
+    }
+    fn word(self) -> &'static str {
+        match self {
+            Self::Mutating => "mutating",
+            Self::Validating => "validating",
+        }
+    }
+}
+
 /// One webhook of either configuration, as far as the checks read it.
 struct WebhookView<'a> {
+    configuration: Configuration,
     name: String,
     client_config: &'a WebhookClientConfig,
+    rules: &'a [RuleWithOperations],
+    object_selector: Option<&'a LabelSelector>,
     namespace_selector: Option<&'a LabelSelector>,
     failure_policy: &'a str,
     timeout_seconds: i32,
+}
+
+impl WebhookView<'_> {
+    fn label(&self) -> String {
+        format!("{} {}", self.configuration.word(), self.name)
+    }
 }
 
 fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
@@ -158,8 +269,11 @@ fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
         .flat_map(|c| c.webhooks.iter().flatten())
     {
         views.push(WebhookView {
-            name: format!("mutating {}", webhook.name),
+            configuration: Configuration::Mutating,
+            name: webhook.name.clone(),
             client_config: &webhook.client_config,
+            rules: webhook.rules.as_deref().unwrap_or_default(),
+            object_selector: webhook.object_selector.as_ref(),
             namespace_selector: webhook.namespace_selector.as_ref(),
             failure_policy: webhook.failure_policy.as_deref().unwrap_or("Fail"),
             timeout_seconds: webhook.timeout_seconds.unwrap_or(10),
@@ -171,8 +285,11 @@ fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
         .flat_map(|c| c.webhooks.iter().flatten())
     {
         views.push(WebhookView {
-            name: format!("validating {}", webhook.name),
+            configuration: Configuration::Validating,
+            name: webhook.name.clone(),
             client_config: &webhook.client_config,
+            rules: webhook.rules.as_deref().unwrap_or_default(),
+            object_selector: webhook.object_selector.as_ref(),
             namespace_selector: webhook.namespace_selector.as_ref(),
             failure_policy: webhook.failure_policy.as_deref().unwrap_or("Fail"),
             timeout_seconds: webhook.timeout_seconds.unwrap_or(10),
@@ -181,72 +298,301 @@ fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
     views
 }
 
-/// The server flags that the webhook settings must agree with.
-struct ServerFlags {
+/// The flags of `ownerguard serve` the checks compare with, as the
+/// container runs them (a repeated flag: the last one wins).
+#[derive(Debug, Clone)]
+struct ServeFlags {
+    webhook_port: u16,
+    metrics_port: u16,
+    tls_cert: Option<String>,
+    client_ca: Option<String>,
     fail_open: bool,
     lookup_timeout: Duration,
+    key_prefix: String,
 }
 
-fn server_flags(deployment: &Deployment) -> ServerFlags {
-    let args: Vec<String> = deployment
+/// The server container and its flags, or why it does not run `serve`.
+struct ServerView<'a> {
+    container: &'a Container,
+    flags: ServeFlags,
+}
+
+fn pod_spec(deployment: &Deployment) -> Option<&PodSpec> {
+    deployment.spec.as_ref()?.template.spec.as_ref()
+}
+
+fn template_labels(deployment: &Deployment) -> BTreeMap<String, String> {
+    deployment
         .spec
         .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .and_then(|s| {
-            s.containers
-                .iter()
-                .find(|c| c.name == "ownerguard")
-                .or(s.containers.first())
-        })
-        .and_then(|c| c.args.clone())
-        .unwrap_or_default();
-    let mut flags = ServerFlags {
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default()
+}
+
+/// What the container executes: `command` replaces the image's entrypoint
+/// (the ownerguard binary) and `args` its default arguments.
+fn argv(container: &Container) -> Vec<String> {
+    let mut argv = match container.command.as_deref() {
+        Some(command) if !command.is_empty() => command.to_vec(),
+        _ => vec!["ownerguard".to_string()],
+    };
+    argv.extend(container.args.iter().flatten().cloned());
+    argv
+}
+
+fn is_ownerguard_binary(path: &str) -> bool {
+    path.rsplit('/').next() == Some("ownerguard")
+}
+
+/// The server container of the Deployment: the one named ownerguard, else
+/// the first; its effective command line must be `ownerguard … serve …`.
+fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, String> {
+    let spec = pod_spec(deployment).ok_or("the Deployment has no pod template")?;
+    let container = spec
+        .containers
+        .iter()
+        .find(|c| c.name == "ownerguard")
+        .or(spec.containers.first())
+        .ok_or("the pod template has no container")?;
+    let argv = argv(container);
+    let shown = argv.join(" ");
+    if !is_ownerguard_binary(&argv[0]) {
+        return Err(format!(
+            "container {} runs `{shown}`: its command replaces the image's entrypoint (the ownerguard binary), so it does not run ownerguard serve; give the flags as args",
+            container.name
+        ));
+    }
+    let Some(serve) = argv.iter().position(|a| a == "serve") else {
+        return Err(format!(
+            "container {} runs `{shown}`, not ownerguard serve",
+            container.name
+        ));
+    };
+    let mut flags = ServeFlags {
+        webhook_port: DEFAULT_WEBHOOK_PORT,
+        metrics_port: DEFAULT_METRICS_PORT,
+        tls_cert: None,
+        client_ca: None,
         fail_open: false,
         lookup_timeout: DEFAULT_LOOKUP_TIMEOUT,
+        key_prefix: DEFAULT_KEY_PREFIX.to_string(),
     };
-    let mut iter = args.iter().peekable();
-    while let Some(arg) = iter.next() {
-        if arg == "--fail-open" {
+    let port = |value: &str| {
+        value
+            .rsplit_once(':')
+            .and_then(|(_, port)| port.parse::<u16>().ok())
+    };
+    let mut tokens = argv[1..serve]
+        .iter()
+        .chain(&argv[serve + 1..])
+        .map(String::as_str);
+    while let Some(token) = tokens.next() {
+        if token == "--fail-open" {
             flags.fail_open = true;
-        } else if let Some(value) = arg.strip_prefix("--lookup-timeout=") {
-            flags.lookup_timeout = parse_go_duration(value).unwrap_or(flags.lookup_timeout);
-        } else if arg == "--lookup-timeout" {
-            flags.lookup_timeout = iter
-                .next()
-                .and_then(|v| parse_go_duration(v))
-                .unwrap_or(flags.lookup_timeout);
+            continue;
+        }
+        let Some((flag, inline)) = token
+            .strip_prefix("--")
+            .map(|t| t.split_once('=').map_or((t, None), |(f, v)| (f, Some(v))))
+        else {
+            continue;
+        };
+        const VALUED: [&str; 7] = [
+            "addr",
+            "metrics-addr",
+            "tls-cert",
+            "client-ca",
+            "lookup-timeout",
+            "key-prefix",
+            "tls-key",
+        ];
+        if !VALUED.contains(&flag) {
+            continue;
+        }
+        let Some(value) = inline.or_else(|| tokens.next()) else {
+            break;
+        };
+        match flag {
+            "addr" => flags.webhook_port = port(value).unwrap_or(flags.webhook_port),
+            "metrics-addr" => flags.metrics_port = port(value).unwrap_or(flags.metrics_port),
+            "tls-cert" => flags.tls_cert = Some(value.to_string()),
+            "client-ca" => flags.client_ca = Some(value.to_string()),
+            "lookup-timeout" => {
+                flags.lookup_timeout = parse_go_duration(value).unwrap_or(flags.lookup_timeout);
+            }
+            "key-prefix" => flags.key_prefix = value.to_string(),
+            _ => {}
         }
     }
-    flags
+    Ok(ServerView { container, flags })
+}
+
+/// The Secret and key behind the server's `--tls-cert` file: the volume
+/// mounted at the longest prefix of that path, and the key that volume
+/// puts at the remaining path. ([`gather`] then reads the Secret.)
+pub fn serving_certificate_source(deployment: &Deployment) -> ServingCertificate {
+    let unusable = |problem: String| ServingCertificate {
+        problem: Some(problem),
+        ..ServingCertificate::default()
+    };
+    let Ok(view) = server_view(deployment) else {
+        return unusable(
+            "cannot tell which Secret the server reads, since it does not run ownerguard serve (see the server check)".into(),
+        );
+    };
+    let Some(cert_path) = view.flags.tls_cert.as_deref() else {
+        return unusable("the server runs without --tls-cert".into());
+    };
+    let mount = view
+        .container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter(|m| {
+            let dir = m.mount_path.trim_end_matches('/');
+            cert_path
+                .strip_prefix(dir)
+                .is_some_and(|rest| rest.starts_with('/') || rest.is_empty())
+        })
+        .max_by_key(|m| m.mount_path.len());
+    let Some(mount) = mount else {
+        return unusable(format!(
+            "--tls-cert {cert_path} is on no mounted volume: the certificate is whatever the image holds"
+        ));
+    };
+    let relative = cert_path[mount.mount_path.trim_end_matches('/').len()..]
+        .trim_start_matches('/')
+        .to_string();
+    let relative = match mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
+        Some(sub_path) if relative.is_empty() => sub_path.to_string(),
+        Some(sub_path) => format!("{sub_path}/{relative}"),
+        None => relative,
+    };
+    let volume = pod_spec(deployment)
+        .and_then(|s| s.volumes.as_ref())
+        .and_then(|volumes| volumes.iter().find(|v| v.name == mount.name));
+    let Some(volume) = volume else {
+        return unusable(format!(
+            "volume {} mounted at {} is not in the pod template",
+            mount.name, mount.mount_path
+        ));
+    };
+    let key_of = |items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>| match items {
+        Some(items) => items
+            .iter()
+            .find(|item| item.path == relative)
+            .map(|item| item.key.clone()),
+        None => Some(relative.clone()),
+    };
+    let found = if let Some(secret) = &volume.secret {
+        secret
+            .secret_name
+            .clone()
+            .zip(key_of(secret.items.as_ref()))
+    } else if let Some(projected) = &volume.projected {
+        projected
+            .sources
+            .iter()
+            .flatten()
+            .filter_map(|source| source.secret.as_ref())
+            .find_map(|secret| Some(secret.name.clone()).zip(key_of(secret.items.as_ref())))
+    } else {
+        None
+    };
+    let Some((secret, key)) = found else {
+        return unusable(format!(
+            "--tls-cert {cert_path} is in volume {}, which is not a Secret holding that file",
+            volume.name
+        ));
+    };
+    let problem = mount.sub_path.as_deref().filter(|s| !s.is_empty()).map(|_| {
+        format!(
+            "volume {} is mounted with subPath: kubelet never updates such a mount, so a renewed certificate never reaches the server",
+            mount.name
+        )
+    });
+    ServingCertificate {
+        secret,
+        key,
+        problem,
+        pem: None,
+    }
 }
 
 /// Judge the installation at Unix time `now`.
 pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> Vec<Check> {
     let mut checks = Vec::new();
     let (name, namespace) = (&options.name, &options.namespace);
-    for (kind, present) in [
+    for (kind, webhook_count) in [
         (
             "MutatingWebhookConfiguration",
-            installation.mutating.is_some(),
+            installation
+                .mutating
+                .as_ref()
+                .map(|c| c.webhooks.iter().flatten().count()),
         ),
         (
             "ValidatingWebhookConfiguration",
-            installation.validating.is_some(),
+            installation
+                .validating
+                .as_ref()
+                .map(|c| c.webhooks.iter().flatten().count()),
         ),
     ] {
-        checks.push(if present {
-            line(Verdict::Ok, kind, format!("{name} exists"))
-        } else {
-            line(
+        checks.push(match webhook_count {
+            None => line(
                 Verdict::Fail,
                 kind,
                 format!("{name} not found: install the chart, or pass --name"),
-            )
+            ),
+            Some(0) => line(
+                Verdict::Fail,
+                kind,
+                format!("{name} has no webhooks: the API server calls nothing"),
+            ),
+            Some(n) => line(Verdict::Ok, kind, format!("{name} exists, {n} webhook(s)")),
         });
     }
 
-    let (secret, pem) = &installation.serving_certificate;
-    let chain: Vec<CertificateDer<'static>> = pem
+    let server = installation.deployment.as_ref().map(server_view);
+    let flags = match &server {
+        Some(Ok(view)) => Some(&view.flags),
+        _ => None,
+    };
+    checks.push(match (&installation.deployment, &server) {
+        (None, _) => line(
+            Verdict::Fail,
+            "server",
+            format!("Deployment {namespace}/{name} not found"),
+        ),
+        (Some(_), Some(Err(problem))) => line(Verdict::Fail, "server", problem.clone()),
+        (Some(_), Some(Ok(view))) => line(
+            Verdict::Ok,
+            "server",
+            format!(
+                "container {} runs ownerguard serve: webhook port {}, metrics port {}, key prefix {}",
+                view.container.name,
+                view.flags.webhook_port,
+                view.flags.metrics_port,
+                view.flags.key_prefix
+            ),
+        ),
+        (Some(_), None) => unreachable!("a Deployment always has a view"),
+    });
+    if let Some(client_ca) = flags.and_then(|f| f.client_ca.as_deref()) {
+        checks.push(line(
+            Verdict::Ok,
+            "client certificates",
+            format!(
+                "required (--client-ca {client_ca}): the API server must present one through its AdmissionConfiguration; doctor cannot see that, --probe proves it"
+            ),
+        ));
+    }
+
+    let serving = &installation.serving_certificate;
+    let chain: Vec<CertificateDer<'static>> = serving
+        .pem
         .as_deref()
         .map(|pem| {
             CertificateDer::pem_slice_iter(pem)
@@ -254,38 +600,38 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
                 .collect()
         })
         .unwrap_or_default();
-    match chain.first().and_then(|leaf| certificate_not_after(leaf)) {
-        None => checks.push(line(
-            Verdict::Fail,
-            "serving certificate",
-            format!("no certificate in Secret {namespace}/{secret} (tls.crt)"),
-        )),
-        Some(not_after) => {
-            let days = (not_after - now).div_euclid(86_400);
-            let verdict = if days < options.min_certificate_days {
-                Verdict::Fail
-            } else {
-                Verdict::Ok
-            };
-            let advice = if verdict == Verdict::Fail {
-                ": renew it (cert-manager does; chart-made ones need a new install or the certs command)"
-            } else {
-                ""
-            };
-            checks.push(line(
-                verdict,
-                "serving certificate",
-                format!("{days} days left in Secret {namespace}/{secret}{advice}"),
-            ));
-        }
-    }
+    checks.push(check_serving_certificate(
+        serving,
+        &chain,
+        namespace,
+        options.min_certificate_days,
+        now,
+    ));
 
-    let flags = installation.deployment.as_ref().map(server_flags);
+    let key_prefix = flags.map_or(DEFAULT_KEY_PREFIX, |f| f.key_prefix.as_str());
     for webhook in webhooks(installation) {
         checks.push(check_ca_bundle(&webhook, &chain, now));
+        if let Some(view) = server.as_ref().and_then(|s| s.as_ref().ok()) {
+            checks.push(check_service(
+                &webhook,
+                installation,
+                view,
+                namespace,
+                installation
+                    .deployment
+                    .as_ref()
+                    .map(template_labels)
+                    .unwrap_or_default(),
+            ));
+        }
+        let role = role(&webhook, key_prefix);
+        checks.push(check_path(&webhook, role));
+        checks.push(check_rules(&webhook, role));
+        checks.push(check_object_selector(&webhook, role, key_prefix));
         checks.push(check_exclusion(&webhook, namespace));
-        if let Some(flags) = &flags {
-            checks.extend(check_policy(&webhook, flags));
+        if let Some(flags) = flags {
+            checks.push(check_policy(&webhook, role, flags));
+            checks.push(check_timeout(&webhook, flags));
         }
     }
 
@@ -303,32 +649,47 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
             }
         }
     });
-
-    let template_labels = installation
-        .deployment
-        .as_ref()
-        .and_then(|d| d.spec.as_ref())
-        .and_then(|s| s.template.metadata.as_ref())
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
-    let covering = installation.disruption_budgets.iter().find(|pdb| {
-        let selector = pdb
-            .spec
-            .as_ref()
-            .and_then(|s| s.selector.as_ref())
-            .and_then(|s| s.match_labels.as_ref());
-        selector.is_some_and(|labels| {
-            !labels.is_empty()
-                && labels
-                    .iter()
-                    .all(|(k, v)| template_labels.get(k) == Some(v))
-        })
-    });
-    checks.push(match covering {
-        Some(pdb) => line(Verdict::Ok, "PodDisruptionBudget", format!("{} covers the webhook's pods", pdb.metadata.name.as_deref().unwrap_or("?"))),
-        None => line(Verdict::Fail, "PodDisruptionBudget", format!("none in {namespace} covers the webhook's pods: a drain may evict every replica at once")),
-    });
+    checks.push(check_disruption_budget(installation, namespace));
     checks
+}
+
+fn check_serving_certificate(
+    serving: &ServingCertificate,
+    chain: &[CertificateDer<'static>],
+    namespace: &str,
+    min_days: i64,
+    now: i64,
+) -> Check {
+    let subject = "serving certificate";
+    if let Some(problem) = &serving.problem {
+        return line(Verdict::Fail, subject, problem.clone());
+    }
+    let source = format!("Secret {namespace}/{} ({})", serving.secret, serving.key);
+    match chain.first().and_then(|leaf| certificate_not_after(leaf)) {
+        None => line(
+            Verdict::Fail,
+            subject,
+            format!("no certificate in {source}"),
+        ),
+        Some(not_after) => {
+            let days = (not_after - now).div_euclid(86_400);
+            if days < min_days {
+                line(
+                    Verdict::Fail,
+                    subject,
+                    format!(
+                        "{days} days left in {source}: renew it (cert-manager does; the chart renews its own at upgrade; or the certs command)"
+                    ),
+                )
+            } else {
+                line(
+                    Verdict::Ok,
+                    subject,
+                    format!("{days} days left in {source}"),
+                )
+            }
+        }
+    }
 }
 
 /// The host the API server calls, whose name the certificate must carry.
@@ -352,7 +713,7 @@ fn check_ca_bundle(
     chain: &[CertificateDer<'static>],
     now: i64,
 ) -> Check {
-    let subject = format!("caBundle of {}", webhook.name);
+    let subject = format!("caBundle of {}", webhook.label());
     let Some(bundle) = webhook
         .client_config
         .ca_bundle
@@ -416,8 +777,288 @@ fn check_ca_bundle(
     }
 }
 
+/// The Service the webhook names must exist in the server's namespace,
+/// select the server's pods, and carry the webhook's port to the port the
+/// server serves HTTPS on.
+fn check_service(
+    webhook: &WebhookView<'_>,
+    installation: &Installation,
+    server: &ServerView<'_>,
+    namespace: &str,
+    pod_labels: BTreeMap<String, String>,
+) -> Check {
+    let subject = format!("service of {}", webhook.label());
+    let Some(reference) = &webhook.client_config.service else {
+        return line(
+            Verdict::Warn,
+            subject,
+            format!(
+                "calls the url {} directly, not a Service: not checked",
+                webhook.client_config.url.as_deref().unwrap_or("(none)")
+            ),
+        );
+    };
+    let at = format!("{}/{}", reference.namespace, reference.name);
+    if reference.namespace != namespace {
+        return line(
+            Verdict::Fail,
+            subject,
+            format!("calls Service {at}, outside ownerguard's namespace {namespace}"),
+        );
+    }
+    let Some(service) = installation.services.iter().find(|s| {
+        s.metadata.name.as_deref() == Some(&reference.name)
+            && s.metadata
+                .namespace
+                .as_deref()
+                .is_none_or(|n| n == reference.namespace)
+    }) else {
+        return line(
+            Verdict::Fail,
+            subject,
+            format!("Service {at} not found: every call fails"),
+        );
+    };
+    let spec = service.spec.clone().unwrap_or_default();
+    let selector = spec.selector.clone().unwrap_or_default();
+    if selector.is_empty() || !selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)) {
+        return line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "Service {at} selects {selector:?}, not the Deployment's pods: it has no ownerguard endpoint"
+            ),
+        );
+    }
+    let port = reference.port.unwrap_or(443);
+    let Some(service_port) = spec.ports.iter().flatten().find(|p| p.port == port) else {
+        return line(
+            Verdict::Fail,
+            subject,
+            format!("Service {at} has no port {port}: every call fails"),
+        );
+    };
+    let container_ports = server.container.ports.iter().flatten();
+    let (target, shown) = match &service_port.target_port {
+        None => (Some(port), port.to_string()),
+        Some(IntOrString::Int(n)) => (Some(*n), n.to_string()),
+        Some(IntOrString::String(name)) => (
+            container_ports
+                .clone()
+                .find(|p| p.name.as_deref() == Some(name))
+                .map(|p| p.container_port),
+            name.clone(),
+        ),
+    };
+    let Some(target) = target else {
+        return line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "Service {at} port {port} targets the port named {shown}, which container {} does not declare",
+                server.container.name
+            ),
+        );
+    };
+    let flags = &server.flags;
+    if target == i32::from(flags.webhook_port) {
+        line(
+            Verdict::Ok,
+            subject,
+            format!(
+                "Service {at} port {port} reaches container port {target} ({shown}), where ownerguard serves HTTPS"
+            ),
+        )
+    } else if target == i32::from(flags.metrics_port) {
+        line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "Service {at} port {port} reaches container port {target}, the plain-HTTP metrics port, not the webhook's HTTPS port {}: every call fails",
+                flags.webhook_port
+            ),
+        )
+    } else {
+        line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "Service {at} port {port} reaches container port {target}, but ownerguard serves HTTPS on {} (--addr): every call fails",
+                flags.webhook_port
+            ),
+        )
+    }
+}
+
+fn check_path(webhook: &WebhookView<'_>, role: Role) -> Check {
+    let subject = format!("path of {}", webhook.label());
+    let path = match (&webhook.client_config.service, &webhook.client_config.url) {
+        (Some(service), _) => service.path.clone().unwrap_or_default(),
+        (None, Some(url)) => url
+            .strip_prefix("https://")
+            .and_then(|rest| rest.find('/').map(|i| rest[i..].to_string()))
+            .unwrap_or_default(),
+        (None, None) => String::new(),
+    };
+    let path = path.split('?').next().unwrap_or_default().to_string();
+    // The cluster-wide switch calls /validate-all, which fails open on a
+    // lookup failure as its webhook does; /validate there works too, but
+    // denies a lookup failure with 503 under failurePolicy Ignore.
+    let expected = match (webhook.configuration, role) {
+        (Configuration::Validating, Role::Unlabelled) => "/validate-all",
+        (configuration, _) => configuration.path(),
+    };
+    if path == expected {
+        return line(Verdict::Ok, subject, format!("calls {path}"));
+    }
+    if role == Role::Unlabelled && path == "/validate" {
+        return line(
+            Verdict::Warn,
+            subject,
+            "calls /validate: a failed owner lookup is denied (503) though the webhook fails open; /validate-all allows it".to_string(),
+        );
+    }
+    let shown = if path.is_empty() { "/" } else { path.as_str() };
+    let effect = match (webhook.configuration, shown) {
+        (Configuration::Mutating, "/validate") => {
+            "the validation runs before the reference is injected, so every labelled create is denied"
+        }
+        (Configuration::Validating, "/mutate") => {
+            "a validating webhook cannot patch, so what it would complete is denied or let through unchecked"
+        }
+        _ => {
+            "ownerguard answers 404 there, a failed call: with failurePolicy Fail every labelled create is refused"
+        }
+    };
+    line(
+        Verdict::Fail,
+        subject,
+        format!(
+            "calls {shown}, but a {} webhook must call {expected}: {effect}",
+            webhook.configuration.word()
+        ),
+    )
+}
+
+/// What a webhook is for, read from its objectSelector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Objects carrying the owner-pod label.
+    Labelled,
+    /// validation.allPodOwnerReferences: every other object.
+    Unlabelled,
+}
+
+fn role(webhook: &WebhookView<'_>, key_prefix: &str) -> Role {
+    let key = format!("{key_prefix}/owner-pod");
+    let unlabelled = webhook
+        .object_selector
+        .and_then(|s| s.match_expressions.as_ref())
+        .is_some_and(|e| {
+            e.iter()
+                .any(|e| e.key == key && e.operator == "DoesNotExist")
+        });
+    if unlabelled {
+        Role::Unlabelled
+    } else {
+        Role::Labelled
+    }
+}
+
+fn check_rules(webhook: &WebhookView<'_>, role: Role) -> Check {
+    let subject = format!("rules of {}", webhook.label());
+    let namespaced: Vec<&RuleWithOperations> = webhook
+        .rules
+        .iter()
+        .filter(|r| {
+            r.scope
+                .as_deref()
+                .is_none_or(|s| s == "*" || s == "Namespaced")
+        })
+        .collect();
+    let has = |rule: &RuleWithOperations, operation: &str| {
+        rule.operations
+            .iter()
+            .flatten()
+            .any(|o| o == operation || o == "*")
+    };
+    let creates: Vec<&&RuleWithOperations> =
+        namespaced.iter().filter(|r| has(r, "CREATE")).collect();
+    if creates.is_empty() {
+        return line(
+            Verdict::Fail,
+            subject,
+            "no rule covers CREATE of namespaced objects: the webhook is never called when an object is made",
+        );
+    }
+    if role == Role::Labelled && !namespaced.iter().any(|r| has(r, "UPDATE")) {
+        return line(
+            Verdict::Fail,
+            subject,
+            "no rule covers UPDATE: the owner of a labelled object could be changed after its creation unchecked",
+        );
+    }
+    let star = |list: &Option<Vec<String>>| list.iter().flatten().any(|v| v == "*");
+    let everything = creates.iter().any(|r| {
+        star(&r.api_groups)
+            && star(&r.api_versions)
+            && r.resources.iter().flatten().any(|v| v == "*" || v == "*/*")
+    });
+    if everything {
+        return line(
+            Verdict::Ok,
+            subject,
+            "CREATE covers every namespaced resource",
+        );
+    }
+    let covered: Vec<String> = creates
+        .iter()
+        .flat_map(|r| r.resources.iter().flatten().cloned())
+        .collect();
+    let verdict = if role == Role::Labelled {
+        Verdict::Warn
+    } else {
+        Verdict::Ok
+    };
+    line(
+        verdict,
+        subject,
+        format!(
+            "CREATE covers only {}: the pod templates of other labelled kinds (a Deployment, a CronJob) are not completed",
+            covered.join(", ")
+        ),
+    )
+}
+
+fn check_object_selector(webhook: &WebhookView<'_>, role: Role, key_prefix: &str) -> Check {
+    let subject = format!("objectSelector of {}", webhook.label());
+    let key = format!("{key_prefix}/owner-pod");
+    let (operator, meaning) = match role {
+        Role::Labelled => ("Exists", "every labelled object"),
+        Role::Unlabelled => ("DoesNotExist", "every object without the owner label"),
+    };
+    let selector = webhook.object_selector.cloned().unwrap_or_default();
+    let labels = selector.match_labels.clone().unwrap_or_default();
+    let expressions = selector.match_expressions.clone().unwrap_or_default();
+    let exact = labels.is_empty()
+        && expressions.len() == 1
+        && expressions[0].key == key
+        && expressions[0].operator == operator;
+    if exact {
+        return line(Verdict::Ok, subject, format!("{key} {operator}: {meaning}"));
+    }
+    let shown = serde_json::to_string(&selector).unwrap_or_default();
+    line(
+        Verdict::Fail,
+        subject,
+        format!(
+            "{shown}: must be exactly {key} {operator} (the server's --key-prefix), or {meaning} is not sent"
+        ),
+    )
+}
+
 fn check_exclusion(webhook: &WebhookView<'_>, namespace: &str) -> Check {
-    let subject = format!("namespaceSelector of {}", webhook.name);
+    let subject = format!("namespaceSelector of {}", webhook.label());
     let excluded: Vec<&str> = webhook
         .namespace_selector
         .and_then(|s| s.match_expressions.as_ref())
@@ -448,25 +1089,498 @@ fn check_exclusion(webhook: &WebhookView<'_>, namespace: &str) -> Check {
     }
 }
 
-fn check_policy(webhook: &WebhookView<'_>, flags: &ServerFlags) -> Vec<Check> {
-    let mut checks = Vec::new();
-    let subject = format!("failurePolicy of {}", webhook.name);
+fn check_policy(webhook: &WebhookView<'_>, role: Role, flags: &ServeFlags) -> Check {
+    let subject = format!("failurePolicy of {}", webhook.label());
     let ignore = webhook.failure_policy == "Ignore";
-    checks.push(match (ignore, flags.fail_open) {
-        (true, false) => line(Verdict::Fail, subject, "Ignore, but the server runs without --fail-open: a lookup failure denies what an outage lets through"),
-        (false, true) => line(Verdict::Fail, subject, format!("{}, but the server runs with --fail-open: a lookup failure lets through what an outage denies", webhook.failure_policy)),
-        _ => line(Verdict::Ok, subject, format!("{} matches --fail-open={}", webhook.failure_policy, flags.fail_open)),
-    });
-    let subject = format!("timeoutSeconds of {}", webhook.name);
+    if role == Role::Unlabelled {
+        // The cluster-wide switch has its own policy on purpose.
+        return if ignore {
+            line(
+                Verdict::Ok,
+                subject,
+                "Ignore: an outage of ownerguard lets unlabelled objects that name a pod as owner through unchecked, and never stops pod creation",
+            )
+        } else {
+            line(
+                Verdict::Warn,
+                subject,
+                format!(
+                    "{}: an outage of ownerguard stops the creation of every object that names a pod as owner, in every namespace not excluded (CNI and DNS add-ons included)",
+                    webhook.failure_policy
+                ),
+            )
+        };
+    }
+    match (ignore, flags.fail_open) {
+        (true, false) => line(
+            Verdict::Fail,
+            subject,
+            "Ignore, but the server runs without --fail-open: a lookup failure denies what an outage lets through",
+        ),
+        (false, true) => line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "{}, but the server runs with --fail-open: a lookup failure lets through what an outage denies",
+                webhook.failure_policy
+            ),
+        ),
+        _ => line(
+            Verdict::Ok,
+            subject,
+            format!(
+                "{} matches --fail-open={}",
+                webhook.failure_policy, flags.fail_open
+            ),
+        ),
+    }
+}
+
+fn check_timeout(webhook: &WebhookView<'_>, flags: &ServeFlags) -> Check {
+    let subject = format!("timeoutSeconds of {}", webhook.label());
     let budget =
         Duration::from_secs(u64::try_from(webhook.timeout_seconds).unwrap_or(0)).mul_f64(0.75);
-    checks.push(if flags.lookup_timeout <= budget {
-        line(Verdict::Ok, subject, format!("{}s leaves room for --lookup-timeout={}ms", webhook.timeout_seconds, flags.lookup_timeout.as_millis()))
+    if flags.lookup_timeout <= budget {
+        line(
+            Verdict::Ok,
+            subject,
+            format!(
+                "{}s leaves room for --lookup-timeout={}ms",
+                webhook.timeout_seconds,
+                flags.lookup_timeout.as_millis()
+            ),
+        )
     } else {
-        line(Verdict::Fail, subject, format!(
-            "{}s, but --lookup-timeout={}ms: the API server gives up before a slow lookup ends; raise timeoutSeconds or lower --lookup-timeout",
-            webhook.timeout_seconds, flags.lookup_timeout.as_millis()
-        ))
+        line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "{}s, but --lookup-timeout={}ms: the API server gives up before a slow lookup ends; raise timeoutSeconds or lower --lookup-timeout",
+                webhook.timeout_seconds,
+                flags.lookup_timeout.as_millis()
+            ),
+        )
+    }
+}
+
+/// Whether `selector` selects a pod with `labels` (policy/v1: an empty
+/// selector selects every pod of the namespace).
+fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let by_label = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let by_expression = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.clone().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+            "Exists" => labels.contains_key(&e.key),
+            "DoesNotExist" => !labels.contains_key(&e.key),
+            _ => false,
+        }
     });
-    checks
+    by_label && by_expression
+}
+
+/// `value` of `total` pods, percentages rounded up, as the disruption
+/// controller counts them.
+fn scaled(value: &IntOrString, total: i32) -> Option<i32> {
+    match value {
+        IntOrString::Int(n) => Some(*n),
+        IntOrString::String(text) => {
+            let percent: i64 = text.strip_suffix('%')?.parse().ok()?;
+            i32::try_from((percent * i64::from(total) + 99).div_euclid(100)).ok()
+        }
+    }
+}
+
+/// Exactly one PodDisruptionBudget covers the pods, and it lets a drain
+/// take one of them at a time: none blocks every drain, all of them at
+/// once is an outage.
+fn check_disruption_budget(installation: &Installation, namespace: &str) -> Check {
+    let subject = "PodDisruptionBudget";
+    let Some(deployment) = &installation.deployment else {
+        return line(
+            Verdict::Fail,
+            subject,
+            "no Deployment whose pods it would cover",
+        );
+    };
+    let labels = template_labels(deployment);
+    let covering: Vec<&PodDisruptionBudget> = installation
+        .disruption_budgets
+        .iter()
+        .filter(|pdb| {
+            pdb.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .is_some_and(|s| selects(s, &labels))
+        })
+        .collect();
+    let pdb = match covering.as_slice() {
+        [] => {
+            return line(
+                Verdict::Fail,
+                subject,
+                format!(
+                    "none in {namespace} covers the webhook's pods: a drain may evict every replica at once"
+                ),
+            );
+        }
+        [pdb] => *pdb,
+        many => {
+            let names: Vec<&str> = many.iter().map(|p| meta_name(&p.metadata)).collect();
+            return line(
+                Verdict::Fail,
+                subject,
+                format!(
+                    "{} cover the webhook's pods: the eviction API refuses to evict a pod under more than one, so every drain blocks",
+                    names.join(", ")
+                ),
+            );
+        }
+    };
+    let name = meta_name(&pdb.metadata);
+    let desired = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1);
+    let spec = pdb.spec.clone().unwrap_or_default();
+    let (allowed, given) = match (&spec.max_unavailable, &spec.min_available) {
+        (Some(max), _) => (
+            scaled(max, desired),
+            format!("maxUnavailable {}", shown(max)),
+        ),
+        (None, Some(min)) => (
+            scaled(min, desired).map(|min| desired - min),
+            format!("minAvailable {}", shown(min)),
+        ),
+        (None, None) => (None, "neither maxUnavailable nor minAvailable".to_string()),
+    };
+    let Some(allowed) = allowed else {
+        return line(
+            Verdict::Fail,
+            subject,
+            format!("{name} sets {given}: cannot tell what a drain may take"),
+        );
+    };
+    let allowed = allowed.min(desired);
+    if allowed <= 0 {
+        line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "{name} ({given}) lets no pod of {desired} be evicted: every node drain blocks on it; use maxUnavailable 1"
+            ),
+        )
+    } else if allowed >= desired && desired > 1 {
+        line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "{name} ({given}) lets a drain evict all {desired} pods at once: the webhook is then down; use maxUnavailable 1"
+            ),
+        )
+    } else if allowed > 1 {
+        line(
+            Verdict::Warn,
+            subject,
+            format!("{name} ({given}) lets a drain take {allowed} of {desired} pods at once"),
+        )
+    } else {
+        line(
+            Verdict::Ok,
+            subject,
+            format!("{name} ({given}) lets a drain take one of {desired} pods at a time"),
+        )
+    }
+}
+
+fn meta_name(meta: &ObjectMeta) -> &str {
+    meta.name.as_deref().unwrap_or("?")
+}
+
+fn shown(value: &IntOrString) -> String {
+    match value {
+        IntOrString::Int(n) => n.to_string(),
+        IntOrString::String(s) => s.clone(),
+    }
+}
+
+/// The owner pod the probe declares: a name no pod has, so that ownerguard
+/// answers with its "not found" denial after a real lookup.
+pub const PROBE_OWNER: &str = "ownerguard-doctor-probe-no-such-pod";
+
+/// One admission round trip: a server-side dry-run create of a ConfigMap
+/// in `namespace`, labelled with an owner pod that does not exist. Only
+/// mutate.`key_prefix`'s own 403 denial proves that the API server called
+/// ownerguard, over TLS it trusts, and that ownerguard looked the owner up.
+/// Give it a client that does not retry 503 itself (`default_retry`
+/// false): ownerguard's lookup failure comes back as a 503.
+pub async fn probe(client: kube::Client, namespace: &str, key_prefix: &str) -> Check {
+    let subject = format!("probe in {namespace}");
+    let webhook = format!("mutate.{key_prefix}");
+    let config_map = ConfigMap {
+        metadata: ObjectMeta {
+            generate_name: Some("ownerguard-doctor-probe-".into()),
+            labels: Some(BTreeMap::from([
+                (format!("{key_prefix}/owner-pod"), PROBE_OWNER.to_string()),
+                (
+                    format!("{key_prefix}/owner-uid"),
+                    "00000000-0000-0000-0000-000000000000".to_string(),
+                ),
+            ])),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    let params = PostParams {
+        dry_run: true,
+        field_manager: Some("ownerguard-doctor".into()),
+    };
+    let answer = Api::<ConfigMap>::namespaced(client, namespace)
+        .create(&params, &config_map)
+        .await;
+    let denied_by_us = format!("admission webhook \"{webhook}\" denied the request");
+    match answer {
+        Ok(_) => line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "a dry-run create of a ConfigMap labelled with a pod that does not exist went through: the API server did not call {webhook} (failurePolicy Ignore hides an outage), or its rules or selectors leave out ConfigMaps in {namespace}"
+            ),
+        ),
+        Err(kube::Error::Api(status)) if status.message.starts_with(&denied_by_us) => {
+            if status.code == 403 {
+                line(
+                    Verdict::Ok,
+                    subject,
+                    format!(
+                        "{webhook} answered a dry-run create and looked the owner up: {}",
+                        status.message
+                    ),
+                )
+            } else {
+                line(
+                    Verdict::Fail,
+                    subject,
+                    format!(
+                        "{webhook} answered {} instead of 403 (owner not found): {}",
+                        status.code, status.message
+                    ),
+                )
+            }
+        }
+        Err(kube::Error::Api(status)) if status.message.contains("failed calling webhook") => line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "the API server could not call the webhook ({}): a TLS error means the caBundle does not verify the serving certificate; connection refused or no endpoints, that no replica is ready; a timeout, a NetworkPolicy or the control plane cannot reach the pods (hostNetwork); a bad certificate, that the server requires a client certificate the API server does not present",
+                status.message
+            ),
+        ),
+        Err(kube::Error::Api(status))
+            if status.code == 403
+                && status.reason == "Forbidden"
+                && !status.message.contains("admission webhook") =>
+        {
+            line(
+                Verdict::Fail,
+                subject,
+                format!(
+                    "may not create ConfigMaps in {namespace}: {}",
+                    status.message
+                ),
+            )
+        }
+        Err(kube::Error::Api(status)) => line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "refused otherwise than by {webhook}'s denial ({}): {}",
+                status.code, status.message
+            ),
+        ),
+        Err(error) => line(
+            Verdict::Fail,
+            subject,
+            format!("cannot reach the API server: {error}"),
+        ),
+    }
+}
+
+/// [`probe`] until it passes or `wait` has passed (every 2 s), reporting
+/// each failed attempt on standard error at most every 10 s.
+pub async fn probe_until(
+    client: kube::Client,
+    namespace: &str,
+    key_prefix: &str,
+    wait: Duration,
+) -> Check {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut reported = None::<tokio::time::Instant>;
+    loop {
+        let check = probe(client.clone(), namespace, key_prefix).await;
+        let now = tokio::time::Instant::now();
+        if check.verdict == Verdict::Ok || now >= deadline {
+            return check;
+        }
+        if reported.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(10)) {
+            eprintln!("waiting ({}s left): {check}", (deadline - now).as_secs());
+            reported = Some(now);
+        }
+        tokio::time::sleep(Duration::from_secs(2).min(deadline - now)).await;
+    }
+}
+
+/// The whole command: gather, check, probe, print one line per check.
+/// Exit 1 when one fails.
+pub async fn run(options: &DoctorOptions) -> ExitCode {
+    // No retries inside the client (crate::client): a check reports what it
+    // sees, and the probe's own loop is what waits.
+    let client = match crate::client::infer().await {
+        Ok(client) => client,
+        Err(e) => {
+            println!("FAIL cluster: cannot connect (in-cluster config or KUBECONFIG): {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut checks = Vec::new();
+    let mut key_prefix = None;
+    if !options.probe_only {
+        let installation = match gather(client.clone(), options).await {
+            Ok(installation) => installation,
+            Err(e) => {
+                println!("FAIL cluster: cannot read the installation: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        key_prefix = installation
+            .deployment
+            .as_ref()
+            .and_then(|d| server_view(d).ok())
+            .map(|view| view.flags.key_prefix);
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        checks = check(&installation, options, now);
+    }
+    if let Some(probe) = &options.probe {
+        let key_prefix = probe
+            .key_prefix
+            .clone()
+            .or(key_prefix)
+            .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_string());
+        checks.push(probe_until(client, &probe.namespace, &key_prefix, probe.wait).await);
+    }
+    for check in &checks {
+        println!("{check}");
+    }
+    if checks.iter().any(|c| c.verdict == Verdict::Fail) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(command: Option<&[&str]>, args: &[&str]) -> Container {
+        Container {
+            name: "ownerguard".into(),
+            command: command.map(|c| c.iter().map(ToString::to_string).collect()),
+            args: Some(args.iter().map(ToString::to_string).collect()),
+            ..Container::default()
+        }
+    }
+
+    fn deployment(container: Container) -> Deployment {
+        serde_json::from_value(serde_json::json!({
+            "spec": {"selector": {}, "template": {"spec": {"containers": [container]}}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn flags_are_read_from_the_effective_command_line_last_one_winning() {
+        let d = deployment(container(
+            None,
+            &[
+                "--log-format=json",
+                "serve",
+                "--addr=0.0.0.0:8443",
+                "--lookup-timeout",
+                "1s",
+                "--addr",
+                "[::]:10443",
+                "--fail-open",
+                "--key-prefix=example.com",
+            ],
+        ));
+        let flags = server_view(&d).map(|v| v.flags).unwrap();
+        assert_eq!(flags.webhook_port, 10443);
+        assert_eq!(flags.metrics_port, DEFAULT_METRICS_PORT);
+        assert_eq!(flags.lookup_timeout, Duration::from_secs(1));
+        assert!(flags.fail_open);
+        assert_eq!(flags.key_prefix, "example.com");
+    }
+
+    #[test]
+    fn a_command_that_keeps_the_binary_is_read_and_one_that_drops_it_fails() {
+        let kept = deployment(container(
+            Some(&["/usr/local/bin/ownerguard", "serve", "--fail-open"]),
+            &[],
+        ));
+        assert!(server_view(&kept).unwrap().flags.fail_open);
+        let dropped = deployment(container(Some(&["serve", "--fail-open"]), &[]));
+        let Err(problem) = server_view(&dropped).map(|_| ()) else {
+            panic!("a command without the binary runs something else")
+        };
+        assert!(
+            problem.contains("replaces the image's entrypoint"),
+            "{problem}"
+        );
+        let not_serve = deployment(container(None, &["doctor"]));
+        assert!(server_view(&not_serve).is_err());
+    }
+
+    #[test]
+    fn percentages_round_up_as_the_disruption_controller_does() {
+        assert_eq!(scaled(&IntOrString::String("50%".into()), 3), Some(2));
+        assert_eq!(scaled(&IntOrString::String("100%".into()), 2), Some(2));
+        assert_eq!(scaled(&IntOrString::String("1%".into()), 2), Some(1));
+        assert_eq!(scaled(&IntOrString::Int(1), 2), Some(1));
+        assert_eq!(scaled(&IntOrString::String("half".into()), 2), None);
+    }
+
+    #[test]
+    fn label_selectors_match_as_the_api_server_does() {
+        let labels = BTreeMap::from([("app".to_string(), "og".to_string())]);
+        let selector =
+            |v: serde_json::Value| -> LabelSelector { serde_json::from_value(v).unwrap() };
+        assert!(selects(&selector(serde_json::json!({})), &labels));
+        assert!(selects(
+            &selector(serde_json::json!({"matchLabels": {"app": "og"}})),
+            &labels
+        ));
+        assert!(!selects(
+            &selector(serde_json::json!({"matchLabels": {"app": "x"}})),
+            &labels
+        ));
+        assert!(selects(
+            &selector(
+                serde_json::json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["og"]}]})
+            ),
+            &labels
+        ));
+        assert!(!selects(
+            &selector(
+                serde_json::json!({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]})
+            ),
+            &labels
+        ));
+    }
 }

@@ -98,6 +98,9 @@ impl fmt::Display for ObjectName {
 pub struct Subject {
     pub object: ObjectName,
     pub namespace: String,
+    /// The pod the object declares as its owner, once known: a denial
+    /// about another pod (a reference's) names it too.
+    pub owner: Option<String>,
 }
 
 impl fmt::Display for Subject {
@@ -130,6 +133,36 @@ impl fmt::Display for Shown<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// ` (the object's owner is pod '...')` after a pod that is not the
+/// object's owner; nothing when it is, or when the object declares none.
+pub struct OwnerNote<'a>(pub &'a Option<String>, pub &'a str);
+
+impl fmt::Display for OwnerNote<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(owner) if !owner.is_empty() && owner != self.1 => {
+                write!(f, " (the object's owner is pod '{}')", Shown(owner))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `, of the object owned by pod '...'` after a reference's pod, when the
+/// object's owner is another pod than the one the reference names.
+pub struct OwnedBy<'a>(pub &'a str, pub &'a str);
+
+impl fmt::Display for OwnedBy<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (owner, reference) = (self.0, self.1);
+        if owner == reference {
+            Ok(())
+        } else {
+            write!(f, " (the object's owner is pod '{}')", Shown(owner))
+        }
     }
 }
 
@@ -194,11 +227,11 @@ pub enum Denial {
 
     /// A pod-bound requester declares another pod as owner.
     #[error(
-        "{at}: the request comes from pod '{requester}' but declares pod '{owner}' as owner: a worker \
+        "{at}: the request comes from pod '{requester}' but declares pod '{owner}'{note} as owner: a worker \
          may only declare itself, so label the object with {key}: {requester} (its name from the \
          downward API, metadata.name) or {key}: Self; a pod that creates objects for other pods of \
          its namespace needs its service account '{service_account}' on ownerguard's delegate list \
-         (--delegate {service_account})"
+         (--delegate {service_account})", note = OwnerNote(&.at.owner, .owner)
     )]
     RequesterNotOwner {
         at: Subject,
@@ -243,17 +276,18 @@ pub enum Denial {
 
     /// The owner pod is not in the object's namespace.
     #[error(
-        "{}: owner pod '{owner}' not found in namespace '{}': an ownerReference only holds in the \
-         namespace of its owner, so the worker must run in the namespace of the objects it creates",
-        .at.object, .at.namespace
+        "{}: owner pod '{owner}'{note} not found in namespace '{}': an ownerReference only holds in \
+         the namespace of its owner, so the worker must run in the namespace of the objects it creates",
+        .at.object, .at.namespace, note = OwnerNote(&.at.owner, .owner)
     )]
     OwnerNotFound { at: Subject, owner: String },
 
     /// The owner pod exists with another uid: a stale uid, or a new pod of
     /// the same name. The real uid is not shown: the worker knows its own.
     #[error(
-        "{at}: owner pod '{owner}' does not have uid '{}' (a stale uid, or another pod of the same \
-         name): pass the uid of the running pod (downward API metadata.uid)", Shown(.declared)
+        "{at}: owner pod '{owner}'{note} does not have uid '{}' (a stale uid, or another pod of the \
+         same name): pass the uid of the running pod (downward API metadata.uid)", Shown(.declared),
+        note = OwnerNote(&.at.owner, .owner)
     )]
     OwnerUidMismatch {
         at: Subject,
@@ -263,15 +297,15 @@ pub enum Denial {
 
     /// The owner pod is being deleted.
     #[error(
-        "{at}: owner pod '{owner}' is being deleted, so the garbage collector would delete this object \
-         with it: create it from a running worker pod"
+        "{at}: owner pod '{owner}'{note} is being deleted, so the garbage collector would delete this \
+         object with it: create it from a running worker pod", note = OwnerNote(&.at.owner, .owner)
     )]
     OwnerTerminating { at: Subject, owner: String },
 
     /// The owner could not be checked in time; `--fail-open` is off.
     #[error(
-        "{at}: owner pod '{owner}' could not be checked ({reason}): retry the request; if this \
-         persists, check ownerguard's access to the API server"
+        "{at}: owner pod '{owner}'{note} could not be checked ({reason}): retry the request; if this \
+         persists, check ownerguard's access to the API server", note = OwnerNote(&.at.owner, .owner)
     )]
     LookupFailed {
         at: Subject,
@@ -318,8 +352,8 @@ pub enum Denial {
 
     /// A Pod ownerReference without name or uid.
     #[error(
-        "{at}: ownerReference #{index} to pod '{}' has no {field}: give the name and the uid of the \
-         owner pod", Shown(.owner)
+        "{at}: ownerReference #{index} (owner pod '{}') has no {field}: give both the name and the \
+         uid of the owner pod", Shown(.owner)
     )]
     MalformedReference {
         at: Subject,
@@ -330,24 +364,28 @@ pub enum Denial {
 
     /// A Pod ownerReference whose name cannot be a pod name.
     #[error(
-        "{at}: ownerReference #{index} names pod '{}', which is not a pod name: give the exact name \
-         of the owner pod (downward API metadata.name)", Shown(.owner)
+        "{at}: ownerReference #{index} names pod '{}'{}, which is not a pod name: give the exact name \
+         of the owner pod (downward API metadata.name)", Shown(.reference), OwnedBy(.owner, .reference)
     )]
     InvalidReferenceName {
         at: Subject,
+        /// The object's owner: its label's, or else the reference's name.
         owner: String,
+        reference: String,
         index: usize,
     },
 
     /// A reference that means a pod but is not exactly `v1`/`Pod`.
     #[error(
-        "{at}: ownerReference #{index} to pod '{}' has apiVersion '{}' and kind '{}': the garbage \
+        "{at}: ownerReference #{index} to pod '{}'{} has apiVersion '{}' and kind '{}': the garbage \
          collector resolves an owner by its exact apiVersion and kind, so write apiVersion v1 and kind \
-         Pod", Shown(.owner), Shown(.api_version), Shown(.kind)
+         Pod", Shown(.reference), OwnedBy(.owner, .reference), Shown(.api_version), Shown(.kind)
     )]
     InexactPodReference {
         at: Subject,
+        /// The object's owner: its label's, or else the reference's name.
         owner: String,
+        reference: String,
         index: usize,
         api_version: String,
         kind: String,
@@ -368,6 +406,20 @@ pub enum Denial {
         api_version: String,
         kind: String,
         name: String,
+    },
+
+    /// A Pod reference naming a pod the object already names, under
+    /// another uid.
+    #[error(
+        "{at}: ownerReference #{index} names pod '{owner}'{note} with another uid than the object \
+         gives it elsewhere (its uid label or another reference): a pod has one uid, and a new pod of \
+         the same name is another owner, so keep only the reference with the uid of the running pod",
+        note = OwnerNote(&.at.owner, .owner)
+    )]
+    ConflictingUid {
+        at: Subject,
+        owner: String,
+        index: usize,
     },
 
     /// More Pod references than ownerguard checks in one review.
@@ -436,17 +488,18 @@ pub enum Denial {
 
     /// An UPDATE removes the ownerReference to a running pod.
     #[error(
-        "{at}: the update removes the ownerReference to pod '{owner}', which is running: ownership is \
-         set at creation, so keep the reference (to keep the object after its worker, delete the \
-         worker with --cascade=orphan)"
+        "{at}: the update removes the ownerReference to pod '{owner}'{note}, which is running: \
+         ownership is set at creation, so keep the reference (to keep the object after its worker, \
+         delete the worker with --cascade=orphan)", note = OwnerNote(&.at.owner, .owner)
     )]
     OwnerReferenceRemoved { at: Subject, owner: String },
 
     /// An UPDATE rewrites a Pod reference, keeping its uid.
     #[error(
-        "{at}: the update changes the ownerReference to pod '{owner}' to ({}, {}, '{}') with the same \
-         uid: a reference is the whole tuple and ownership cannot change, so keep the reference as it \
-         was (apiVersion v1, kind Pod, name {owner})", Shown(.api_version), Shown(.kind), Shown(.name)
+        "{at}: the update changes the ownerReference to pod '{owner}'{note} to ({}, {}, '{}') with \
+         the same uid: a reference is the whole tuple and ownership cannot change, so keep the \
+         reference as it was (apiVersion v1, kind Pod, name {owner})", Shown(.api_version),
+        Shown(.kind), Shown(.name), note = OwnerNote(&.at.owner, .owner)
     )]
     OwnerReferenceChanged {
         at: Subject,
@@ -465,10 +518,15 @@ pub enum Denial {
 
     /// A CREATE or UPDATE review without the object itself.
     #[error(
-        "{at}: the {operation} review carries no object, so its owner cannot be checked: send the \
-         object, as the API server does"
+        "{at}: the {operation} review carries no object, so its owner ({}) cannot be checked: send \
+         the object, as the API server does", Shown(.owner)
     )]
-    MissingObject { at: Subject, operation: String },
+    MissingObject {
+        at: Subject,
+        /// What the old object names as owner, if anything.
+        owner: String,
+        operation: String,
+    },
 
     /// /validate: an owner label without the matching reference.
     #[error(
@@ -484,9 +542,10 @@ pub enum Denial {
 
     /// /validate: a Pod ownerReference with `blockOwnerDeletion: true`.
     #[error(
-        "{at}: the ownerReference to pod '{owner}' has blockOwnerDeletion: true, which needs update on \
-         pods/finalizers: set blockOwnerDeletion to false{}",
-        if *.labelled { ", or let ownerguard's mutating webhook set it" } else { "" }
+        "{at}: the ownerReference to pod '{owner}'{note} has blockOwnerDeletion: true, which needs \
+         update on pods/finalizers: set blockOwnerDeletion to false{}",
+        if *.labelled { ", or let ownerguard's mutating webhook set it" } else { "" },
+        note = OwnerNote(&.at.owner, .owner)
     )]
     BlockingReference {
         at: Subject,
@@ -527,6 +586,7 @@ impl Denial {
             | Self::InvalidReferenceName { .. }
             | Self::InexactPodReference { .. }
             | Self::ContradictingReference { .. }
+            | Self::ConflictingUid { .. }
             | Self::TooManyReferences { .. }
             | Self::TemplateOwnerMismatch { .. }
             | Self::MissingOldObject { .. }

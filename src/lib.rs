@@ -28,6 +28,7 @@ pub mod admit;
 pub mod cache;
 pub mod certs;
 pub mod cli;
+pub mod client;
 pub mod doctor;
 pub mod duration;
 pub mod error;

@@ -9,10 +9,10 @@ use tracing::{error, info};
 use ownerguard::cache::{WatchSettings, Watches};
 use ownerguard::certs::{self, CA_CERT, TLS_CERT, TLS_KEY};
 use ownerguard::cli::{CertsArgs, Cli, Command, DoctorArgs, ReleaseArgs, ServeArgs};
-use ownerguard::doctor::{DoctorOptions, Verdict};
+use ownerguard::doctor::DoctorOptions;
 use ownerguard::metrics::Metrics;
 use ownerguard::owner::OwnerLookup;
-use ownerguard::owner::cluster::{ClusterLookup, LookupLimits, lookup_config};
+use ownerguard::owner::cluster::{ClusterLookup, LookupLimits};
 use ownerguard::owner::inventory::Inventory;
 use ownerguard::record::Recorder;
 use ownerguard::release::{Owner, ReleaseError};
@@ -75,9 +75,7 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
         };
         bail!("{flag} is empty: release needs the owner pod's namespace, name and uid");
     }
-    let client = kube::Client::try_default()
-        .await
-        .context("no cluster (in-cluster config or KUBECONFIG)")?;
+    let client = ownerguard::client::infer().await?;
     let released = ownerguard::release::release(client, &owner, args.timeout).await?;
     println!(
         "released {} pod(s), {} Job(s) and {} ConfigMap(s) of pod '{}' in namespace '{}'",
@@ -87,36 +85,7 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
 }
 
 async fn doctor(args: DoctorArgs) -> ExitCode {
-    let options = DoctorOptions {
-        namespace: args.namespace,
-        name: args.name,
-        tls_secret: args.tls_secret,
-        min_certificate_days: args.min_certificate_days,
-    };
-    let installation = match kube::Client::try_default().await {
-        Ok(client) => ownerguard::doctor::gather(client, &options).await,
-        Err(e) => {
-            println!("FAIL cluster: cannot connect (in-cluster config or KUBECONFIG): {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let installation = match installation {
-        Ok(installation) => installation,
-        Err(e) => {
-            println!("FAIL cluster: cannot read the installation: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let checks = ownerguard::doctor::check(&installation, &options, now);
-    for check in &checks {
-        println!("{check}");
-    }
-    if checks.iter().any(|c| c.verdict == Verdict::Fail) {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    ownerguard::doctor::run(&DoctorOptions::from(args)).await
 }
 
 fn write_certs(args: &CertsArgs) -> anyhow::Result<()> {
@@ -155,12 +124,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Arc::new(inventory)
         }
         None => {
-            let config = kube::Config::infer().await.context(
-                "no cluster to look owners up in (in-cluster config or KUBECONFIG); \
-                 pass --pods FILE to run without one",
-            )?;
-            let client = kube::Client::try_from(lookup_config(config))
-                .context("cannot build the API client")?;
+            let client = ownerguard::client::infer()
+                .await
+                .context("no cluster to look owners up in; pass --pods FILE to run without one")?;
             let settings = WatchSettings {
                 namespaces: args.namespaces.clone(),
                 selector: args.owner_selector.clone(),

@@ -43,6 +43,7 @@ pub struct Metrics {
     watch_healthy: Family<ScopeLabels, Gauge>,
     watch_failures: Family<ScopeLabels, Counter>,
     certificate_expiry: Gauge,
+    tls_reload_failures: Counter,
     /// The `resource` label values seen so far: at most
     /// [`MAX_RESOURCE_LABELS`], the rest counted as `other`.
     resources: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -127,6 +128,12 @@ impl Default for Metrics {
             "Expiry (notAfter, Unix time) of the serving certificate in use",
             certificate_expiry.clone(),
         );
+        let tls_reload_failures = Counter::default();
+        registry.register(
+            "tls_reload_failures",
+            "Reloads of changed certificate files that failed (unreadable, half-written or mismatched pair); the previous certificate stays in use",
+            tls_reload_failures.clone(),
+        );
         Self {
             registry,
             requests,
@@ -137,6 +144,7 @@ impl Default for Metrics {
             watch_healthy,
             watch_failures,
             certificate_expiry,
+            tls_reload_failures,
             resources: Default::default(),
         }
     }
@@ -212,6 +220,12 @@ impl Metrics {
         self.certificate_expiry.set(unix_seconds);
     }
 
+    /// The counter of failed certificate reloads, for [`crate::tls`] to
+    /// count into.
+    pub fn tls_reload_failures(&self) -> Counter {
+        self.tls_reload_failures.clone()
+    }
+
     /// The registry in the Prometheus text format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -253,6 +267,7 @@ mod tests {
         metrics.observe_lookup("inventory", "found");
         metrics.set_cache_pods(3);
         metrics.set_certificate_expiry(1_900_000_000);
+        metrics.tls_reload_failures().inc();
         let text = metrics.encode();
         for expected in [
             r#"ownerguard_admission_requests_total{webhook="mutate",operation="CREATE",resource="pods",result="patched"} 1"#,
@@ -260,6 +275,7 @@ mod tests {
             r#"ownerguard_owner_lookups_total{source="inventory",result="found"} 1"#,
             "ownerguard_owner_cache_pods 3",
             "ownerguard_tls_certificate_expiry_timestamp_seconds 1900000000",
+            "ownerguard_tls_reload_failures_total 1",
         ] {
             assert!(text.contains(expected), "missing {expected} in\n{text}");
         }

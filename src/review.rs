@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use crate::admit::WebhookKind;
 use crate::duration::parse_go_duration;
+use crate::webhook::Endpoint;
 use crate::webhook::Webhook;
 
 /// The largest body accepted: an UPDATE carries two objects of up to 3 MiB
@@ -21,11 +21,13 @@ use crate::webhook::Webhook;
 /// plus the envelope.
 pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
 
-/// `/mutate` and `/validate`, ready to serve or to drive in tests.
+/// `/mutate`, `/validate` and `/validate-all`, ready to serve or to drive
+/// in tests.
 pub fn router(webhook: Arc<Webhook>) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/validate", post(validate))
+        .route("/validate-all", post(validate_all))
         .fallback(not_found)
         .with_state(webhook)
 }
@@ -36,7 +38,7 @@ async fn mutate(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&webhook, WebhookKind::Mutate, &uri, &headers, body).await
+    handle(&webhook, Endpoint::MUTATE, &uri, &headers, body).await
 }
 
 async fn validate(
@@ -45,14 +47,23 @@ async fn validate(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&webhook, WebhookKind::Validate, &uri, &headers, body).await
+    handle(&webhook, Endpoint::VALIDATE, &uri, &headers, body).await
+}
+
+async fn validate_all(
+    State(webhook): State<Arc<Webhook>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(&webhook, Endpoint::VALIDATE_ALL, &uri, &headers, body).await
 }
 
 async fn not_found(uri: Uri) -> Response {
     error(
         StatusCode::NOT_FOUND,
         &format!(
-            "no such path {}: ownerguard serves POST /mutate and POST /validate",
+            "no such path {}: ownerguard serves POST /mutate, /validate and /validate-all",
             uri.path()
         ),
     )
@@ -60,7 +71,7 @@ async fn not_found(uri: Uri) -> Response {
 
 async fn handle(
     webhook: &Webhook,
-    kind: WebhookKind,
+    endpoint: Endpoint,
     uri: &Uri,
     headers: &HeaderMap,
     body: Body,
@@ -87,7 +98,7 @@ async fn handle(
                 );
             }
         };
-        match webhook.review(kind, &bytes, timeout).await {
+        match webhook.review_at(endpoint, &bytes, timeout).await {
             Ok(answer) => {
                 ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
             }

@@ -151,7 +151,10 @@ impl Server {
             shutting_down: AtomicBool::new(false),
         });
 
-        let reload = tokio::spawn(certificate.clone().watch(options.tls_reload_interval));
+        let reload = tokio::spawn(certificate.clone().watch(
+            options.tls_reload_interval,
+            webhook.metrics().tls_reload_failures(),
+        ));
 
         let (stop_metrics, metrics_stopped) = watch::channel(false);
         let metrics_app = metrics_router(health.clone());

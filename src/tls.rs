@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -119,8 +120,12 @@ impl ReloadingCertificate {
         Ok(true)
     }
 
-    /// Poll the files every `interval`, forever.
-    pub async fn watch(self: Arc<Self>, interval: Duration) {
+    /// Poll the files every `interval`, forever, counting each failed
+    /// reload into `failures` (`ownerguard_tls_reload_failures_total`): a
+    /// bad pair keeps failing at every tick until it is fixed, so the
+    /// counter's rate says the server is stuck on its old certificate,
+    /// which the expiry gauge alone would not.
+    pub async fn watch(self: Arc<Self>, interval: Duration, failures: Counter) {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -131,6 +136,7 @@ impl ReloadingCertificate {
                 }
                 Ok(false) => {}
                 Err(error) => {
+                    failures.inc();
                     warn!(%error, "serving certificate not reloaded; the previous one stays in use")
                 }
             }
@@ -244,4 +250,54 @@ pub fn server_config(
     let mut config = builder.with_cert_resolver(certificate);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_pair(dir: &Path, days: u32) -> (PathBuf, PathBuf) {
+        let generated = crate::certs::generate(&["localhost".into()], &[], days).unwrap();
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&cert, &generated.cert_pem).unwrap();
+        std::fs::write(&key, &generated.key_pem).unwrap();
+        (cert, key)
+    }
+
+    #[tokio::test]
+    async fn a_failed_reload_is_counted_at_every_tick_and_the_old_certificate_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = write_pair(dir.path(), 30);
+        let certificate = Arc::new(ReloadingCertificate::load(&cert, &key).unwrap());
+        let first = certificate.not_after();
+        let failures = Counter::default();
+        let watch = tokio::spawn(
+            certificate
+                .clone()
+                .watch(Duration::from_millis(10), failures.clone()),
+        );
+
+        // A half-written certificate: refused at each tick, counted each time.
+        std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nMIIB").unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let counted = failures.get();
+        assert!(counted >= 3, "{counted} failures counted");
+        assert_eq!(certificate.not_after(), first, "the old certificate stays");
+
+        // A good pair again: reloaded, and the counter stops.
+        write_pair(dir.path(), 90);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            certificate.not_after() > first,
+            "the new certificate is in use"
+        );
+        let after_fix = failures.get();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            failures.get(),
+            after_fix,
+            "no failure once the files are good"
+        );
+        watch.abort();
+    }
 }

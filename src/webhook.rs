@@ -28,6 +28,48 @@ pub struct Webhook {
     recorder: Option<Recorder>,
 }
 
+/// A path the server answers on: the decision it makes, the name it
+/// reports under (metrics, logs), and whether a failed lookup is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    pub kind: WebhookKind,
+    pub name: &'static str,
+    pub fail_open: bool,
+}
+
+impl Endpoint {
+    /// `/mutate`.
+    pub const MUTATE: Self = Self {
+        kind: WebhookKind::Mutate,
+        name: "mutate",
+        fail_open: false,
+    };
+    /// `/validate`.
+    pub const VALIDATE: Self = Self {
+        kind: WebhookKind::Validate,
+        name: "validate",
+        fail_open: false,
+    };
+    /// `/validate-all`: the chart's cluster-wide switch
+    /// (`validation.allPodOwnerReferences`), whose webhook has
+    /// `failurePolicy: Ignore`. It decides as `/validate`, but a lookup
+    /// that fails is allowed with a warning, as an unreachable ownerguard
+    /// would be: an API hiccup must not stop every pod creation that names
+    /// a pod as owner (Spark executors, for one).
+    pub const VALIDATE_ALL: Self = Self {
+        kind: WebhookKind::Validate,
+        name: "validate-all",
+        fail_open: true,
+    };
+
+    pub fn of(kind: WebhookKind) -> Self {
+        match kind {
+            WebhookKind::Mutate => Self::MUTATE,
+            WebhookKind::Validate => Self::VALIDATE,
+        }
+    }
+}
+
 /// The answer to one review.
 #[derive(Debug)]
 pub struct Answer {
@@ -76,7 +118,7 @@ impl Webhook {
         }
     }
 
-    /// Decide one review.
+    /// Decide one review as `webhook` decides it.
     ///
     /// # Errors
     ///
@@ -88,13 +130,40 @@ impl Webhook {
         body: &[u8],
         api_timeout: Option<Duration>,
     ) -> Result<Answer, DecodeError> {
+        self.review_at(Endpoint::of(webhook), body, api_timeout)
+            .await
+    }
+
+    /// Decide one review as `endpoint` decides it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Webhook::review`].
+    pub async fn review_at(
+        &self,
+        endpoint: Endpoint,
+        body: &[u8],
+        api_timeout: Option<Duration>,
+    ) -> Result<Answer, DecodeError> {
+        let webhook = endpoint.kind;
+        // The cluster-wide endpoint fails open, as its webhook does.
+        let fail_open_policy;
+        let policy = if endpoint.fail_open && !self.policy.fail_open {
+            fail_open_policy = Policy {
+                fail_open: true,
+                ..self.policy.clone()
+            };
+            &fail_open_policy
+        } else {
+            &self.policy
+        };
         let started = Instant::now();
         let review = match Review::from_json(body) {
             Ok(review) => review,
             Err(error) => {
-                warn!(webhook = webhook.as_str(), %error, "refused a body that is not a review");
+                warn!(webhook = endpoint.name, %error, "refused a body that is not a review");
                 self.metrics.observe_request(
-                    webhook.as_str(),
+                    endpoint.name,
                     "",
                     "",
                     "error",
@@ -106,7 +175,7 @@ impl Webhook {
         let deadline = started + self.lookup_budget(api_timeout);
         let request = &review.request;
         let mut seen = Seen::default();
-        let verdict = match admit::plan(request, webhook, &self.policy) {
+        let verdict = match admit::plan(request, webhook, policy) {
             Err(denial) => Err(denial),
             Ok(None) => Ok(Allowed::default()),
             Ok(Some(checks)) => {
@@ -115,7 +184,7 @@ impl Webhook {
                 if self.recorder.is_some() {
                     seen = Seen::of(checks.namespace(), &lookups);
                 }
-                admit::decide(checks, &lookups, &self.policy)
+                admit::decide(checks, &lookups, policy)
             }
         };
         let response = respond(&request.uid, verdict, webhook);
@@ -123,22 +192,15 @@ impl Webhook {
         let elapsed = started.elapsed();
         let result = result_label(&response);
         self.metrics.observe_request(
-            webhook.as_str(),
+            endpoint.name,
             request.operation.as_str(),
             &request.resource.resource,
             result,
             elapsed.as_secs_f64(),
         );
-        log_decision(request, webhook, &response, result, elapsed);
+        log_decision(request, endpoint.name, &response, result, elapsed);
         if let Some(recorder) = &self.recorder {
-            recorder.record(
-                webhook,
-                &self.policy,
-                body,
-                &seen.pods,
-                &seen.failures,
-                &answer,
-            );
+            recorder.record(webhook, policy, body, &seen.pods, &seen.failures, &answer);
         }
         Ok(Answer {
             version: review.version,
@@ -260,7 +322,7 @@ fn result_label(response: &AdmissionResponse) -> &'static str {
 
 fn log_decision(
     request: &AdmissionRequest,
-    webhook: WebhookKind,
+    webhook: &'static str,
     response: &AdmissionResponse,
     result: &str,
     elapsed: Duration,
@@ -283,7 +345,7 @@ fn log_decision(
         .unwrap_or("");
     info!(
         uid = %request.uid,
-        webhook = webhook.as_str(),
+        webhook,
         operation = request.operation.as_str(),
         namespace = request.namespace.as_deref().unwrap_or(""),
         kind = %object.kind,

@@ -1,10 +1,26 @@
-//! The chart's safety properties, read from its templates and values, so
-//! that an edit cannot silently drop one. (Helm itself lints the chart in
-//! `.ci/run`, once per values file of `charts/ownerguard/ci/`.)
+//! The chart's safety properties.
+//!
+//! Two layers. The first reads the templates and values as text and always
+//! runs: it pins what an edit could silently drop, with no tool needed. The
+//! second renders the chart with real Helm (the binary `OWNERGUARD_HELM`
+//! names; `.ci/chart-check` builds one from Helm's Go module and sets it)
+//! and judges what Helm produces: the objects, the refusals of bad values,
+//! and `ownerguard doctor`'s verdict on the rendered installation. Those are
+//! `#[ignore]`d, so that `cargo test` needs no network and no Go and says
+//! plainly that they did not run; `.ci/chart-check` builds Helm and runs
+//! them with `--include-ignored`.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use serde_json::Value;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use ownerguard::doctor::{DoctorOptions, Installation, Verdict, check, serving_certificate_source};
+use serde_json::{Value, json};
 
 fn chart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/ownerguard")
@@ -19,15 +35,22 @@ fn values() -> Value {
     serde_saphyr::from_str(&std::fs::read_to_string(chart().join("values.yaml")).unwrap()).unwrap()
 }
 
-/// The body of `{{- define "name" -}} … {{- end }}` in the helpers.
-fn helper(name: &str) -> String {
-    let helpers = template("_helpers.tpl");
+fn schema() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap())
+        .unwrap()
+}
+
+/// The body of `{{- define "name" -}} … {{- end }}` in a helpers file.
+fn helper(file: &str, name: &str) -> String {
+    let helpers = template(file);
     let start = helpers
         .find(&format!("define \"{name}\""))
         .unwrap_or_else(|| panic!("no helper {name}"));
     let rest = &helpers[start..];
-    rest[..rest.find("{{- define").unwrap_or(rest.len())].to_string()
+    rest[..rest[1..].find("{{- define").map_or(rest.len(), |i| i + 1)].to_string()
 }
+
+// --- Text level: always runs -------------------------------------------------
 
 #[test]
 fn defaults_fail_closed_with_a_short_timeout_and_two_replicas() {
@@ -35,34 +58,50 @@ fn defaults_fail_closed_with_a_short_timeout_and_two_replicas() {
     assert_eq!(values["webhook"]["failurePolicy"], "Fail");
     assert_eq!(values["webhook"]["timeoutSeconds"], 5);
     assert!(values["replicaCount"].as_u64().unwrap() >= 2);
-    assert!(
-        values["podDisruptionBudget"]["minAvailable"]
-            .as_u64()
-            .unwrap()
-            >= 1
-    );
-    assert_eq!(
-        values["validation"]["allPodOwnerReferences"], false,
-        "cluster-wide validation is opt-in"
-    );
     assert_eq!(values["server"]["requesterCheck"], "enforce");
     assert_eq!(values["keyPrefix"], "ownerguard.io");
+    assert_eq!(values["webhook"]["filterUpdates"], true);
+}
+
+#[test]
+fn defaults_that_cannot_break_the_cluster() {
+    let values = values();
+    // No image that does not exist: the repository must be given.
+    assert_eq!(values["image"]["repository"], "");
+    assert!(
+        helper("_helpers.tpl", "ownerguard.image")
+            .contains("required \"image.repository is required")
+    );
+    // A drain takes one pod at a time, whatever the replica count.
+    assert_eq!(values["podDisruptionBudget"]["maxUnavailable"], 1);
+    assert_eq!(values["podDisruptionBudget"]["minAvailable"], Value::Null);
+    // The cluster-wide switch is opt-in, and fails open on its own.
+    let all = &values["validation"]["allPodOwnerReferences"];
+    assert_eq!(all["enabled"], false);
+    assert_eq!(all["failurePolicy"], "Ignore");
+    // chart mode never renders blind; the install is checked.
+    assert_eq!(
+        values["certificates"]["chart"]["allowRenderWithoutCluster"],
+        false
+    );
+    assert_eq!(values["check"]["afterInstall"], true);
+    // Derived, not fixed: the grace period and the shutdown timeout.
+    assert_eq!(values["terminationGracePeriodSeconds"], Value::Null);
+    assert_eq!(values["server"]["shutdownTimeout"], "");
 }
 
 #[test]
 fn every_webhook_excludes_kube_system_and_the_release_namespace() {
-    let selector = helper("ownerguard.namespaceSelector");
-    assert!(
-        selector.contains("key: kubernetes.io/metadata.name"),
-        "{selector}"
-    );
-    assert!(selector.contains("operator: NotIn"), "{selector}");
-    assert!(selector.contains("- kube-system"), "{selector}");
-    assert!(
-        selector.contains("- {{ .Release.Namespace }}"),
-        "{selector}"
-    );
-    let common = helper("ownerguard.webhookCommon");
+    let selector = helper("_helpers.tpl", "ownerguard.namespaceSelector");
+    for expected in [
+        "key: kubernetes.io/metadata.name",
+        "operator: NotIn",
+        "- kube-system",
+        "- {{ .root.Release.Namespace }}",
+    ] {
+        assert!(selector.contains(expected), "{expected} not in {selector}");
+    }
+    let common = helper("_helpers.tpl", "ownerguard.webhookCommon");
     assert!(
         common.contains("include \"ownerguard.namespaceSelector\""),
         "{common}"
@@ -81,12 +120,11 @@ fn every_webhook_excludes_kube_system_and_the_release_namespace() {
 
 #[test]
 fn webhook_settings_are_the_safe_ones() {
-    let common = helper("ownerguard.webhookCommon");
+    let common = helper("_helpers.tpl", "ownerguard.webhookCommon");
     for expected in [
         "admissionReviewVersions: [\"v1\", \"v1beta1\"]",
         "sideEffects: None",
-        "failurePolicy: {{ .Values.webhook.failurePolicy }}",
-        "timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}",
+        "timeoutSeconds: {{ .root.Values.webhook.timeoutSeconds }}",
         "matchPolicy: Equivalent",
     ] {
         assert!(common.contains(expected), "missing {expected} in {common}");
@@ -94,40 +132,43 @@ fn webhook_settings_are_the_safe_ones() {
     let mutating = template("webhook-mutating.yaml");
     assert!(mutating.contains("reinvocationPolicy: IfNeeded"));
     assert!(mutating.contains("\"path\" \"/mutate\""));
+    assert!(!mutating.contains("\"/validate\""));
     let validating = template("webhook-validating.yaml");
     assert!(validating.contains("\"path\" \"/validate\""));
+    assert!(!validating.contains("\"/mutate\""));
     for text in [&mutating, &validating] {
-        assert!(
-            text.contains("key: {{ .Values.keyPrefix }}/owner-pod\n          operator: Exists"),
-            "objectSelector on the owner label"
-        );
+        assert!(text.contains("(dict \"root\" . \"operator\" \"Exists\")"));
         assert!(text.contains("(list \"CREATE\" \"UPDATE\")"));
+        assert!(text.contains("include \"ownerguard.matchConditions.labelled\""));
     }
-    // The rules cover pods, configmaps and jobs.batch by default.
+    // Every namespaced resource, main resources only (issue 8).
     let rules = &values()["webhook"]["rules"];
-    let resources: Vec<&str> = rules
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| r["resources"].as_array().unwrap())
-        .map(|r| r.as_str().unwrap())
-        .collect();
-    assert_eq!(resources, ["pods", "configmaps", "jobs"]);
-    assert_eq!(rules[1]["apiGroups"][0], "batch");
+    assert_eq!(
+        *rules,
+        json!([{"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]}])
+    );
+    assert!(helper("_helpers.tpl", "ownerguard.rules").contains("scope: Namespaced"));
 }
 
 #[test]
-fn the_cluster_wide_switch_sends_other_pod_and_configmap_creates_to_validate() {
+fn the_cluster_wide_switch_has_its_own_policy_and_opt_out() {
     let validating = template("webhook-validating.yaml");
-    let switch = validating
-        .find("{{- if .Values.validation.allPodOwnerReferences }}")
-        .expect("the switch");
+    let switch = validating.find("{{- if .enabled }}").expect("the switch");
     let guarded = &validating[switch..];
-    assert!(guarded.contains("\"path\" \"/validate\""));
-    assert!(guarded.contains("operations: [\"CREATE\"]"));
-    assert!(guarded.contains("resources: [\"pods\", \"configmaps\"]"));
-    // Labelled objects already go to the first webhook: not twice.
-    assert!(guarded.contains("operator: DoesNotExist"));
+    for expected in [
+        "\"path\" \"/validate-all\"",
+        "(list \"CREATE\")",
+        "\"operator\" \"DoesNotExist\"",
+        "include \"ownerguard.matchConditions.podReferences\"",
+        "\"failurePolicy\" .failurePolicy \"optOut\" true",
+    ] {
+        assert!(guarded.contains(expected), "{expected} not in {guarded}");
+    }
+    assert!(
+        helper("_helpers.tpl", "ownerguard.namespaceSelector").contains(
+            "{{ .root.Values.keyPrefix }}/skip-validate-all\n      operator: DoesNotExist"
+        )
+    );
     assert!(
         !template("webhook-mutating.yaml").contains("allPodOwnerReferences"),
         "the switch must never mutate"
@@ -135,27 +176,26 @@ fn the_cluster_wide_switch_sends_other_pod_and_configmap_creates_to_validate() {
 }
 
 #[test]
-fn rbac_is_get_list_watch_on_pods_and_nothing_more() {
-    let role: Value = serde_saphyr::from_str(
-        &template("clusterrole.yaml")
-            .replace("{{ include \"ownerguard.fullname\" . }}", "x")
-            .replace("{{- include \"ownerguard.labels\" . | nindent 4 }}", ""),
-    )
-    .unwrap();
+fn rbac_is_get_list_watch_on_pods_and_the_check_only_creates_configmaps() {
+    let role = template("clusterrole.yaml");
+    let rules = &role[role.find("rules:").unwrap()..];
     assert_eq!(
-        role["rules"],
-        serde_json::json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}])
+        rules.trim(),
+        "rules:\n  - apiGroups: [\"\"]\n    resources: [\"pods\"]\n    verbs: [\"get\", \"list\", \"watch\"]"
+    );
+    let check = template("check-role.yaml");
+    let rules = &check[check.find("rules:").unwrap()..];
+    assert_eq!(
+        rules.trim(),
+        "rules:\n  - apiGroups: [\"\"]\n    resources: [\"configmaps\"]\n    verbs: [\"create\"]"
     );
     // No other template grants anything.
     for entry in std::fs::read_dir(chart().join("templates")).unwrap() {
         let path = entry.unwrap().path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        if path.file_name().unwrap() != "clusterrole.yaml" {
-            assert!(
-                !text.contains("verbs:"),
-                "{} grants permissions",
-                path.display()
-            );
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if path.is_file() && name != "clusterrole.yaml" && name != "check-role.yaml" {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(!text.contains("verbs:"), "{name} grants permissions");
         }
     }
 }
@@ -175,41 +215,52 @@ fn fail_open_follows_a_failure_policy_of_ignore() {
 }
 
 #[test]
-fn the_pod_runs_non_root_read_only_without_capabilities() {
+fn the_pod_runs_non_root_read_only_without_capabilities_by_default() {
+    let values = values();
+    assert_eq!(
+        values["podSecurityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
+               "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    assert_eq!(
+        values["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true,
+               "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
     let deployment = template("deployment.yaml");
     for expected in [
-        "runAsNonRoot: true",
-        "readOnlyRootFilesystem: true",
-        "allowPrivilegeEscalation: false",
-        "drop: [\"ALL\"]",
-        "type: RuntimeDefault",
+        "{{- with .Values.podSecurityContext }}",
+        "{{- with .Values.securityContext }}",
         "path: /healthz",
         "path: /readyz",
-        "podAntiAffinity:",
+        "whenUnsatisfiable: DoNotSchedule",
         "priorityClassName: {{ . }}",
     ] {
         assert!(deployment.contains(expected), "deployment lacks {expected}");
     }
+    // A startup probe on /healthz gated nothing; none is needed.
+    assert!(!deployment.contains("startupProbe"));
     // The certificate is a directory mount: subPath mounts never see a
     // rotated Secret, and the server could not reload it.
-    assert!(deployment.contains("mountPath: /etc/ownerguard/tls"));
+    assert!(deployment.contains("mountPath: {{ include \"ownerguard.tlsDir\" . }}"));
     assert!(!deployment.contains("subPath:"));
-    assert!(template("poddisruptionbudget.yaml").contains("kind: PodDisruptionBudget"));
+    // The values checks run on every render.
+    assert!(deployment.starts_with("{{- include \"ownerguard.validateValues\" . }}"));
 }
 
 #[test]
 fn certificates_come_three_ways() {
     let modes = ["chart", "certManager", "secret"];
-    let schema: Value =
-        serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap())
-            .unwrap();
     assert_eq!(
-        schema["properties"]["certificates"]["properties"]["mode"]["enum"],
-        serde_json::json!(modes)
+        schema()["properties"]["certificates"]["properties"]["mode"]["enum"],
+        json!(modes)
     );
-    assert!(
-        template("tls-secret.yaml").starts_with("{{- if eq .Values.certificates.mode \"chart\" }}")
-    );
+    for file in ["tls-secret.yaml", "ca-secret.yaml"] {
+        assert!(
+            template(file).starts_with("{{- if eq .Values.certificates.mode \"chart\" }}"),
+            "{file}"
+        );
+    }
     for file in [
         "certificate.yaml",
         "certificate-ca.yaml",
@@ -221,20 +272,76 @@ fn certificates_come_three_ways() {
             "{file}"
         );
     }
-    assert!(helper("ownerguard.webhookAnnotations").contains("cert-manager.io/inject-ca-from"));
-    // Chart-made certificates are reused at upgrade.
-    assert!(helper("ownerguard.generatedCertificates").contains("lookup \"v1\" \"Secret\""));
-    assert!(helper("ownerguard.caBundle").contains(".Values.certificates.secret.caBundle"));
+    assert!(
+        helper("_helpers.tpl", "ownerguard.webhookAnnotations")
+            .contains("cert-manager.io/inject-ca-from")
+    );
+    let chart_certificates = helper("_helpers.tpl", "ownerguard.chartCertificates");
+    for expected in [
+        // Kept at upgrade, CA and serving pair.
+        "lookup \"v1\" \"Secret\" .Release.Namespace (include \"ownerguard.caSecretName\" .)",
+        "lookup \"v1\" \"Secret\" .Release.Namespace (include \"ownerguard.tlsSecretName\" .)",
+        // Renewed under the same CA.
+        "buildCustomCert",
+        // The previous CA carried in the bundle.
+        "(ne $previous $caCert)",
+        // Never blind.
+        "lookup \"v1\" \"Namespace\" \"\" \"kube-system\"",
+        "allowRenderWithoutCluster",
+    ] {
+        assert!(
+            chart_certificates.contains(expected),
+            "{expected} not in the chart certificates"
+        );
+    }
+    assert!(
+        helper("_helpers.tpl", "ownerguard.caBundle")
+            .contains(".Values.certificates.secret.caBundle")
+    );
+}
+
+#[test]
+fn the_install_check_probes_with_doctor_and_never_counts_as_a_server() {
+    let spec = helper("_helpers.tpl", "ownerguard.checkPodSpec");
+    for expected in [
+        "- doctor",
+        "- --probe={{ include \"ownerguard.checkNamespace\" .root }}",
+        "- --probe-only",
+        "- --wait={{ .wait }}s",
+    ] {
+        assert!(spec.contains(expected), "{expected} not in {spec}");
+    }
+    let job = template("check-job.yaml");
+    assert!(job.contains("helm.sh/hook: post-install,post-upgrade"));
+    assert!(job.contains("helm.sh/hook-output-log-policy: hook-failed"));
+    assert!(template("tests/check-pod.yaml").contains("helm.sh/hook: test"));
+    let labels = helper("_helpers.tpl", "ownerguard.checkLabels");
+    assert!(!labels.contains("ownerguard.selectorLabels"), "{labels}");
+    assert!(labels.contains("app.kubernetes.io/name: {{ include \"ownerguard.name\" . }}-check"));
+    for file in [
+        "check-job.yaml",
+        "check-role.yaml",
+        "check-rolebinding.yaml",
+        "check-serviceaccount.yaml",
+        "tests/check-pod.yaml",
+    ] {
+        assert!(
+            !template(file).contains("\"ownerguard.labels\""),
+            "{file} labels a check like a server"
+        );
+    }
 }
 
 #[test]
 fn one_template_per_object() {
-    for entry in std::fs::read_dir(chart().join("templates")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "yaml") {
-            let text = std::fs::read_to_string(&path).unwrap();
-            let kinds = text.lines().filter(|l| l.starts_with("kind: ")).count();
-            assert_eq!(kinds, 1, "{} holds {kinds} objects", path.display());
+    for dir in ["templates", "templates/tests"] {
+        for entry in std::fs::read_dir(chart().join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let kinds = text.lines().filter(|l| l.starts_with("kind: ")).count();
+                assert_eq!(kinds, 1, "{} holds {kinds} objects", path.display());
+            }
         }
     }
 }
@@ -262,4 +369,653 @@ fn every_top_level_value_is_documented() {
             );
         }
     }
+}
+
+/// Every key of values.yaml is in the schema: with additionalProperties
+/// false, a key the schema lacks would make Helm refuse the chart's own
+/// defaults.
+#[test]
+fn the_schema_knows_every_value() {
+    fn walk(values: &Value, schema: &Value, at: &str) {
+        let Value::Object(map) = values else { return };
+        for (key, value) in map {
+            let node = &schema["properties"][key];
+            assert!(
+                !node.is_null(),
+                "values.yaml {at}.{key} is not in values.schema.json"
+            );
+            if node["additionalProperties"] == false {
+                walk(value, node, &format!("{at}.{key}"));
+            }
+        }
+    }
+    let schema = schema();
+    assert_eq!(schema["additionalProperties"], false);
+    walk(&values(), &schema, "");
+}
+
+/// The refused values files and the CEL cases are data for the real-Helm
+/// layer and for .ci/chart-cel: their format is checked here.
+#[test]
+fn the_test_data_is_well_formed() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chart/refused");
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                text.lines()
+                    .next()
+                    .is_some_and(|l| l.starts_with("# refused: ") && l.len() > 20),
+                "{}: first line must be `# refused: <message>`",
+                path.display()
+            );
+            let _: Value =
+                serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            files += 1;
+        }
+    }
+    assert!(files >= 20, "{files} refused values files");
+    let cases: Vec<Value> = serde_saphyr::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chart/match-conditions.yaml"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for role in ["labelled", "podReferences"] {
+        for expect in [true, false] {
+            assert!(
+                cases
+                    .iter()
+                    .any(|c| c["webhooks"] == role && c["expect"] == expect),
+                "no {role} case expecting {expect}"
+            );
+        }
+    }
+}
+
+// --- Real Helm: when OWNERGUARD_HELM names a helm binary -----------------------
+
+/// The helm binary `OWNERGUARD_HELM` names.
+fn helm() -> PathBuf {
+    let path = PathBuf::from(
+        std::env::var_os("OWNERGUARD_HELM")
+            .expect("OWNERGUARD_HELM names no helm binary: run bash .ci/chart-check"),
+    );
+    assert!(
+        path.is_file(),
+        "OWNERGUARD_HELM={} is not a file",
+        path.display()
+    );
+    path
+}
+
+/// The Kubernetes version the chart is rendered for: the end-to-end
+/// control plane's.
+const KUBE_VERSION: &str = "1.34.4";
+
+/// `helm template` with `args`: Ok(objects) or Err(stderr).
+fn render(helm: &Path, args: &[&str]) -> Result<Vec<Value>, String> {
+    let output = Command::new(helm)
+        .args([
+            "template",
+            "og",
+            chart().to_str().unwrap(),
+            "--namespace",
+            "ownerguard",
+            "--kube-version",
+            KUBE_VERSION,
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).to_string());
+    }
+    let text = String::from_utf8(output.stdout).unwrap();
+    Ok(serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap()
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect())
+}
+
+/// The usual arguments of an offline render: an image, and chart mode
+/// allowed without a cluster.
+const OFFLINE: [&str; 4] = [
+    "--set",
+    "image.repository=registry.example/ownerguard",
+    "--set",
+    "certificates.chart.allowRenderWithoutCluster=true",
+];
+
+fn render_with(helm: &Path, extra: &[&str]) -> Vec<Value> {
+    let mut args = OFFLINE.to_vec();
+    args.extend_from_slice(extra);
+    render(helm, &args).unwrap_or_else(|e| panic!("helm template {extra:?}: {e}"))
+}
+
+fn object<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in the render"))
+}
+
+fn container(objects: &[Value]) -> &Value {
+    &object(objects, "Deployment", "og-ownerguard")["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn args(objects: &[Value]) -> Vec<String> {
+    container(objects)["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// What `doctor` would say of the rendered installation once its pods are
+/// ready: the objects as the API server would hold them.
+fn doctor_on(objects: &[Value]) -> Vec<ownerguard::doctor::Check> {
+    let get = |kind: &str| objects.iter().find(|o| o["kind"] == kind).cloned();
+    let mut deployment: Deployment = serde_json::from_value(get("Deployment").unwrap()).unwrap();
+    let replicas = deployment.spec.as_ref().unwrap().replicas.unwrap();
+    deployment.status = Some(
+        serde_json::from_value(json!({"replicas": replicas, "readyReplicas": replicas})).unwrap(),
+    );
+    let mut serving = serving_certificate_source(&deployment);
+    serving.pem = objects
+        .iter()
+        .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == serving.secret.as_str())
+        .and_then(|s| s["data"][&serving.key].as_str())
+        .map(|b64| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap()
+        });
+    let installation = Installation {
+        mutating: get("MutatingWebhookConfiguration")
+            .map(|v| serde_json::from_value::<MutatingWebhookConfiguration>(v).unwrap()),
+        validating: get("ValidatingWebhookConfiguration")
+            .map(|v| serde_json::from_value::<ValidatingWebhookConfiguration>(v).unwrap()),
+        deployment: Some(deployment),
+        services: objects
+            .iter()
+            .filter(|o| o["kind"] == "Service")
+            .map(|v| serde_json::from_value::<Service>(v.clone()).unwrap())
+            .collect(),
+        disruption_budgets: objects
+            .iter()
+            .filter(|o| o["kind"] == "PodDisruptionBudget")
+            .map(|v| serde_json::from_value::<PodDisruptionBudget>(v.clone()).unwrap())
+            .collect(),
+        serving_certificate: serving,
+    };
+    let options = DoctorOptions {
+        namespace: "ownerguard".into(),
+        name: "og-ownerguard".into(),
+        tls_secret: None,
+        min_certificate_days: 14,
+        probe: None,
+        probe_only: false,
+    };
+    check(
+        &installation,
+        &options,
+        time::OffsetDateTime::now_utc().unix_timestamp(),
+    )
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_renders_the_default_installation_as_designed() {
+    let helm = helm();
+    let objects = render_with(&helm, &[]);
+
+    for (kind, path) in [
+        ("MutatingWebhookConfiguration", "/mutate"),
+        ("ValidatingWebhookConfiguration", "/validate"),
+    ] {
+        let webhooks = object(&objects, kind, "og-ownerguard")["webhooks"]
+            .as_array()
+            .unwrap();
+        assert_eq!(webhooks.len(), 1, "{kind}");
+        let webhook = &webhooks[0];
+        assert_eq!(
+            webhook["clientConfig"]["service"],
+            json!({"name": "og-ownerguard", "namespace": "ownerguard", "path": path, "port": 443})
+        );
+        assert_eq!(
+            webhook["rules"],
+            json!([{"operations": ["CREATE", "UPDATE"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], "scope": "Namespaced"}])
+        );
+        assert_eq!(
+            webhook["objectSelector"],
+            json!({"matchExpressions": [{"key": "ownerguard.io/owner-pod", "operator": "Exists"}]})
+        );
+        assert_eq!(webhook["failurePolicy"], "Fail");
+        assert_eq!(webhook["timeoutSeconds"], 5);
+        assert_eq!(
+            webhook["matchConditions"][0]["name"],
+            "create-or-ownership-update"
+        );
+        assert_eq!(
+            webhook["namespaceSelector"]["matchExpressions"],
+            json!([{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "ownerguard"]}])
+        );
+    }
+
+    let pod = &object(&objects, "Deployment", "og-ownerguard")["spec"]["template"]["spec"];
+    // shutdownDelay 5 s + shutdownTimeout (timeoutSeconds + 1 = 6 s) + 5 s.
+    assert_eq!(pod["terminationGracePeriodSeconds"], 16);
+    assert!(args(&objects).contains(&"--shutdown-timeout=6s".to_string()));
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(
+        pod["topologySpreadConstraints"][0]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(
+        pod["topologySpreadConstraints"][0]["whenUnsatisfiable"],
+        "DoNotSchedule"
+    );
+    assert!(pod["affinity"].is_null());
+    assert!(container(&objects)["startupProbe"].is_null());
+    assert_eq!(
+        container(&objects)["readinessProbe"]["httpGet"]["path"],
+        "/readyz"
+    );
+    assert_eq!(
+        container(&objects)["image"],
+        "registry.example/ownerguard:0.1.0"
+    );
+    let deployment = object(&objects, "Deployment", "og-ownerguard");
+    assert_eq!(deployment["spec"]["revisionHistoryLimit"], 3);
+    assert_eq!(
+        deployment["spec"]["strategy"]["rollingUpdate"],
+        json!({"maxSurge": 1, "maxUnavailable": 0})
+    );
+    assert_eq!(
+        object(&objects, "PodDisruptionBudget", "og-ownerguard")["spec"]["maxUnavailable"],
+        1
+    );
+
+    // The install check: a hook Job running doctor's probe, whose pods no
+    // Service, PDB or spread constraint counts as a server.
+    let job = object(&objects, "Job", "og-ownerguard-check");
+    let probe = &job["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(
+        *probe,
+        json!([
+            "doctor",
+            "--probe=default",
+            "--probe-only",
+            "--key-prefix=ownerguard.io",
+            "--wait=180s"
+        ])
+    );
+    let selector = &object(&objects, "Service", "og-ownerguard")["spec"]["selector"];
+    for labels in [
+        &job["spec"]["template"]["metadata"]["labels"],
+        &object(&objects, "Pod", "og-ownerguard-check-test")["metadata"]["labels"],
+    ] {
+        let served = selector
+            .as_object()
+            .unwrap()
+            .iter()
+            .all(|(k, v)| labels[k] == *v);
+        assert!(
+            !served,
+            "the Service would send webhook calls to a check pod: {labels}"
+        );
+    }
+    assert_eq!(
+        object(&objects, "Role", "og-ownerguard-check")["metadata"]["namespace"],
+        "default"
+    );
+
+    // And doctor finds nothing wrong with it.
+    let checks = doctor_on(&objects);
+    assert!(
+        checks.iter().all(|c| c.verdict == Verdict::Ok),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_renders_a_ca_bundle_and_secrets_that_agree() {
+    let helm = helm();
+    let objects = render_with(&helm, &[]);
+    let tls = object(&objects, "Secret", "og-ownerguard-tls");
+    let ca = object(&objects, "Secret", "og-ownerguard-ca");
+    assert_eq!(tls["data"]["ca.crt"], ca["data"]["tls.crt"]);
+    assert!(
+        ca["data"]["tls.key"]
+            .as_str()
+            .is_some_and(|k| !k.is_empty())
+    );
+    let bundle = &object(&objects, "MutatingWebhookConfiguration", "og-ownerguard")["webhooks"][0]
+        ["clientConfig"]["caBundle"];
+    assert_eq!(
+        *bundle, tls["data"]["ca.crt"],
+        "a fresh install carries only its own CA"
+    );
+    // The expiry annotations that drive renewal at upgrade.
+    for secret in [tls, ca] {
+        let not_after: i64 = secret["metadata"]["annotations"]["ownerguard.io/not-after"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let days = (not_after - time::OffsetDateTime::now_utc().unix_timestamp()) / 86_400;
+        assert!((3649..=3650).contains(&days), "{days}");
+    }
+    // The CA key is never mounted.
+    let volumes =
+        &object(&objects, "Deployment", "og-ownerguard")["spec"]["template"]["spec"]["volumes"];
+    assert_eq!(
+        *volumes,
+        json!([{"name": "tls", "secret": {"secretName": "og-ownerguard-tls"}}])
+    );
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_refuses_every_bad_values_file_with_its_message() {
+    let helm = helm();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chart/refused");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let want = text
+            .lines()
+            .next()
+            .unwrap()
+            .trim_start_matches("# refused: ");
+        let mut args = vec!["-f", path.to_str().unwrap()];
+        if !text.contains("allowRenderWithoutCluster") {
+            args.extend(["--set", "certificates.chart.allowRenderWithoutCluster=true"]);
+        }
+        match render(&helm, &args) {
+            Ok(_) => panic!(
+                "{}: rendered, but must be refused with {want:?}",
+                path.display()
+            ),
+            Err(stderr) => assert!(
+                stderr.contains(want),
+                "{}: refused, but not with {want:?}:\n{stderr}",
+                path.display()
+            ),
+        }
+        checked += 1;
+    }
+    assert!(checked >= 20);
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_renders_every_ci_values_file_and_doctor_passes_it() {
+    let helm = helm();
+    let mut rendered = 0;
+    for entry in std::fs::read_dir(chart().join("ci")).unwrap() {
+        let path = entry.unwrap().path();
+        let objects = render(
+            &helm,
+            &[
+                "-f",
+                path.to_str().unwrap(),
+                "--set",
+                "certificates.chart.allowRenderWithoutCluster=true",
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        // cert-manager's issuer and injector fill the Secret and the
+        // caBundle, or the user's own Secret exists, only in a cluster.
+        let secret_elsewhere = !objects.iter().any(|o| o["kind"] == "Secret");
+        for check in doctor_on(&objects) {
+            let only_in_a_cluster = secret_elsewhere
+                && (check.subject.starts_with("caBundle of")
+                    || check.subject == "serving certificate");
+            if !only_in_a_cluster {
+                assert_ne!(check.verdict, Verdict::Fail, "{}: {check}", path.display());
+            }
+        }
+        rendered += 1;
+    }
+    assert!(rendered >= 6);
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_renders_the_shapes_managed_clusters_need() {
+    let helm = helm();
+    let objects = render_with(
+        &helm,
+        &[
+            "--set",
+            "hostNetwork=true",
+            "--set",
+            "ports.webhook=10443",
+            "--set",
+            "ports.metrics=10090",
+            "--set",
+            "podSecurityContext.runAsUser=null",
+            "--set",
+            "image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "--set",
+            "commonLabels.team=platform",
+            "--set",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+            "--set",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+            "--set",
+            "revisionHistoryLimit=1",
+        ],
+    );
+    let pod = &object(&objects, "Deployment", "og-ownerguard")["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert!(
+        pod["securityContext"]["runAsUser"].is_null(),
+        "OpenShift picks the uid"
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    // affinity given: the spread stays.
+    assert!(!pod["affinity"]["nodeAffinity"].is_null());
+    assert_eq!(
+        pod["topologySpreadConstraints"][0]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    let args = args(&objects);
+    assert!(
+        args.contains(&"--addr=0.0.0.0:10443".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--metrics-addr=0.0.0.0:10090".to_string()),
+        "{args:?}"
+    );
+    assert_eq!(
+        container(&objects)["image"],
+        "registry.example/ownerguard:0.1.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    );
+    let deployment = object(&objects, "Deployment", "og-ownerguard");
+    assert_eq!(deployment["spec"]["revisionHistoryLimit"], 1);
+    assert_eq!(
+        deployment["spec"]["strategy"]["rollingUpdate"],
+        json!({"maxSurge": 0, "maxUnavailable": 1})
+    );
+    let network = object(&objects, "NetworkPolicy", "og-ownerguard");
+    assert_eq!(network["spec"]["ingress"][0]["ports"][0]["port"], 10443);
+    // commonLabels on every object, never in a selector.
+    for o in &objects {
+        assert_eq!(
+            o["metadata"]["labels"]["team"], "platform",
+            "{} {}",
+            o["kind"], o["metadata"]["name"]
+        );
+    }
+    assert!(deployment["spec"]["selector"]["matchLabels"]["team"].is_null());
+    assert_eq!(
+        deployment["spec"]["template"]["metadata"]["labels"]["team"],
+        "platform"
+    );
+    let checks = doctor_on(&objects);
+    assert!(
+        checks.iter().all(|c| c.verdict == Verdict::Ok),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_renders_client_certificates_delegates_and_the_webhook_source() {
+    let helm = helm();
+    let objects = render_with(
+        &helm,
+        &[
+            "--set",
+            "server.clientCA.configMapName=apiserver-client-ca",
+            "--set",
+            "server.delegates={workflows/engine,ci/submitter}",
+            "--set",
+            "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
+            "--set",
+            "server.lookupRate=50",
+        ],
+    );
+    let args = args(&objects);
+    for expected in [
+        "--client-ca=/etc/ownerguard/client-ca/ca.crt",
+        "--delegate=workflows/engine,ci/submitter",
+        "--lookup-rate=50",
+    ] {
+        assert!(
+            args.contains(&expected.to_string()),
+            "{expected} not in {args:?}"
+        );
+    }
+    // Flags not set are not passed: the server's defaults apply.
+    assert!(!args.iter().any(|a| a.starts_with("--lookup-concurrency") || a.starts_with("--max-pod-references")));
+    let pod = &object(&objects, "Deployment", "og-ownerguard")["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["volumes"][1],
+        json!({"name": "client-ca", "configMap": {"name": "apiserver-client-ca"}})
+    );
+    let network = object(&objects, "NetworkPolicy", "og-ownerguard");
+    assert_eq!(
+        network["spec"]["ingress"][0]["from"],
+        json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}])
+    );
+    let checks = doctor_on(&objects);
+    assert!(
+        checks
+            .iter()
+            .any(|c| c.subject == "client certificates" && c.verdict == Verdict::Ok),
+        "{checks:#?}"
+    );
+    // Without a source, the webhook port is open to all (the NOTES say so).
+    let open = render_with(&helm, &[]);
+    assert!(
+        object(&open, "NetworkPolicy", "og-ownerguard")["spec"]["ingress"][0]["from"].is_null()
+    );
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_renders_the_cluster_wide_switch_failing_open_with_an_opt_out() {
+    let helm = helm();
+    let objects = render_with(
+        &helm,
+        &["--set", "validation.allPodOwnerReferences.enabled=true"],
+    );
+    let webhooks = object(&objects, "ValidatingWebhookConfiguration", "og-ownerguard")["webhooks"]
+        .as_array()
+        .unwrap();
+    assert_eq!(webhooks.len(), 2);
+    let all = &webhooks[1];
+    assert_eq!(all["name"], "validate-all.ownerguard.io");
+    assert_eq!(all["failurePolicy"], "Ignore");
+    assert_eq!(all["clientConfig"]["service"]["path"], "/validate-all");
+    assert_eq!(all["rules"][0]["operations"], json!(["CREATE"]));
+    assert_eq!(
+        all["objectSelector"]["matchExpressions"][0]["operator"],
+        "DoesNotExist"
+    );
+    assert_eq!(all["matchConditions"][0]["name"], "has-pod-owner-reference");
+    assert_eq!(
+        all["namespaceSelector"]["matchExpressions"][1],
+        json!({"key": "ownerguard.io/skip-validate-all", "operator": "DoesNotExist"})
+    );
+    // The labelled webhooks keep Fail.
+    assert_eq!(webhooks[0]["failurePolicy"], "Fail");
+    let checks = doctor_on(&objects);
+    assert!(
+        checks.iter().all(|c| c.verdict == Verdict::Ok),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_derives_the_grace_period_from_the_drain() {
+    let helm = helm();
+    let objects = render_with(
+        &helm,
+        &[
+            "--set",
+            "server.shutdownDelay=20s",
+            "--set",
+            "webhook.timeoutSeconds=10",
+        ],
+    );
+    let pod = &object(&objects, "Deployment", "og-ownerguard")["spec"]["template"]["spec"];
+    assert_eq!(pod["terminationGracePeriodSeconds"], 36);
+    assert!(args(&objects).contains(&"--shutdown-timeout=11s".to_string()));
+    let objects = render_with(
+        &helm,
+        &[
+            "--set",
+            "server.shutdownTimeout=30s",
+            "--set",
+            "terminationGracePeriodSeconds=60",
+        ],
+    );
+    let pod = &object(&objects, "Deployment", "og-ownerguard")["spec"]["template"]["spec"];
+    assert_eq!(pod["terminationGracePeriodSeconds"], 60);
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_renders_updates_filtered_or_not_on_request() {
+    let helm = helm();
+    let objects = render_with(&helm, &["--set", "webhook.filterUpdates=false"]);
+    let webhook = &object(&objects, "MutatingWebhookConfiguration", "og-ownerguard")["webhooks"][0];
+    assert!(webhook["matchConditions"].is_null());
+    // keyPrefix reaches the CEL, the selectors and the flag alike.
+    let objects = render_with(&helm, &["--set", "keyPrefix=agents.example.com"]);
+    let webhook = &object(&objects, "MutatingWebhookConfiguration", "og-ownerguard")["webhooks"][0];
+    assert_eq!(webhook["name"], "mutate.agents.example.com");
+    let expression = webhook["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        expression.contains("labels[?'agents.example.com/owner-pod']"),
+        "{expression}"
+    );
+    assert!(!expression.contains("ownerguard.io"), "{expression}");
+    assert!(args(&objects).contains(&"--key-prefix=agents.example.com".to_string()));
+    let checks = doctor_on(&objects);
+    assert!(
+        checks.iter().all(|c| c.verdict == Verdict::Ok),
+        "{checks:#?}"
+    );
 }

@@ -11,9 +11,10 @@ use std::time::Duration;
 use apiserver::{FakeApi, Faults, Running};
 use ownerguard::admit::{Policy, WebhookKind};
 use ownerguard::cache::{WatchSettings, Watches};
+use ownerguard::client::without_retries;
 use ownerguard::metrics::Metrics;
 use ownerguard::owner::OwnerLookup;
-use ownerguard::owner::cluster::{ClusterLookup, LookupLimits, lookup_config};
+use ownerguard::owner::cluster::{ClusterLookup, LookupLimits};
 use ownerguard::webhook::Webhook;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -109,7 +110,7 @@ impl Cluster {
 
 /// A client configured as `serve` configures its own.
 fn lookup_client(server: &Running) -> kube::Client {
-    kube::Client::try_from(lookup_config(server.config())).unwrap()
+    kube::Client::try_from(without_retries(server.config())).unwrap()
 }
 
 async fn eventually(what: &str, condition: impl Fn() -> bool) {

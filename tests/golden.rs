@@ -1,7 +1,8 @@
 //! Golden tests: every `tests/fixtures/<case>/` is sent through the real
 //! router as the API server would send it, and the answer compared with the
 //! case's `response.json`; the patch is applied to the object and the result
-//! compared with `patched.json`. `UPDATE_GOLDEN=1 cargo test --test golden`
+//! compared with `patched.json`; and the oracle (`tests/oracle/`), written
+//! from the spec, judges every answer. `UPDATE_GOLDEN=1 cargo test --test golden`
 //! rewrites the expected files; review that diff like code.
 
 mod common;
@@ -106,6 +107,32 @@ fn cases(dir: &Path) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
+/// The oracle's judgement of a case's answer: a golden file only pins what
+/// the implementation said once.
+async fn judge_case(dir: &Path) -> Result<(), String> {
+    let config: CaseConfig = match std::fs::read_to_string(dir.join(fixture::CASE)) {
+        Ok(text) => serde_saphyr::from_str(&text).map_err(|e| format!("case.yaml: {e}"))?,
+        Err(_) => CaseConfig::default(),
+    };
+    let request = read_json(&dir.join(fixture::REQUEST));
+    let webhook = Arc::new(common::case_webhook(dir, &config));
+    let (status, answer) = common::send(
+        webhook,
+        config.webhook,
+        serde_json::to_vec(&request).unwrap(),
+    )
+    .await;
+    common::oracle::judge(
+        &request,
+        &common::oracle_pods(dir),
+        common::oracle_hook(config.webhook),
+        &common::oracle_settings(&config),
+        status.as_u16(),
+        &answer,
+    )
+    .map_err(|wrong| format!("the oracle finds the answer wrong:\n{wrong}\nanswer: {answer}"))
+}
+
 #[tokio::test]
 async fn golden_cases() {
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
@@ -116,7 +143,8 @@ async fn golden_cases() {
     assert!(dirs.len() >= 30, "only {} cases", dirs.len());
     let mut failures = Vec::new();
     for dir in &dirs {
-        if let Err(message) = run_case(dir, update).await {
+        let verdicts = [run_case(dir, update).await, judge_case(dir).await];
+        for message in verdicts.into_iter().filter_map(Result::err) {
             let name = dir.strip_prefix(common::fixtures()).unwrap_or(dir);
             failures.push(format!("{}: {message}", name.display()));
         }
@@ -281,4 +309,36 @@ fn every_rule_has_a_golden_case() {
         );
     }
     let _ = WebhookKind::Mutate;
+}
+
+/// `/validate-all` (the chart's cluster-wide switch, failurePolicy Ignore)
+/// decides as `/validate` but allows a failed lookup with a warning;
+/// `/validate` denies it 503.
+#[tokio::test]
+async fn validate_all_fails_open_where_validate_fails_closed() {
+    let dir = common::fixtures().join("validate-create-unlabelled-blocking-reference");
+    let config = CaseConfig {
+        lookup_failures: vec!["w-1".to_string()],
+        ..CaseConfig::default()
+    };
+    let webhook = Arc::new(common::case_webhook(&dir, &config));
+    let mut request = read_json(&dir.join(fixture::REQUEST));
+    request["request"]["object"]["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] =
+        serde_json::json!(false);
+    let body = serde_json::to_vec(&request).unwrap();
+    let (_, closed) = common::send_to(webhook.clone(), "validate", body.clone()).await;
+    assert_eq!(closed["response"]["status"]["code"], 503, "{closed}");
+    let (_, open) = common::send_to(webhook.clone(), "validate-all", body.clone()).await;
+    assert_eq!(open["response"]["allowed"], true, "{open}");
+    assert_eq!(
+        open["response"]["warnings"].as_array().map(Vec::len),
+        Some(1)
+    );
+    assert!(open["response"].get("patch").is_none());
+    // Everything else is decided as on /validate.
+    request["request"]["object"]["metadata"]["ownerReferences"][0]["name"] =
+        serde_json::json!("w-1?x=1");
+    let body = serde_json::to_vec(&request).unwrap();
+    let (_, bad) = common::send_to(webhook, "validate-all", body).await;
+    assert_eq!(bad["response"]["status"]["code"], 400, "{bad}");
 }

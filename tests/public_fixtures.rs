@@ -1,7 +1,8 @@
 //! Every public AdmissionReview of `tests/fixtures/public/` (real documents
 //! from other projects, see its SOURCES.md) is decided without an error, by
 //! both webhooks and by `ownerguard review`. None of them declares a Pod
-//! owner, so ownerguard must allow each one unchanged.
+//! owner, so ownerguard must allow each one unchanged; the oracle
+//! (`tests/oracle/`) judges every answer too.
 
 mod common;
 
@@ -50,6 +51,19 @@ async fn every_public_review_is_allowed_unchanged_by_both_webhooks() {
             let name = path.file_name().unwrap().to_string_lossy();
             assert_eq!(status, 200, "{name} on /{}: {answer}", kind.as_str());
             common::assert_apiserver_accepts(review, &answer, kind);
+            if let Err(wrong) = common::oracle::judge(
+                review,
+                &[],
+                common::oracle_hook(kind),
+                &common::oracle_settings(&CaseConfig::default()),
+                status.as_u16(),
+                &answer,
+            ) {
+                panic!(
+                    "{name} on /{}: the oracle finds the answer wrong:\n{wrong}\nanswer: {answer}",
+                    kind.as_str()
+                );
+            }
             assert_eq!(
                 answer["response"]["allowed"],
                 true,

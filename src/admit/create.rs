@@ -31,7 +31,7 @@ pub(super) fn plan(
     webhook: WebhookKind,
     policy: &Policy,
 ) -> Result<Option<Checks>, Denial> {
-    let (object, head) = object_of(request)?;
+    let (object, head) = object_of(request, &policy.labels)?;
     let meta = &head.metadata;
     let labels = &policy.labels;
     if !labels.declared_in(meta) {
@@ -41,17 +41,26 @@ pub(super) fn plan(
     let Some(namespace) = namespace_of(request, meta, &object, &declared)? else {
         return Err(cluster_scoped(&object, meta, labels));
     };
-    let at = Subject { object, namespace };
+    let mut at = Subject {
+        object,
+        namespace,
+        owner: Some(declared.clone()).filter(|owner| !owner.is_empty()),
+    };
     check_reference_count(meta, &at, policy)?;
     let requester = requester_of(request, &at, &declared)?;
     let requester = requester.as_ref();
 
     let owner = label_owner(meta, &at, requester, policy.requester_policy())?;
+    if let Some(owner) = &owner {
+        // `Self` resolved to the pod's name.
+        at.owner = Some(owner.claim.name.clone());
+    }
     let mut claims: Vec<Claim> = owner.iter().map(|o| o.claim.clone()).collect();
     claims.extend(reference_owners(
         meta,
         &at,
         owner.as_ref().map(|o| &o.claim),
+        &declared,
         |_| false,
     )?);
     let mut warnings = Vec::new();
@@ -86,7 +95,7 @@ pub(super) fn plan(
         if mutate && owner.by_self && annotation(meta, &labels.pod_name).is_none() {
             patch.add_annotation(meta, &labels.pod_name, name);
         }
-        templates::complete(head, &at, &owner.claim, labels, webhook, &mut patch)?;
+        templates::complete(head, None, &at, &owner.claim, labels, webhook, &mut patch)?;
     }
 
     // Every Pod reference non-blocking: a `true` is set to false with a

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::admission::ObjectHead;
+use crate::admission::{ObjectHead, TemplateMeta};
 use crate::error::{Denial, Subject};
 use crate::owner::Claim;
 use crate::owner::resolve::{OwnerLabels, REQUESTING_POD};
@@ -22,6 +22,12 @@ fn get<'a>(map: &'a Option<BTreeMap<String, String>>, key: &str) -> Option<&'a s
 /// `owner`, and (on `/mutate`) complete it with the owner's uid label, and
 /// with the name annotation where it says `Self`.
 ///
+/// On an UPDATE (`old` given), a template whose owner keys are as they were
+/// is left alone: a template of an object made before ownerguard lacks the
+/// uid label, and patching it would restart a Deployment's pods or be
+/// refused outright (a Job's template is immutable). A template that the
+/// update labels anew, or whose uid label it leaves out, is completed.
+///
 /// # Errors
 ///
 /// [`Denial::TemplateOwnerMismatch`]: a template that declares another
@@ -29,6 +35,7 @@ fn get<'a>(map: &'a Option<BTreeMap<String, String>>, key: &str) -> Option<&'a s
 /// refused.
 pub(super) fn complete(
     head: &ObjectHead,
+    old: Option<&ObjectHead>,
     at: &Subject,
     owner: &Claim,
     labels: &OwnerLabels,
@@ -36,10 +43,24 @@ pub(super) fn complete(
     patch: &mut MetadataPatch,
 ) -> Result<(), Denial> {
     let mutate = webhook == WebhookKind::Mutate;
+    let old_templates = old.map(ObjectHead::templates).unwrap_or_default();
+    let owner_keys = |meta: &TemplateMeta| {
+        (
+            get(&meta.labels, &labels.pod).map(str::to_string),
+            get(&meta.labels, &labels.uid).map(str::to_string),
+            get(&meta.annotations, &labels.pod_name).map(str::to_string),
+        )
+    };
     for (path, meta) in head.templates() {
         let Some(value) = get(&meta.labels, &labels.pod) else {
             continue;
         };
+        let unchanged = old_templates.iter().any(|(old_path, old_meta)| {
+            *old_path == path && owner_keys(old_meta) == owner_keys(&meta)
+        });
+        if unchanged {
+            continue;
+        }
         let mismatch = |template_owner: &str, what| Denial::TemplateOwnerMismatch {
             at: at.clone(),
             owner: owner.name.clone(),
@@ -55,7 +76,7 @@ pub(super) fn complete(
             (true, Some(_)) => {}
             (true, None) => {
                 if mutate {
-                    patch.add_template_annotation(path, meta, &labels.pod_name, &owner.name);
+                    patch.add_template_annotation(path, &meta, &labels.pod_name, &owner.name);
                 }
             }
             (false, _) if value != owner.name => {

@@ -11,7 +11,7 @@
 //!   The collector's own UPDATEs are never refused nor undone.
 //! - A Pod reference the update adds is checked as on CREATE.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::admission::{AdmissionRequest, ObjectMeta, OwnerReference};
 use crate::error::{Denial, Shown, Subject};
@@ -80,7 +80,7 @@ pub(super) fn plan(
     webhook: WebhookKind,
     policy: &Policy,
 ) -> Result<Option<Checks>, Denial> {
-    let (object, head) = object_of(request)?;
+    let (object, head) = object_of(request, &policy.labels)?;
     let meta = &head.metadata;
     let labels = &policy.labels;
     let old = request.old_object.as_ref().map(|o| &o.metadata);
@@ -96,7 +96,11 @@ pub(super) fn plan(
         None if labels.declared_in(meta) => return Err(cluster_scoped(&object, meta, labels)),
         None => return Ok(None),
     };
-    let at = Subject { object, namespace };
+    let at = Subject {
+        object,
+        namespace,
+        owner: Some(declared.clone()).filter(|owner| !owner.is_empty()),
+    };
     let Some(old) = old else {
         return Err(Denial::MissingOldObject {
             at,
@@ -107,28 +111,51 @@ pub(super) fn plan(
     let requester = requester_of(request, &at, &declared)?;
     let mutate = webhook == WebhookKind::Mutate;
     let garbage_collector = request.user_info.username == GARBAGE_COLLECTOR;
+    // The collector removing references (orphaning, or stripping dangling
+    // ones) is never denied nor undone, whatever else the object carries:
+    // refusing it leaves the owner stuck in Terminating.
+    if garbage_collector && only_removes_references(old, meta, labels) {
+        return Ok(None);
+    }
 
-    let (label_removed, omitted) = label_changes(old, meta, &at, labels)?;
+    let written = owner_as_written(old, labels);
+    // Looked up, restored, checked against: only an owner whose name can
+    // be a pod's.
+    let owner = written.clone().filter(|o| is_pod_name(&o.name));
+    let owner_uid = written.as_ref().map(|o| o.uid.as_str());
+    let (label_removed, omitted) = label_changes(old, meta, &at, labels, owner_uid)?;
     let owner_label_kept = label(meta, &labels.pod).is_some() && label_removed.is_none();
-    let owner = owner_of_record(old, labels);
 
     let mut patch = MetadataPatch::default();
     let mut warnings = Vec::new();
     let (old_references, new_references) = (references(old), references(meta));
+    // Indexed by uid: an object may carry thousands of references, and
+    // comparing every pair would let one UPDATE hold a core for seconds.
+    let mut new_by_uid: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (index, reference) in new_references.iter().enumerate() {
+        new_by_uid.entry(&reference.uid).or_default().push(index);
+    }
+    // A Pod reference without uid (from before ownerguard: the API server
+    // validates references after admission) identifies nothing to keep.
+    let tracked = |r: &&OwnerReference| r.is_pod() && !r.uid.is_empty();
+    let old_pod_uids: HashSet<&str> = old_references
+        .iter()
+        .filter(tracked)
+        .map(|r| r.uid.as_str())
+        .collect();
+    let old_entries: HashSet<&OwnerReference> = old_references.iter().collect();
 
     // The Pod references the old object had: kept whole and non-blocking,
     // or removed (judged once their pods are looked up).
     let mut removed = Vec::new();
     let mut seen = HashSet::new();
-    for before in old_references.iter().filter(|r| r.is_pod()) {
+    for before in old_references.iter().filter(tracked) {
         if !seen.insert(before.uid.as_str()) {
             continue;
         }
-        let kept: Vec<(usize, &OwnerReference)> = new_references
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.uid == before.uid)
-            .collect();
+        let kept = new_by_uid
+            .get(before.uid.as_str())
+            .map_or(&[][..], Vec::as_slice);
         if kept.is_empty() {
             if !garbage_collector {
                 let owners = owner
@@ -141,7 +168,8 @@ pub(super) fn plan(
             }
             continue;
         }
-        for (index, after) in kept {
+        for &index in kept {
+            let after = &new_references[index];
             if !(after.is_pod() && after.name == before.name) {
                 return Err(Denial::OwnerReferenceChanged {
                     at,
@@ -162,22 +190,17 @@ pub(super) fn plan(
     }
 
     // Pod references the update adds (or rewrites from an entry that was
-    // not a Pod reference): checked as on CREATE.
+    // not a Pod reference): checked as on CREATE, against the owner of
+    // record too (a reference to it under another uid contradicts it).
     let unchanged = |reference: &OwnerReference| {
-        old_references.iter().any(|before| {
-            before.uid == reference.uid
-                && (before.is_pod()
-                    || (before.api_version == reference.api_version
-                        && before.kind == reference.kind
-                        && before.name == reference.name))
-        })
+        old_pod_uids.contains(reference.uid.as_str()) || old_entries.contains(reference)
     };
     let owner_claim = owner.as_ref().map(|o| Claim {
         name: o.name.clone(),
         uid: o.uid.clone(),
         origin: crate::owner::Origin::Label,
     });
-    let claims = reference_owners(meta, &at, owner_claim.as_ref(), unchanged)?;
+    let claims = reference_owners(meta, &at, owner_claim.as_ref(), &declared, unchanged)?;
     for claim in &claims {
         warnings.extend(check_requester(
             claim,
@@ -198,7 +221,15 @@ pub(super) fn plan(
     }
 
     if owner_label_kept && let Some(owner) = &owner_claim {
-        templates::complete(head, &at, owner, labels, webhook, &mut patch)?;
+        templates::complete(
+            head,
+            request.old_object.as_ref(),
+            &at,
+            owner,
+            labels,
+            webhook,
+            &mut patch,
+        )?;
     }
 
     let mut lookups: Vec<LookupNeed> = claims
@@ -250,6 +281,18 @@ pub(super) fn plan(
     }))
 }
 
+/// Whether the update keeps the owner keys and every reference it keeps is
+/// one the old object had, unchanged: it only removes references.
+fn only_removes_references(old: &ObjectMeta, meta: &ObjectMeta, labels: &OwnerLabels) -> bool {
+    label(old, &labels.pod) == label(meta, &labels.pod)
+        && label(old, &labels.uid) == label(meta, &labels.uid)
+        && annotation(old, &labels.pod_name) == annotation(meta, &labels.pod_name)
+        && {
+            let before: HashSet<&OwnerReference> = references(old).iter().collect();
+            references(meta).iter().all(|kept| before.contains(kept))
+        }
+}
+
 /// Compare the owner keys of the old and new objects.
 ///
 /// Returns the owner label's key when the update removes it, and what the
@@ -264,6 +307,7 @@ fn label_changes(
     meta: &ObjectMeta,
     at: &Subject,
     labels: &OwnerLabels,
+    owner_uid: Option<&str>,
 ) -> Result<(Option<String>, Vec<Omitted>), Denial> {
     let shown = |v: Option<&str>| v.map_or("(none)".to_string(), |v| format!("'{}'", Shown(v)));
     let (pod_before, pod_after) = (label(old, &labels.pod), label(meta, &labels.pod));
@@ -312,6 +356,9 @@ fn label_changes(
                 annotation: is_annotation,
             }),
             (Some(_), None) => {}
+            // The uid label of an object that had only the owner's
+            // reference: it says what the reference said, no change.
+            (None, Some(value)) if !is_annotation && owner_uid == Some(value) => {}
             _ => {
                 let what = if is_annotation { "annotation" } else { "label" };
                 return Err(Denial::OwnerLabelChanged {
@@ -323,8 +370,10 @@ fn label_changes(
                 });
             }
         }
-        // Removing the owner label but keeping the rest names no owner.
-        if pod_after.is_none() && after.is_some() {
+        // Removing the owner label but keeping the uid label names no
+        // owner. (The name annotation left behind is inert: it only
+        // completes `Self`.)
+        if pod_after.is_none() && after.is_some() && !is_annotation {
             return Err(Denial::HalfClaim {
                 at: at.clone(),
                 key: key.clone(),
@@ -335,22 +384,20 @@ fn label_changes(
     Ok((label_removed, omitted))
 }
 
-/// The owner the old object's labels name, when they name one with a uid
-/// (from the uid label, or else from its one reference to that pod).
-fn owner_of_record(old: &ObjectMeta, labels: &OwnerLabels) -> Option<OwnerOfRecord> {
+/// The owner the old object's labels name, as written, when they name one
+/// with a uid (from the uid label, or else from its one reference to that
+/// pod).
+fn owner_as_written(old: &ObjectMeta, labels: &OwnerLabels) -> Option<OwnerOfRecord> {
     let value = label(old, &labels.pod)?;
     let name = if value == REQUESTING_POD {
         annotation(old, &labels.pod_name)?
     } else {
         value
     };
-    if !is_pod_name(name) {
-        return None;
-    }
     let to_owner = || {
         references(old)
             .iter()
-            .filter(move |r| r.is_pod() && r.name == name)
+            .filter(move |r| r.is_pod() && r.name == name && !r.uid.is_empty())
     };
     let uid = match label(old, &labels.uid) {
         Some(uid) => uid,
@@ -393,6 +440,11 @@ pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch,
     let Some(owner) = &work.owner else {
         return Ok(patch);
     };
+    // The audit annotation names the object's owner, not a pod a reference
+    // added by the update names.
+    if judge.owner.as_ref().is_some_and(|o| o.name != owner.name) {
+        judge.owner = None;
+    }
     let owner_judged =
         !work.omitted.is_empty() || (work.label_removed.is_some() && owner.referenced);
     if !owner_judged || !judge.is_live(&owner.name, &owner.uid)? {

@@ -36,16 +36,6 @@ const MAX_ATTEMPTS: u32 = 2;
 /// Without `Retry-After`, the pause before the retry.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
-/// The client configuration for owner lookups: `config` without kube's
-/// default retry layer, which retries 429, 503 and 504 up to 15 times and
-/// so turns one lookup into a burst against an API server that is already
-/// struggling. The lookup retries once, within its budget; the watch has
-/// its own backoff.
-pub fn lookup_config(mut config: kube::Config) -> kube::Config {
-    config.default_retry = false;
-    config
-}
-
 /// The limits on live lookups (`--lookup-concurrency`, `--lookup-rate`).
 #[derive(Debug, Clone, Copy)]
 pub struct LookupLimits {

@@ -335,7 +335,8 @@ pub fn label_owner(
 
 /// The owners the Pod `ownerReferences` declare, in order, each checked as
 /// a whole tuple (SPEC §3 rules 6 and 7), skipping the entries `skip`
-/// accepts (those an UPDATE already had).
+/// accepts (those an UPDATE already had). `owner` is the label's owner;
+/// `declared` what the object names as owner, for messages.
 ///
 /// # Errors
 ///
@@ -343,12 +344,15 @@ pub fn label_owner(
 ///   not exactly `apiVersion: v1`, `kind: Pod`;
 /// - [`Denial::MalformedReference`], [`Denial::InvalidReferenceName`]: a
 ///   Pod reference without name or uid, or whose name is not a pod name;
+/// - [`Denial::ConflictingUid`]: a Pod reference naming the label's owner
+///   or another reference's pod under another uid;
 /// - [`Denial::ContradictingReference`]: an entry with the uid of the
 ///   label's owner or of a Pod reference, but not that same reference.
 pub fn reference_owners(
     meta: &ObjectMeta,
     at: &Subject,
     owner: Option<&Claim>,
+    declared: &str,
     skip: impl Fn(&OwnerReference) -> bool,
 ) -> Result<Vec<Claim>, Denial> {
     let mut claims = Vec::new();
@@ -356,10 +360,20 @@ pub fn reference_owners(
         if skip(reference) || !reference.means_pod() {
             continue;
         }
+        // Messages name the object's owner: the label's (as resolved, or
+        // as written), else this pod.
+        let object_owner = owner
+            .map(|o| o.name.as_str())
+            .or(Some(declared))
+            .filter(|name| !name.is_empty())
+            .or(Some(reference.name.as_str()).filter(|name| !name.is_empty()))
+            .unwrap_or("(unnamed)")
+            .to_string();
         if !reference.is_pod() {
             return Err(Denial::InexactPodReference {
                 at: at.clone(),
-                owner: reference.name.clone(),
+                owner: object_owner,
+                reference: reference.name.clone(),
                 index,
                 api_version: reference.api_version.clone(),
                 kind: reference.kind.clone(),
@@ -375,7 +389,7 @@ pub fn reference_owners(
         if let Some(field) = missing {
             return Err(Denial::MalformedReference {
                 at: at.clone(),
-                owner: reference.name.clone(),
+                owner: object_owner,
                 index,
                 field,
             });
@@ -383,7 +397,8 @@ pub fn reference_owners(
         if !is_pod_name(&reference.name) {
             return Err(Denial::InvalidReferenceName {
                 at: at.clone(),
-                owner: reference.name.clone(),
+                owner: object_owner,
+                reference: reference.name.clone(),
                 index,
             });
         }
@@ -392,6 +407,31 @@ pub fn reference_owners(
             uid: reference.uid.clone(),
             origin: Origin::Reference(index),
         });
+    }
+    // One name, one uid: a Pod reference naming the label's owner, or the
+    // pod of another reference, under another uid contradicts it (a pod
+    // replaced under the same name is another pod).
+    let mut uids_by_name: HashMap<&str, &str> = HashMap::new();
+    if let Some(owner) = owner {
+        uids_by_name.insert(&owner.name, &owner.uid);
+    }
+    for claim in &claims {
+        match uids_by_name.get(claim.name.as_str()) {
+            Some(&uid) if uid != claim.uid => {
+                let Origin::Reference(index) = claim.origin else {
+                    continue;
+                };
+                return Err(Denial::ConflictingUid {
+                    at: at.clone(),
+                    owner: claim.name.clone(),
+                    index,
+                });
+            }
+            Some(_) => {}
+            None => {
+                uids_by_name.insert(&claim.name, &claim.uid);
+            }
+        }
     }
     // One uid, one pod: every entry carrying the uid of the label's owner
     // or of a Pod reference must be that very reference.

@@ -49,7 +49,12 @@ pub fn case_webhook(dir: &Path, config: &CaseConfig) -> Webhook {
 /// POST `body` to `/<webhook>?timeout=10s` through the real router, no
 /// socket; the status and the decoded JSON answer.
 pub async fn send(webhook: Arc<Webhook>, kind: WebhookKind, body: Vec<u8>) -> (StatusCode, Value) {
-    let request = Request::post(format!("/{}?timeout=10s", kind.as_str()))
+    send_to(webhook, kind.as_str(), body).await
+}
+
+/// POST `body` to `/<path>?timeout=10s` through the real router.
+pub async fn send_to(webhook: Arc<Webhook>, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+    let request = Request::post(format!("/{path}?timeout=10s"))
         .header("content-type", "application/json")
         .body(Body::from(body))
         .unwrap();
@@ -121,6 +126,50 @@ pub fn assert_apiserver_accepts(request: &Value, answer: &Value, kind: WebhookKi
 }
 
 pub mod process;
+
+/// The oracle (`tests/oracle/`), shared with the fuzz target.
+#[path = "../oracle/mod.rs"]
+pub mod oracle;
+
+/// The oracle's settings for a case's settings.
+pub fn oracle_settings(config: &CaseConfig) -> oracle::Settings {
+    let check = serde_json::to_value(config.requester_check).unwrap();
+    oracle::Settings {
+        key_prefix: config
+            .key_prefix
+            .clone()
+            .unwrap_or_else(|| "ownerguard.io".into()),
+        requester_check: match check.as_str() {
+            Some("warn") => oracle::RequesterCheck::Warn,
+            Some("off") => oracle::RequesterCheck::Off,
+            _ => oracle::RequesterCheck::Enforce,
+        },
+        fail_open: config.fail_open,
+        delegates: config.delegates.clone(),
+        lookup_failures: config.lookup_failures.clone(),
+        self_value: Some(ownerguard::owner::resolve::REQUESTING_POD.to_string()),
+        max_pod_references: config.max_pod_references,
+    }
+}
+
+/// The pods of a case directory, in the oracle's terms.
+pub fn oracle_pods(dir: &Path) -> Vec<oracle::Pod> {
+    let path = dir.join(ownerguard::fixture::PODS);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Vec::new();
+    };
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    oracle::pods_of(&documents)
+}
+
+/// The oracle's hook for a webhook.
+pub fn oracle_hook(kind: WebhookKind) -> oracle::Hook {
+    match kind {
+        WebhookKind::Mutate => oracle::Hook::Mutate,
+        WebhookKind::Validate => oracle::Hook::Validate,
+    }
+}
 
 /// `ownerguard serve --dev` running in `dir`, on loopback ports it picks.
 pub struct Serve {

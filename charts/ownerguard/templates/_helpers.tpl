@@ -19,11 +19,15 @@ app.kubernetes.io/name: {{ include "ownerguard.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* Labels of every object: the standard ones, then commonLabels. */}}
 {{- define "ownerguard.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ include "ownerguard.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{- define "ownerguard.serviceAccountName" -}}
@@ -34,13 +38,57 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The image, by digest when one is given. image.repository is required. */}}
+{{- define "ownerguard.image" -}}
+{{- $repository := required "image.repository is required: build the image from the Dockerfile, push it to your registry and set image.repository (and image.tag or image.digest); there is no public image yet" .Values.image.repository }}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion }}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" $repository $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* Whole seconds of a value written "<N>s". */}}
+{{- define "ownerguard.seconds" -}}
+{{- trimSuffix "s" . | int }}
+{{- end }}
+
+{{/* --shutdown-timeout, in seconds: given, or timeoutSeconds + 1. */}}
+{{- define "ownerguard.shutdownTimeoutSeconds" -}}
+{{- if .Values.server.shutdownTimeout }}
+{{- include "ownerguard.seconds" .Values.server.shutdownTimeout }}
+{{- else }}
+{{- add (int .Values.webhook.timeoutSeconds) 1 }}
+{{- end }}
+{{- end }}
+
+{{/* shutdownDelay + shutdownTimeout, in seconds: the longest a drain takes. */}}
+{{- define "ownerguard.shutdownSeconds" -}}
+{{- add (include "ownerguard.seconds" .Values.server.shutdownDelay | int) (include "ownerguard.shutdownTimeoutSeconds" . | int) }}
+{{- end }}
+
+{{/* terminationGracePeriodSeconds: given, or delay + timeout + 5 s. */}}
+{{- define "ownerguard.terminationGracePeriodSeconds" -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
+{{- add (include "ownerguard.shutdownSeconds" . | int) 5 }}
+{{- else }}
+{{- int .Values.terminationGracePeriodSeconds }}
+{{- end }}
+{{- end }}
+
 {{/* The Secret holding tls.crt and tls.key. */}}
 {{- define "ownerguard.tlsSecretName" -}}
 {{- if eq .Values.certificates.mode "secret" }}
-{{- required "certificates.secret.name is required with certificates.mode=secret" .Values.certificates.secret.name }}
+{{- required "certificates.secret.name is required with certificates.mode=secret: the kubernetes.io/tls Secret (tls.crt, tls.key) in the release namespace" .Values.certificates.secret.name }}
 {{- else }}
 {{- printf "%s-tls" (include "ownerguard.fullname" .) }}
 {{- end }}
+{{- end }}
+
+{{/* The Secret holding the chart-made CA (chart mode only; never mounted). */}}
+{{- define "ownerguard.caSecretName" -}}
+{{- printf "%s-ca" (include "ownerguard.fullname" .) }}
 {{- end }}
 
 {{/* The DNS names the API server uses for the Service. */}}
@@ -49,34 +97,96 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) | toJson }}
 {{- end }}
 
+{{/* Where the chart keeps a generated certificate's expiry (Unix seconds). */}}
+{{- define "ownerguard.notAfterAnnotation" -}}
+ownerguard.io/not-after
+{{- end }}
+
 {{/*
-The chart-generated CA and serving certificate, made once per render and
-shared by every template through .Values (one map for the whole render), so
-that the Secret and the caBundle agree. An existing Secret is reused, so an
-upgrade does not change the certificate.
+The chart-made CA and serving certificate (certificates.mode=chart), made
+once per render and shared by every template through .Values (one map for
+the whole render), so that the Secrets and the caBundle agree.
+
+What the cluster holds is kept (lookup): the CA in <fullname>-ca, the
+serving pair in <fullname>-tls. Either is renewed when it has fewer than
+renewBeforeDays left (its expiry is kept in an annotation, since templates
+cannot parse X.509). A renewed serving certificate is signed by the same CA,
+so the caBundle does not change and the pods may reload it at their pace.
+When the CA itself is new (renewed, or its Secret gone), the caBundle
+carries the previous CA (the ca.crt of the serving Secret) next to it, so
+the API server trusts both the certificate the pods still serve and the new
+one; the next render, with the new pair in place, drops the old CA.
+
+Rendered without a cluster, lookup sees nothing and every render would make
+a new CA: refused unless certificates.chart.allowRenderWithoutCluster.
 */}}
-{{- define "ownerguard.generatedCertificates" -}}
-{{- if not (hasKey .Values "_generatedCertificates") }}
-{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "ownerguard.tlsSecretName" .) }}
-{{- if and $existing (hasKey (default dict $existing.data) "ca.crt") }}
-{{- $_ := set .Values "_generatedCertificates" (dict "ca" (index $existing.data "ca.crt") "cert" (index $existing.data "tls.crt") "key" (index $existing.data "tls.key")) }}
-{{- else }}
+{{- define "ownerguard.chartCertificates" -}}
+{{- if not (hasKey .Values "_chartCertificates") }}
+{{- $annotation := include "ownerguard.notAfterAnnotation" . }}
+{{- if not (lookup "v1" "Namespace" "" "kube-system") }}
+{{- if not .Values.certificates.chart.allowRenderWithoutCluster }}
+{{- fail "certificates.mode=chart needs the cluster at render time (helm install/upgrade, or --dry-run=server), to keep the CA and certificate it made before. Rendered without one (helm template, Argo CD), every render makes a new CA, and each sync refuses labelled creates until the pods reload the certificate. For GitOps use certificates.mode=certManager or secret; or set certificates.chart.allowRenderWithoutCluster=true together with the ignoreDifferences the README gives" }}
+{{- end }}
+{{- end }}
+{{- $now := now | unixEpoch | int64 }}
 {{- $days := int .Values.certificates.chart.days }}
-{{- $ca := genCA (printf "%s-ca" (include "ownerguard.fullname" .)) $days }}
+{{- $renewAfter := add $now (mul (int .Values.certificates.chart.renewBeforeDays) 86400) }}
+{{- $caSecret := lookup "v1" "Secret" .Release.Namespace (include "ownerguard.caSecretName" .) }}
+{{- $tlsSecret := lookup "v1" "Secret" .Release.Namespace (include "ownerguard.tlsSecretName" .) }}
+{{- $caData := dig "data" dict $caSecret }}
+{{- $tlsData := dig "data" dict $tlsSecret }}
+{{- $ca := dict }}
+{{- $caCert := "" }}
+{{- $caNotAfter := 0 }}
+{{- $caKept := false }}
+{{- if and (hasKey $caData "tls.crt") (hasKey $caData "tls.key") }}
+{{- $caNotAfter = dig "metadata" "annotations" $annotation "0" $caSecret | int64 }}
+{{- if or (eq $caNotAfter 0) (gt $caNotAfter $renewAfter) }}
+{{- $ca = buildCustomCert (index $caData "tls.crt") (index $caData "tls.key") }}
+{{- $caCert = index $caData "tls.crt" }}
+{{- $caKept = true }}
+{{- end }}
+{{- end }}
+{{- if not $caKept }}
+{{- $ca = genCA (printf "%s-ca" (include "ownerguard.fullname" .)) $days }}
+{{- $caCert = $ca.Cert | b64enc }}
+{{- $caNotAfter = add $now (mul $days 86400) }}
+{{- end }}
+{{- $result := dict "ca" $caCert "caKey" ($ca.Key | b64enc) "caNotAfter" (toString $caNotAfter) }}
+{{- $servingKept := false }}
+{{- if and $caKept (hasKey $tlsData "tls.crt") (hasKey $tlsData "tls.key") (eq (index $tlsData "ca.crt" | default "") $caCert) }}
+{{- $notAfter := dig "metadata" "annotations" $annotation "0" $tlsSecret | int64 }}
+{{- if or (eq $notAfter 0) (gt $notAfter $renewAfter) }}
+{{- $_ := set $result "cert" (index $tlsData "tls.crt") }}
+{{- $_ := set $result "key" (index $tlsData "tls.key") }}
+{{- $_ := set $result "notAfter" (toString $notAfter) }}
+{{- $servingKept = true }}
+{{- end }}
+{{- end }}
+{{- if not $servingKept }}
 {{- $names := include "ownerguard.serviceDNSNames" . | fromJsonArray }}
 {{- $cert := genSignedCert (first $names) nil $names $days $ca }}
-{{- $_ := set .Values "_generatedCertificates" (dict "ca" ($ca.Cert | b64enc) "cert" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc)) }}
+{{- $_ := set $result "cert" ($cert.Cert | b64enc) }}
+{{- $_ := set $result "key" ($cert.Key | b64enc) }}
+{{- $_ := set $result "notAfter" (toString (min (add $now (mul $days 86400)) $caNotAfter)) }}
 {{- end }}
+{{- $bundle := $caCert | b64dec }}
+{{- $previous := index $tlsData "ca.crt" | default "" }}
+{{- if and $previous (ne $previous $caCert) }}
+{{- $bundle = printf "%s\n%s" (trimSuffix "\n" $bundle) ($previous | b64dec) }}
 {{- end }}
-{{- toJson .Values._generatedCertificates }}
+{{- $_ := set $result "bundle" ($bundle | b64enc) }}
+{{- $_ := set .Values "_chartCertificates" $result }}
+{{- end }}
+{{- toJson .Values._chartCertificates }}
 {{- end }}
 
 {{/* caBundle of the webhook configurations; empty with cert-manager, whose CA injector fills it. */}}
 {{- define "ownerguard.caBundle" -}}
 {{- if eq .Values.certificates.mode "chart" }}
-{{- (include "ownerguard.generatedCertificates" . | fromJson).ca }}
+{{- (include "ownerguard.chartCertificates" . | fromJson).bundle }}
 {{- else if eq .Values.certificates.mode "secret" }}
-{{- required "certificates.secret.caBundle is required with certificates.mode=secret" .Values.certificates.secret.caBundle }}
+{{- required "certificates.secret.caBundle is required with certificates.mode=secret: the base64 PEM of the CA that signed the Secret's certificate" .Values.certificates.secret.caBundle }}
 {{- end }}
 {{- end }}
 
@@ -90,7 +200,8 @@ cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "o
 {{/*
 Namespaces the webhooks never see: kube-system and the release's own, so
 that the webhook can never block its own pods or the control plane, plus
-webhook.excludeNamespaces.
+webhook.excludeNamespaces. With "optOut", also those labelled
+<keyPrefix>/skip-validate-all.
 */}}
 {{- define "ownerguard.namespaceSelector" -}}
 namespaceSelector:
@@ -99,18 +210,22 @@ namespaceSelector:
       operator: NotIn
       values:
         - kube-system
-        - {{ .Release.Namespace }}
-        {{- range .Values.webhook.excludeNamespaces }}
+        - {{ .root.Release.Namespace }}
+        {{- range .root.Values.webhook.excludeNamespaces }}
         - {{ . }}
         {{- end }}
+    {{- if .optOut }}
+    - key: {{ .root.Values.keyPrefix }}/skip-validate-all
+      operator: DoesNotExist
+    {{- end }}
 {{- end }}
 
 {{/* What every webhook entry shares. */}}
 {{- define "ownerguard.webhookCommon" -}}
 admissionReviewVersions: ["v1", "v1beta1"]
 sideEffects: None
-failurePolicy: {{ .Values.webhook.failurePolicy }}
-timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+failurePolicy: {{ .failurePolicy | default .root.Values.webhook.failurePolicy }}
+timeoutSeconds: {{ .root.Values.webhook.timeoutSeconds }}
 matchPolicy: Equivalent
 {{ include "ownerguard.namespaceSelector" . }}
 {{- end }}
@@ -121,7 +236,7 @@ clientConfig:
     name: {{ include "ownerguard.fullname" .root }}
     namespace: {{ .root.Release.Namespace }}
     path: {{ .path }}
-    port: 443
+    port: {{ .root.Values.service.port }}
   {{- with include "ownerguard.caBundle" .root }}
   caBundle: {{ . }}
   {{- end }}
@@ -137,4 +252,117 @@ rules:
     resources: {{ toJson .resources }}
     scope: Namespaced
 {{- end }}
+{{- end }}
+
+{{/* The objectSelector: objects carrying the owner-pod label ("Exists"), or not ("DoesNotExist"). */}}
+{{- define "ownerguard.objectSelector" -}}
+objectSelector:
+  matchExpressions:
+    - key: {{ .root.Values.keyPrefix }}/owner-pod
+      operator: {{ .operator }}
+{{- end }}
+
+{{/* Flags of `ownerguard serve` given as a file path inside the pod. */}}
+{{- define "ownerguard.tlsDir" -}}
+/etc/ownerguard/tls
+{{- end }}
+{{- define "ownerguard.clientCADir" -}}
+/etc/ownerguard/client-ca
+{{- end }}
+
+{{/*
+Where the install check probes: check.namespace, or the first of default
+and kube-public (both made by the API server itself, so always there) that
+the webhooks see.
+*/}}
+{{- define "ownerguard.checkNamespace" -}}
+{{- $excluded := concat (list "kube-system" .Release.Namespace) .Values.webhook.excludeNamespaces }}
+{{- if .Values.check.namespace }}
+{{- if has .Values.check.namespace $excluded }}
+{{- fail (printf "check.namespace '%s' is excluded from the webhooks (kube-system, the release namespace and webhook.excludeNamespaces are), so the check could never reach ownerguard. Name a namespace the webhooks see" .Values.check.namespace) }}
+{{- end }}
+{{- .Values.check.namespace }}
+{{- else if not (has "default" $excluded) }}
+{{- "default" }}
+{{- else if not (has "kube-public" $excluded) }}
+{{- "kube-public" }}
+{{- else }}
+{{- fail "check.namespace: default and kube-public are both excluded from the webhooks; name a namespace the webhooks see, where the install check can probe" }}
+{{- end }}
+{{- end }}
+
+{{/* The install check (helm test and the post-install hook): its name and hook annotations. */}}
+{{- define "ownerguard.checkName" -}}
+{{- printf "%s-check" (include "ownerguard.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels of the check's objects. Never the server's selector labels: the
+Service, the PodDisruptionBudget and the spread constraints must not count
+a check pod as a server.
+*/}}
+{{- define "ownerguard.checkLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "ownerguard.name" . }}-check
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: check
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* RBAC of the check: created before it (weight), removed once it passed. */}}
+{{- define "ownerguard.checkRBACAnnotations" -}}
+helm.sh/hook: {{ if .Values.check.afterInstall }}post-install,post-upgrade,{{ end }}test
+helm.sh/hook-weight: "-10"
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}
+
+{{/*
+The pod of the check: `ownerguard doctor --probe`, a server-side dry-run
+create of a labelled ConfigMap in the check's namespace whose owner does not
+exist; it passes only on mutate.<keyPrefix>'s own denial. .wait is how long
+it keeps trying.
+*/}}
+{{- define "ownerguard.checkPodSpec" -}}
+serviceAccountName: {{ include "ownerguard.checkName" .root }}
+restartPolicy: Never
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+containers:
+  - name: check
+    image: {{ include "ownerguard.image" .root | quote }}
+    imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+    args:
+      - doctor
+      - --probe={{ include "ownerguard.checkNamespace" .root }}
+      - --probe-only
+      - --key-prefix={{ .root.Values.keyPrefix }}
+      - --wait={{ .wait }}s
+    {{- with .root.Values.securityContext }}
+    securityContext:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    resources:
+      requests:
+        cpu: 10m
+        memory: 32Mi
+      limits:
+        memory: 64Mi
 {{- end }}

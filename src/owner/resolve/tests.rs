@@ -11,6 +11,7 @@ fn at() -> Subject {
             generated: false,
         },
         namespace: "agents".into(),
+        owner: None,
     }
 }
 

@@ -1,0 +1,2162 @@
+//! The oracle: judges one answer of ownerguard from the point of view of
+//! the API server that applies it and the garbage collector that later
+//! resolves the object's owners. Written from SPEC.md section 3 (and the
+//! rules of issues 7 and 8), never from `src/`: it must be able to say that
+//! the implementation is wrong.
+//!
+//! [`judge`] takes a review as the API server sent it, the pods that exist,
+//! the webhook and its settings, and the answer; it returns `Err` with every
+//! rule the answer breaks. Two halves:
+//!
+//! - What the spec demands of this input ([`Expect`]): the reasons it must
+//!   be denied (with the codes each allows), the reasons it may be denied
+//!   where the spec leaves a choice, the warnings an allow must carry, what
+//!   `/mutate` must restore on an UPDATE. A denial for no reason is a wrong
+//!   denial; an allow despite a reason is a wrong allow.
+//! - Independently of that, an allowed answer is applied (RFC 6902, as the
+//!   API server would: a patch that does not apply is a 500 for the user)
+//!   and the final object judged as the garbage collector sees it: every
+//!   Pod reference resolvable (`v1`, `Pod`, name, uid of an existing pod of
+//!   the namespace, not terminating) and non-blocking, one reference per
+//!   owner label, no entry contradicting a pod it names by uid, the uid
+//!   label the owner's uid.
+//!
+//! Shared by `tests/golden.rs`, `tests/public_fixtures.rs`,
+//! `tests/properties.rs` and the fuzz target (`fuzz/`, by `#[path]`), so it
+//! only uses `serde_json`, `json-patch` and `base64`.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use base64::Engine;
+use serde_json::{Map, Value};
+
+/// The garbage collector's user: its UPDATEs remove references.
+pub const GC_USER: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
+pub const EXTRA_POD_NAME: &str = "authentication.kubernetes.io/pod-name";
+pub const EXTRA_POD_UID: &str = "authentication.kubernetes.io/pod-uid";
+/// Rule 10 leaves the limit on Pod references to the implementation. Up to
+/// this many (real objects carry a handful) a denial for their number is
+/// wrong.
+pub const REFERENCES_ALWAYS_ACCEPTED: usize = 16;
+/// From this many on, the object must be denied 400 before any lookup
+/// (issue 7 class 15: 2,000 references made 2,000 GETs).
+pub const REFERENCES_ALWAYS_REFUSED: usize = 1000;
+
+/// Which endpoint answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    Mutate,
+    Validate,
+}
+
+impl Hook {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hook::Mutate => "mutate",
+            Hook::Validate => "validate",
+        }
+    }
+}
+
+/// A pod that exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// `deletionTimestamp` set.
+    pub terminating: bool,
+}
+
+impl Pod {
+    pub fn new(namespace: &str, name: &str, uid: &str, terminating: bool) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: uid.into(),
+            terminating,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RequesterCheck {
+    #[default]
+    Enforce,
+    Warn,
+    Off,
+}
+
+/// The settings the webhook ran with.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub key_prefix: String,
+    pub requester_check: RequesterCheck,
+    pub fail_open: bool,
+    /// Service accounts that may declare another pod of their namespace
+    /// (issue 8 item 5), as `namespace:name`, `namespace/name` or the full
+    /// `system:serviceaccount:namespace:name`.
+    pub delegates: Vec<String>,
+    /// Pod names whose lookup fails (the API down), in every namespace.
+    pub lookup_failures: Vec<String>,
+    /// The owner-pod label value that means "the requesting pod" (issue 8
+    /// item 4), if the implementation has one.
+    pub self_value: Option<String>,
+    /// The limit of rule 10 when the case sets it; otherwise only the
+    /// bounds [`REFERENCES_ALWAYS_ACCEPTED`] and
+    /// [`REFERENCES_ALWAYS_REFUSED`] are known.
+    pub max_pod_references: Option<usize>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            key_prefix: "ownerguard.io".into(),
+            requester_check: RequesterCheck::Enforce,
+            fail_open: false,
+            delegates: Vec::new(),
+            lookup_failures: Vec::new(),
+            // The README's decision (issue 8 item 4): `Self` means the pod
+            // that sends the request.
+            self_value: Some("Self".into()),
+            max_pod_references: None,
+        }
+    }
+}
+
+impl Settings {
+    fn pod_key(&self) -> String {
+        format!("{}/owner-pod", self.key_prefix)
+    }
+    fn uid_key(&self) -> String {
+        format!("{}/owner-uid", self.key_prefix)
+    }
+    fn is_delegate(&self, username: &str) -> bool {
+        let Some(rest) = username.strip_prefix("system:serviceaccount:") else {
+            return false;
+        };
+        self.delegates
+            .iter()
+            .any(|d| d == username || d == rest || d.replacen('/', ":", 1) == rest)
+    }
+}
+
+/// Judge `answer` (the decoded response body, HTTP `status`) to `review`.
+///
+/// # Errors
+///
+/// Every rule the answer breaks, one per line, with what the oracle
+/// expected.
+pub fn judge(
+    review: &Value,
+    pods: &[Pod],
+    hook: Hook,
+    settings: &Settings,
+    status: u16,
+    answer: &Value,
+) -> Result<(), String> {
+    let mut v = Violations::default();
+    let request = review.get("request").unwrap_or(review);
+    let garbage = !Meta::parse(&request["object"]).garbage.is_empty()
+        || !Meta::parse(&request["oldObject"]).garbage.is_empty();
+    if status == 400 && garbage {
+        // Not what the API server sends (it decodes objects into their
+        // types first): refusing the body is fine.
+        return Ok(());
+    }
+    if status != 200 {
+        return Err(format!(
+            "HTTP {status} for a review the API server would send: {answer}"
+        ));
+    }
+    check_wire(review, hook, answer, &mut v);
+    let world = World::new(request, pods, settings);
+    let expect = expect(&world, hook);
+    let response = &answer["response"];
+    match response["allowed"].as_bool() {
+        Some(true) => judge_allowed(&world, hook, &expect, response, &mut v),
+        Some(false) => judge_denied(&world, &expect, response, &mut v),
+        None => v.push("answer has no boolean response.allowed".into()),
+    }
+    v.into_result()
+}
+
+#[derive(Default)]
+struct Violations(Vec<String>);
+
+impl Violations {
+    fn push(&mut self, s: String) {
+        self.0.push(s);
+    }
+    fn into_result(self) -> Result<(), String> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(self.0.join("\n"))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The wire: what the API server checks of any answer.
+
+fn check_wire(review: &Value, hook: Hook, answer: &Value, v: &mut Violations) {
+    let sent = review["apiVersion"]
+        .as_str()
+        .unwrap_or("admission.k8s.io/v1");
+    if answer["apiVersion"] != sent {
+        v.push(format!(
+            "wire: answered in {} to a review in {sent}",
+            answer["apiVersion"]
+        ));
+    }
+    if answer["kind"] != "AdmissionReview" {
+        v.push(format!(
+            "wire: kind {} is not AdmissionReview",
+            answer["kind"]
+        ));
+    }
+    let request = review.get("request").unwrap_or(review);
+    let sent_uid = request["uid"].as_str().unwrap_or("");
+    if answer["response"]["uid"] != sent_uid {
+        v.push(format!(
+            "wire: response.uid {} does not echo request.uid '{sent_uid}'",
+            answer["response"]["uid"]
+        ));
+    }
+    let response = &answer["response"];
+    if let Some(patch) = response.get("patch") {
+        if hook == Hook::Validate {
+            v.push("wire: a /validate answer carries a patch".into());
+        }
+        if response["allowed"] != true {
+            v.push("wire: a denial carries a patch".into());
+        }
+        if !patch.is_string() {
+            v.push(format!("wire: patch is not base64 text: {patch}"));
+        }
+        if response["patchType"] != "JSONPatch" {
+            v.push(format!(
+                "wire: patchType {} is not JSONPatch",
+                response["patchType"]
+            ));
+        }
+    }
+    for warning in response["warnings"].as_array().into_iter().flatten() {
+        match warning.as_str() {
+            Some(w) if w.len() < 120 => {}
+            _ => v.push(format!(
+                "wire: warning not a string under 120 characters: {warning}"
+            )),
+        }
+    }
+    if let Some(annotations) = response.get("auditAnnotations") {
+        for (key, value) in annotations.as_object().into_iter().flatten() {
+            if key.contains('/') || key.is_empty() {
+                v.push(format!(
+                    "wire: audit annotation key '{key}' (a key may not hold '/')"
+                ));
+            }
+            if !value.is_string() {
+                v.push(format!("wire: audit annotation {key} is not a string"));
+            }
+        }
+    }
+    if response["allowed"] == false {
+        match response["status"]["code"].as_u64() {
+            Some(400 | 403 | 503) => {}
+            other => v.push(format!(
+                "wire: denial code {other:?} is none of 400, 403, 503"
+            )),
+        }
+        if response["status"]["message"]
+            .as_str()
+            .is_none_or(|m| m.trim().is_empty())
+        {
+            v.push("wire: denial without a message".into());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The request as the oracle reads it.
+
+/// An `ownerReferences` entry.
+#[derive(Clone, Debug, PartialEq)]
+struct Entry {
+    api_version: Option<String>,
+    kind: Option<String>,
+    name: Option<String>,
+    uid: Option<String>,
+    block: Option<Value>,
+    controller: Option<Value>,
+    raw: Value,
+}
+
+type Tuple = (String, String, String, String);
+
+impl Entry {
+    fn parse(raw: &Value) -> Option<Self> {
+        let map = raw.as_object()?;
+        let text = |key: &str| map.get(key).and_then(Value::as_str).map(str::to_string);
+        Some(Self {
+            api_version: text("apiVersion"),
+            kind: text("kind"),
+            name: text("name"),
+            uid: text("uid"),
+            block: map.get("blockOwnerDeletion").cloned(),
+            controller: map.get("controller").cloned(),
+            raw: raw.clone(),
+        })
+    }
+    fn field(&self, key: &str) -> Option<&Value> {
+        self.raw.get(key)
+    }
+    fn exact(&self) -> bool {
+        self.api_version.as_deref() == Some("v1") && self.kind.as_deref() == Some("Pod")
+    }
+    /// Named like a pod: the API server's discovery would not resolve it
+    /// unless it is exact.
+    /// Named like a pod, as the README states the rule: the kind's ASCII
+    /// letters and digits, in any case, spell `pod` or `pods` (`Pod `,
+    /// `"Pod"`, `p.o.d`...). None of those but `v1`/`Pod` is resolvable.
+    fn pod_kind(&self) -> bool {
+        self.exact()
+            || self.kind.as_deref().is_some_and(|k| {
+                let k: String = k
+                    .chars()
+                    .filter(char::is_ascii_alphanumeric)
+                    .map(|c| c.to_ascii_lowercase())
+                    .collect();
+                k == "pod" || k == "pods"
+            })
+    }
+    fn well_formed(&self) -> bool {
+        let text_or_absent = |key: &str| self.field(key).is_none_or(Value::is_string);
+        self.name.as_deref().is_some_and(|n| !n.is_empty())
+            && self.uid.as_deref().is_some_and(|u| !u.is_empty())
+            && self.api_version.is_some()
+            && self.kind.is_some()
+            && text_or_absent("name")
+            && self
+                .block
+                .as_ref()
+                .is_none_or(|b| b.is_boolean() || b.is_null())
+            && self
+                .controller
+                .as_ref()
+                .is_none_or(|b| b.is_boolean() || b.is_null())
+    }
+    fn blocking(&self) -> bool {
+        self.block == Some(Value::Bool(true))
+    }
+    fn uid(&self) -> &str {
+        self.uid.as_deref().unwrap_or("")
+    }
+    fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or("")
+    }
+    fn tuple(&self) -> Tuple {
+        (
+            self.api_version.clone().unwrap_or_default(),
+            self.kind.clone().unwrap_or_default(),
+            self.name.clone().unwrap_or_default(),
+            self.uid.clone().unwrap_or_default(),
+        )
+    }
+    fn show(&self) -> String {
+        serde_json::to_string(&self.raw).unwrap_or_default()
+    }
+}
+
+/// The metadata of an object, as far as ownership goes.
+#[derive(Clone, Debug, Default)]
+struct Meta {
+    present: bool,
+    name: String,
+    generate_name: String,
+    labels: BTreeMap<String, String>,
+    refs: Vec<Entry>,
+    /// `ownerReferences` present and not null.
+    refs_present: bool,
+    /// What the API server would never send (non-string labels, a
+    /// reference list that is not a list): any answer but a patch that
+    /// breaks the object is fine.
+    garbage: Vec<String>,
+}
+
+impl Meta {
+    fn parse(object: &Value) -> Self {
+        let mut meta = Meta {
+            present: object.is_object(),
+            ..Meta::default()
+        };
+        let Some(metadata) = object.get("metadata") else {
+            return meta;
+        };
+        if metadata.is_null() {
+            return meta;
+        }
+        let Some(metadata) = metadata.as_object() else {
+            meta.garbage.push("metadata is not an object".into());
+            return meta;
+        };
+        meta.name = metadata
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .into();
+        meta.generate_name = metadata
+            .get("generateName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .into();
+        match metadata.get("labels") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(labels)) => {
+                for (k, val) in labels {
+                    match val.as_str() {
+                        Some(s) => {
+                            meta.labels.insert(k.clone(), s.into());
+                        }
+                        None => meta.garbage.push(format!("label {k} is not a string")),
+                    }
+                }
+            }
+            Some(_) => meta.garbage.push("labels is not a map".into()),
+        }
+        match metadata.get("ownerReferences") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(items)) => {
+                meta.refs_present = true;
+                for item in items {
+                    match Entry::parse(item) {
+                        Some(entry) => {
+                            for key in ["apiVersion", "kind", "name", "uid"] {
+                                if entry.field(key).is_some_and(|v| !v.is_string()) {
+                                    meta.garbage
+                                        .push(format!("ownerReferences {key} is not a string"));
+                                }
+                            }
+                            meta.refs.push(entry)
+                        }
+                        None => meta
+                            .garbage
+                            .push("an ownerReferences entry is not an object".into()),
+                    }
+                }
+            }
+            Some(_) => meta.garbage.push("ownerReferences is not a list".into()),
+        }
+        meta
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+    fn shown_name(&self) -> &str {
+        if self.name.is_empty() {
+            &self.generate_name
+        } else {
+            &self.name
+        }
+    }
+}
+
+/// Where a pod template's metadata is, for the kinds that have one.
+const TEMPLATE_POINTERS: [&str; 3] = [
+    "/spec/template/metadata",
+    "/spec/jobTemplate/metadata",
+    "/spec/jobTemplate/spec/template/metadata",
+];
+
+fn template_labels<'a>(object: &'a Value, pointer: &str) -> Option<&'a Map<String, Value>> {
+    object.pointer(pointer)?.get("labels")?.as_object()
+}
+
+/// What a lookup of a pod name finds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Live,
+    Missing,
+    OtherUid,
+    Terminating,
+    Failed,
+}
+
+/// The requester, by SPEC rule 8.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Requester {
+    /// No pod identity (nodes, people, controllers, other namespaces).
+    Nobody,
+    Pod {
+        name: String,
+        uid: String,
+    },
+    /// Pod extras present but malformed; `of_namespace`: the user is a
+    /// service account of the object's namespace.
+    Malformed {
+        why: String,
+        of_namespace: bool,
+    },
+}
+
+struct World<'a> {
+    request: &'a Value,
+    pods: &'a [Pod],
+    settings: &'a Settings,
+    namespace: Option<String>,
+    operation: String,
+    username: String,
+    requester: Requester,
+    object: Meta,
+    old: Meta,
+    /// Every uid written anywhere in the request: what the requester named.
+    named_text: String,
+}
+
+impl<'a> World<'a> {
+    fn new(request: &'a Value, pods: &'a [Pod], settings: &'a Settings) -> Self {
+        // A Namespace is cluster-scoped, though the API server sets the
+        // request's namespace to the Namespace's own name.
+        let core = |field: &str| request[field]["group"].as_str().unwrap_or("").is_empty();
+        let namespace_object = (core("kind") && request["kind"]["kind"] == "Namespace")
+            || (core("resource") && request["resource"]["resource"] == "namespaces");
+        // The request's namespace, else the object's (a hand-written
+        // review may give only the object's: the API server gives both).
+        let namespace = request["namespace"]
+            .as_str()
+            .filter(|ns| !ns.is_empty())
+            .or_else(|| {
+                request["object"]["metadata"]["namespace"]
+                    .as_str()
+                    .filter(|ns| !ns.is_empty())
+            })
+            .filter(|_| !namespace_object)
+            .map(str::to_string);
+        let username = request["userInfo"]["username"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let requester = requester(request, namespace.as_deref().unwrap_or(""));
+        Self {
+            request,
+            pods,
+            settings,
+            namespace,
+            operation: request["operation"].as_str().unwrap_or("").to_string(),
+            username,
+            requester,
+            object: Meta::parse(&request["object"]),
+            old: Meta::parse(&request["oldObject"]),
+            named_text: serde_json::to_string(request).unwrap_or_default(),
+        }
+    }
+
+    fn ns(&self) -> &str {
+        self.namespace.as_deref().unwrap_or("")
+    }
+
+    /// The request and its object name different namespaces: the API
+    /// server never sends that (it refuses such an object before
+    /// admission), so it is a malformed review.
+    fn namespace_mismatch(&self) -> bool {
+        fn of(value: &Value) -> Option<&str> {
+            value.as_str().filter(|ns| !ns.is_empty())
+        }
+        matches!(
+            (of(&self.request["namespace"]), of(&self.request["object"]["metadata"]["namespace"])),
+            (Some(a), Some(b)) if a != b
+        )
+    }
+
+    fn pod(&self, name: &str) -> Option<&Pod> {
+        let ns = self.ns();
+        self.pods
+            .iter()
+            .find(|p| p.namespace == ns && p.name == name)
+    }
+
+    fn state(&self, name: &str, uid: &str) -> State {
+        if self.settings.lookup_failures.iter().any(|f| f == name) {
+            return State::Failed;
+        }
+        match self.pod(name) {
+            None => State::Missing,
+            Some(p) if p.uid != uid => State::OtherUid,
+            Some(p) if p.terminating => State::Terminating,
+            Some(_) => State::Live,
+        }
+    }
+
+    fn requester_pod(&self) -> Option<(&str, &str)> {
+        match &self.requester {
+            Requester::Pod { name, uid } => Some((name, uid)),
+            _ => None,
+        }
+    }
+
+    fn gc(&self) -> bool {
+        self.username == GC_USER
+    }
+
+    fn delegate(&self) -> bool {
+        self.settings.is_delegate(&self.username)
+    }
+}
+
+fn requester(request: &Value, namespace: &str) -> Requester {
+    let username = request["userInfo"]["username"].as_str().unwrap_or("");
+    let of_namespace = username
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+        .is_some_and(|(ns, name)| {
+            ns == namespace && !ns.is_empty() && !name.is_empty() && !name.contains(':')
+        });
+    let extra = &request["userInfo"]["extra"];
+    let one = |key: &str| -> Result<Option<String>, String> {
+        match extra.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(values)) => match values.as_slice() {
+                [Value::String(s)] if !s.is_empty() => Ok(Some(s.clone())),
+                _ => Err(format!(
+                    "{key} holds {} instead of one non-empty string",
+                    Value::Array(values.clone())
+                )),
+            },
+            Some(other) => Err(format!("{key} is {other}, not a list")),
+        }
+    };
+    let (name, uid) = match (one(EXTRA_POD_NAME), one(EXTRA_POD_UID)) {
+        (Err(why), _) | (_, Err(why)) => return Requester::Malformed { why, of_namespace },
+        (Ok(name), Ok(uid)) => (name, uid),
+    };
+    match (name, uid) {
+        // A pod name the API server could never have signed.
+        (Some(name), Some(_)) if !dns_subdomain(&name) => Requester::Malformed {
+            why: format!("pod-name {name:?} is not a pod name"),
+            of_namespace,
+        },
+        (None, None) => Requester::Nobody,
+        (Some(_), None) | (None, Some(_)) => Requester::Malformed {
+            why: "one pod extra without the other".into(),
+            of_namespace,
+        },
+        (Some(name), Some(uid)) if of_namespace => Requester::Pod { name, uid },
+        (Some(_), Some(_)) => Requester::Nobody,
+    }
+}
+
+/// A label value: at most 63 characters of `[A-Za-z0-9._-]`, starting and
+/// ending alphanumeric.
+pub fn label_value(s: &str) -> bool {
+    s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes().next().is_none_or(|b| b.is_ascii_alphanumeric())
+        && s.bytes().last().is_none_or(|b| b.is_ascii_alphanumeric())
+}
+
+/// DNS-1123 label: a namespace.
+pub fn dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// DNS-1123 subdomain: a pod name.
+pub fn dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+// ---------------------------------------------------------------------------
+// What the spec demands of an input.
+
+#[derive(Clone, Debug)]
+struct Reason {
+    codes: Vec<u16>,
+    why: String,
+    /// Decided before any lookup (rules 7 and 10, labels, identity): a 503
+    /// cannot be the answer then.
+    early: bool,
+}
+
+/// A reference `/mutate` must bring back on an UPDATE that omitted it.
+#[derive(Clone, Debug)]
+struct Restore {
+    tuple: Tuple,
+    uid_label: Option<String>,
+}
+
+#[derive(Default, Debug)]
+struct Expect {
+    deny: Vec<Reason>,
+    maybe: Vec<Reason>,
+    /// An allow must carry a warning, for these reasons.
+    warn: Vec<String>,
+    /// Names whose lookup failed under --fail-open: not verifiable.
+    unchecked: BTreeSet<String>,
+    /// Allowed by /mutate: these come back.
+    restore: Vec<Restore>,
+    /// Uids that must not come back (a removal that stands).
+    no_restore: Vec<String>,
+    /// Allowed: no patch at all.
+    unchanged: bool,
+    /// The owner an allow is about: (name, uid). Its reference must be in
+    /// the final object exactly once when `owner_required`.
+    owner: Option<(String, String)>,
+    owner_required: bool,
+}
+
+impl Expect {
+    fn deny(&mut self, codes: &[u16], early: bool, why: impl Into<String>) {
+        self.deny.push(Reason {
+            codes: codes.to_vec(),
+            why: why.into(),
+            early,
+        });
+    }
+    fn maybe(&mut self, codes: &[u16], early: bool, why: impl Into<String>) {
+        self.maybe.push(Reason {
+            codes: codes.to_vec(),
+            why: why.into(),
+            early,
+        });
+    }
+    /// A looked-up pod that must be live.
+    fn require_live(&mut self, w: &World, name: &str, uid: &str, what: &str) {
+        match w.state(name, uid) {
+            State::Live => {}
+            State::Missing => self.deny(
+                &[403],
+                false,
+                format!(
+                    "{what} pod '{name}' does not exist in namespace '{}'",
+                    w.ns()
+                ),
+            ),
+            State::OtherUid => self.deny(
+                &[403],
+                false,
+                format!("{what} pod '{name}' has another uid than '{uid}'"),
+            ),
+            State::Terminating => self.deny(
+                &[403],
+                false,
+                format!("{what} pod '{name}' is being deleted"),
+            ),
+            State::Failed => self.lookup_failed(w, name),
+        }
+    }
+    fn lookup_failed(&mut self, w: &World, name: &str) {
+        if w.settings.fail_open {
+            self.warn
+                .push(format!("lookup of '{name}' failed, allowed by --fail-open"));
+            self.unchecked.insert(name.to_string());
+        } else {
+            self.deny(
+                &[503],
+                false,
+                format!("lookup of '{name}' failed and --fail-open is off"),
+            );
+        }
+    }
+}
+
+fn expect(w: &World, hook: Hook) -> Expect {
+    let mut e = Expect::default();
+    match w.operation.as_str() {
+        // Not what the API server sends: refusing it is fine, allowing
+        // it harmless.
+        "CREATE" | "UPDATE" if !w.object.present => {
+            e.maybe(&[400, 403], true, "a CREATE or UPDATE without object")
+        }
+        "CREATE" => expect_create(w, hook, &mut e),
+        "UPDATE" => expect_update(w, hook, &mut e),
+        "DELETE" | "CONNECT" => e.unchanged = true,
+        other => {
+            // Not an operation the API server sends.
+            e.maybe(&[400, 403], true, format!("unknown operation '{other}'"));
+            e.unchanged = true;
+        }
+    }
+    for g in w.object.garbage.iter().chain(&w.old.garbage) {
+        e.maybe(&[400], true, format!("malformed object: {g}"));
+    }
+    e
+}
+
+/// Pod references the spec cares about: exact ones, ones named like a pod,
+/// and any entry that carries a uid the webhook knows to be a pod's (the
+/// declared owner's, the requester's, an exact reference's).
+fn pod_refs<'m>(meta: &'m Meta, known_uids: &BTreeSet<String>) -> Vec<&'m Entry> {
+    meta.refs
+        .iter()
+        .filter(|e| e.pod_kind() || (e.uid.as_deref().is_some_and(|u| known_uids.contains(u))))
+        .collect()
+}
+
+fn known_uids(w: &World, metas: &[&Meta]) -> BTreeSet<String> {
+    let mut uids = BTreeSet::new();
+    let uid_key = w.settings.uid_key();
+    for meta in metas {
+        if let Some(u) = meta.label(&uid_key).filter(|u| !u.is_empty()) {
+            uids.insert(u.to_string());
+        }
+        for entry in meta.refs.iter().filter(|e| e.exact()) {
+            if let Some(u) = entry.uid.as_deref().filter(|u| !u.is_empty()) {
+                uids.insert(u.to_string());
+            }
+        }
+    }
+    if let Some((_, uid)) = w.requester_pod() {
+        uids.insert(uid.to_string());
+    }
+    uids
+}
+
+/// SPEC §3 CREATE, rules 1–10; /validate's extra rule.
+fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
+    let s = w.settings;
+    let (pod_key, uid_key) = (s.pod_key(), s.uid_key());
+    let obj = &w.object;
+    let known = known_uids(w, &[obj]);
+    let refs = pod_refs(obj, &known);
+    let pod_label = obj.label(&pod_key);
+    let uid_label = obj.label(&uid_key);
+    if pod_label.is_none() && uid_label.is_none() && refs.is_empty() {
+        // Rule 1.
+        e.unchanged = true;
+        return;
+    }
+    // Rule 5, and class 11.
+    let ns = w.ns();
+    let declares = pod_label.is_some() || uid_label.is_some() || refs.iter().any(|r| r.exact());
+    if ns.is_empty() && !declares {
+        e.maybe(
+            &[400, 403],
+            true,
+            "a cluster-scoped object with a pod-like reference",
+        );
+        return;
+    }
+    if ns.is_empty() {
+        e.deny(
+            &[400, 403],
+            true,
+            "a cluster-scoped object cannot have a pod owner",
+        );
+        return;
+    }
+    if !dns_label(ns) {
+        e.deny(&[400], true, format!("namespace '{ns}' is not a DNS label"));
+        return;
+    }
+    if w.namespace_mismatch() {
+        e.deny(
+            &[400],
+            true,
+            "the request's and the object's namespaces differ",
+        );
+        return;
+    }
+    check_identity(w, e, true);
+    // Rule 10.
+    if let Some(limit) = s.max_pod_references {
+        if refs.len() > limit {
+            e.deny(
+                &[400],
+                true,
+                format!("{} Pod references, over the limit {limit}", refs.len()),
+            );
+            return;
+        }
+    } else if refs.len() >= REFERENCES_ALWAYS_REFUSED {
+        e.deny(
+            &[400],
+            true,
+            format!("{} Pod references: over any sane limit", refs.len()),
+        );
+        return;
+    } else if refs.len() > REFERENCES_ALWAYS_ACCEPTED {
+        e.maybe(
+            &[400],
+            true,
+            format!("{} Pod references: may be over the limit", refs.len()),
+        );
+    }
+
+    // The owner of the label.
+    let mut owner: Option<(String, String)> = None;
+    match (pod_label, uid_label) {
+        (None, Some(_)) => e.deny(&[400], true, "uid label without owner-pod label (rule 9)"),
+        (None, None) => {}
+        (Some(name), uid) => {
+            let self_value = s.self_value.as_deref().is_some_and(|v| v == name);
+            let name = if self_value {
+                match w.requester_pod() {
+                    Some((n, _)) => n.to_string(),
+                    None => {
+                        e.deny(
+                            &[400, 403],
+                            true,
+                            "the 'requesting pod' label value without a pod-bound token",
+                        );
+                        String::new()
+                    }
+                }
+            } else {
+                name.to_string()
+            };
+            if !self_value && !dns_subdomain(&name) {
+                e.deny(
+                    &[400],
+                    true,
+                    format!("owner-pod label '{name}' is not a pod name (rule 7)"),
+                );
+            } else if !name.is_empty() {
+                owner = owner_of_label(w, e, &name, uid);
+            }
+        }
+    }
+
+    check_templates(w, e);
+    // Every Pod reference (rules 3, 6, 7).
+    let owner_uid = owner.as_ref().map(|(_, u)| u.as_str());
+    let owner_name = owner.as_ref().map(|(n, _)| n.as_str());
+    check_added_refs(
+        w,
+        hook,
+        e,
+        &refs,
+        owner_name,
+        owner_uid,
+        pod_label.is_some(),
+        true,
+    );
+
+    if !e.deny.is_empty() {
+        return;
+    }
+    // Lookups.
+    let mut looked: BTreeSet<String> = BTreeSet::new();
+    if let Some((name, uid)) = &owner {
+        e.require_live(w, name, uid, "owner");
+        looked.insert(name.clone());
+        // /validate: the matching non-blocking reference must be there.
+        if hook == Hook::Validate {
+            let matching = refs
+                .iter()
+                .any(|r| r.exact() && r.name() == name && r.uid() == uid && !r.blocking());
+            if !matching {
+                e.deny(
+                    &[400, 403],
+                    false,
+                    format!("/validate: no non-blocking reference to owner '{name}'"),
+                );
+            }
+        }
+        e.owner = owner.clone();
+        e.owner_required = true;
+    }
+    for r in refs.iter().filter(|r| r.exact()) {
+        if looked.insert(r.name().to_string()) {
+            e.require_live(w, r.name(), r.uid(), "referenced");
+        }
+    }
+}
+
+/// A pod template that names another owner than the object: the spec is
+/// silent, refusing it is sound (the controller's pods would belong to
+/// another worker than the object).
+fn check_templates(w: &World, e: &mut Expect) {
+    let pod_key = w.settings.pod_key();
+    let Some(owner) = w.object.label(&pod_key) else {
+        return;
+    };
+    for pointer in TEMPLATE_POINTERS {
+        let uid_key = w.settings.uid_key();
+        let template_uid = template_labels(&w.request["object"], pointer)
+            .and_then(|l| l.get(&uid_key))
+            .and_then(Value::as_str);
+        let object_uid = w.object.label(&uid_key).or(w.old.label(&uid_key));
+        if let (Some(t), Some(o)) = (template_uid, object_uid)
+            && t != o
+        {
+            e.maybe(
+                &[400, 403],
+                true,
+                format!("the template at {pointer} has uid label '{t}'"),
+            );
+        }
+        let named = template_labels(&w.request["object"], pointer)
+            .and_then(|l| l.get(&pod_key))
+            .and_then(Value::as_str);
+        if let Some(named) = named
+            && named != owner
+        {
+            e.maybe(
+                &[400, 403],
+                true,
+                format!("the template at {pointer} names owner '{named}'"),
+            );
+        }
+    }
+}
+
+/// The owner the labels declare: its uid from the uid label or the
+/// requester (rule 2), the requester check.
+fn owner_of_label(
+    w: &World,
+    e: &mut Expect,
+    name: &str,
+    uid_label: Option<&str>,
+) -> Option<(String, String)> {
+    let requester = w.requester_pod();
+    let requester_is_owner = requester.is_some_and(|(n, _)| n == name);
+    // The requester check.
+    if let Some((rname, _)) = requester
+        && rname != name
+    {
+        match w.settings.requester_check {
+            RequesterCheck::Enforce if !w.delegate() => e.deny(
+                &[403],
+                true,
+                format!("requester pod '{rname}' declares another pod '{name}' (requester check)"),
+            ),
+            RequesterCheck::Warn if !w.delegate() => e.warn.push("requester check (warn)".into()),
+            _ => {}
+        }
+    }
+    match uid_label {
+        Some("") => {
+            e.deny(&[400], true, "empty uid label");
+            None
+        }
+        // Not even a label value (the API server would refuse the object):
+        // a malformed owner label, 400.
+        Some(uid) if !label_value(uid) => {
+            e.deny(
+                &[400],
+                true,
+                format!("uid label {uid:?} is not a label value"),
+            );
+            None
+        }
+        Some(uid) => {
+            if let Some((_, ruid)) = requester.filter(|_| requester_is_owner)
+                && ruid != uid
+            {
+                e.deny(
+                    &[400, 403],
+                    true,
+                    format!("uid label '{uid}' disagrees with the requesting owner pod's uid"),
+                );
+            }
+            Some((name.to_string(), uid.to_string()))
+        }
+        None => match requester {
+            Some((_, ruid)) if requester_is_owner => Some((name.to_string(), ruid.to_string())),
+            Some(_) => {
+                // Issue 8 item 4: the requester check may come first.
+                e.deny(
+                    &[400, 403],
+                    true,
+                    "no uid label, and the requester is another pod",
+                );
+                None
+            }
+            None => {
+                e.deny(
+                    &[400],
+                    true,
+                    "no uid label, and the request does not come from the owner pod",
+                );
+                None
+            }
+        },
+    }
+}
+
+/// Identity rules (rule 8): malformed extras.
+fn check_identity(w: &World, e: &mut Expect, required: bool) {
+    if let Requester::Malformed { why, of_namespace } = &w.requester {
+        let why = format!("malformed pod extras: {why}");
+        if *of_namespace && required {
+            e.deny(&[400], true, why);
+        } else {
+            e.maybe(&[400], true, why);
+        }
+    }
+}
+
+/// Pod references as CREATE validates them (also those an UPDATE adds):
+/// the whole tuple, valid names, no contradiction, non-blocking.
+#[allow(clippy::too_many_arguments)]
+fn check_added_refs(
+    w: &World,
+    hook: Hook,
+    e: &mut Expect,
+    refs: &[&Entry],
+    owner_name: Option<&str>,
+    owner_uid: Option<&str>,
+    labelled: bool,
+    create: bool,
+) {
+    for r in refs {
+        if !r.well_formed() {
+            if r.exact() || labelled {
+                e.deny(
+                    &[400],
+                    true,
+                    format!("malformed Pod reference {}", r.show()),
+                );
+            } else {
+                e.maybe(
+                    &[400],
+                    true,
+                    format!("malformed pod-like reference {}", r.show()),
+                );
+            }
+            continue;
+        }
+        if !r.exact() {
+            if owner_uid == Some(r.uid()) {
+                e.deny(
+                    &[400],
+                    true,
+                    format!(
+                        "entry {} carries the owner's uid under another apiVersion/kind (rule 6)",
+                        r.show()
+                    ),
+                );
+            } else if refs.iter().any(|o| o.exact() && o.uid() == r.uid()) {
+                e.deny(
+                    &[400],
+                    true,
+                    format!(
+                        "entry {} contradicts a Pod reference with its uid",
+                        r.show()
+                    ),
+                );
+            } else if labelled && r.pod_kind() {
+                e.deny(&[400], true, format!("entry {} names a pod the collector cannot resolve (apiVersion/kind not v1/Pod)", r.show()));
+            } else {
+                e.maybe(
+                    &[400],
+                    true,
+                    format!(
+                        "entry {} looks like a Pod reference but is not v1/Pod",
+                        r.show()
+                    ),
+                );
+            }
+            continue;
+        }
+        if !dns_subdomain(r.name()) {
+            e.deny(
+                &[400],
+                true,
+                format!(
+                    "Pod reference name '{}' is not a pod name (rule 7)",
+                    r.name()
+                ),
+            );
+            continue;
+        }
+        if owner_uid == Some(r.uid()) && owner_name != Some(r.name()) {
+            e.deny(
+                &[400],
+                true,
+                format!(
+                    "entry {} carries the owner's uid with another name (rule 6)",
+                    r.show()
+                ),
+            );
+        }
+        if owner_name == Some(r.name()) && owner_uid.is_some_and(|u| u != r.uid()) {
+            e.deny(
+                &[400, 403],
+                true,
+                format!("entry {} names the owner with another uid", r.show()),
+            );
+        }
+        for o in refs.iter().filter(|o| o.exact() && o.well_formed()) {
+            if o.uid() == r.uid() && o.name() != r.name() {
+                e.deny(
+                    &[400],
+                    true,
+                    format!(
+                        "two Pod references with uid '{}' and different names",
+                        r.uid()
+                    ),
+                );
+            }
+            if o.name() == r.name() && o.uid() != r.uid() {
+                e.deny(
+                    &[400, 403],
+                    true,
+                    format!("two Pod references to '{}' with different uids", r.name()),
+                );
+            }
+        }
+        // The requester check on references: the spec speaks of the
+        // declared owner; for other references either answer is sound.
+        if let Some((rname, _)) = w.requester_pod()
+            && rname != r.name()
+            && w.settings.requester_check == RequesterCheck::Enforce
+            && !w.delegate()
+        {
+            e.maybe(
+                &[403],
+                true,
+                format!(
+                    "requester pod '{rname}' references another pod '{}'",
+                    r.name()
+                ),
+            );
+        }
+        if r.blocking() {
+            let is_owner = owner_uid == Some(r.uid());
+            match hook {
+                Hook::Mutate if !is_owner || !create => e.warn.push(format!(
+                    "blocking reference to '{}' made non-blocking",
+                    r.name()
+                )),
+                Hook::Mutate => {}
+                Hook::Validate => e.deny(
+                    &[400, 403],
+                    false,
+                    format!("blocking Pod reference to '{}' on /validate", r.name()),
+                ),
+            }
+        }
+    }
+}
+
+/// SPEC §3 UPDATE and Orphaning; issue 8 items 2 and 3.
+fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
+    let s = w.settings;
+    let (pod_key, uid_key) = (s.pod_key(), s.uid_key());
+    let (old, new) = (&w.old, &w.object);
+    let known = known_uids(w, &[old, new]);
+    let old_refs = pod_refs(old, &known);
+    let new_refs = pod_refs(new, &known);
+    let (o_pod, o_uid) = (old.label(&pod_key), old.label(&uid_key));
+    let (n_pod, n_uid) = (new.label(&pod_key), new.label(&uid_key));
+    let declares_new = n_pod.is_some() || n_uid.is_some() || !new_refs.is_empty();
+    let declares_old = o_pod.is_some() || o_uid.is_some() || !old_refs.is_empty();
+    if !declares_new && !declares_old {
+        e.unchanged = true;
+        return;
+    }
+    if !old.present {
+        e.maybe(&[400, 403], true, "an UPDATE without oldObject");
+        // Judge the rest as far as it goes: nothing is required.
+        let mut inner = Expect::default();
+        expect_create(w, hook, &mut inner);
+        e.maybe.extend(inner.deny.into_iter().chain(inner.maybe));
+        e.unchecked.extend(inner.unchecked);
+        return;
+    }
+    let ns = w.ns();
+    if ns.is_empty() {
+        if declares_new {
+            e.deny(
+                &[400, 403],
+                true,
+                "a cluster-scoped object cannot have a pod owner",
+            );
+        } else {
+            e.maybe(&[400, 403], true, "a cluster-scoped object had a pod owner");
+        }
+        return;
+    }
+    if !dns_label(ns) {
+        e.deny(&[400], true, format!("namespace '{ns}' is not a DNS label"));
+        return;
+    }
+    if w.namespace_mismatch() {
+        e.deny(
+            &[400],
+            true,
+            "the request's and the object's namespaces differ",
+        );
+        return;
+    }
+    check_identity(w, e, false);
+    if let Some(limit) = s.max_pod_references {
+        if new_refs.len() > limit && new_refs.len() > old_refs.len() {
+            e.deny(
+                &[400],
+                true,
+                format!("{} Pod references, over the limit {limit}", new_refs.len()),
+            );
+            return;
+        } else if new_refs.len() > limit {
+            e.maybe(
+                &[400],
+                true,
+                "as many Pod references as before, over the limit",
+            );
+        }
+    } else if new_refs.len() >= REFERENCES_ALWAYS_REFUSED && new_refs.len() > old_refs.len() {
+        e.deny(
+            &[400],
+            true,
+            format!("{} Pod references: over any sane limit", new_refs.len()),
+        );
+        return;
+    } else if new_refs.len() > REFERENCES_ALWAYS_ACCEPTED {
+        e.maybe(&[400], true, "many Pod references");
+    }
+    let gc = w.gc();
+
+    // The owner of the old object: its uid from the label, else from its
+    // one exact reference of that name.
+    let o_owner_uid: Option<String> = o_pod.and_then(|name| {
+        o_uid
+            .filter(|u| !u.is_empty())
+            .map(str::to_string)
+            .or_else(|| {
+                let uids: BTreeSet<&str> = old_refs
+                    .iter()
+                    .filter(|r| r.exact() && r.name() == name)
+                    .map(|r| r.uid())
+                    .collect();
+                (uids.len() == 1).then(|| uids.into_iter().next().unwrap().to_string())
+            })
+    });
+    let o_owner_ref: Option<&Entry> = match (o_pod, &o_owner_uid) {
+        (Some(name), Some(uid)) => old_refs
+            .iter()
+            .copied()
+            .find(|r| r.exact() && r.name() == name && r.uid() == uid),
+        _ => None,
+    };
+    // Liveness of the old owner, looked up only where a rule needs it.
+    let owner_state = |e: &mut Expect| -> Option<State> {
+        let (name, uid) = (o_pod?, o_owner_uid.as_deref()?);
+        let state = w.state(name, uid);
+        if state == State::Failed {
+            e.lookup_failed(w, name);
+        }
+        Some(state)
+    };
+
+    // Labels (ownership is set at creation).
+    if let Some(n) = n_uid
+        && n_pod.is_none()
+    {
+        if o_pod.is_none() && o_uid == Some(n) {
+            e.maybe(
+                &[400],
+                true,
+                "uid label without owner-pod label, as the old object had",
+            );
+        } else {
+            e.deny(
+                &[400, 403],
+                true,
+                "uid label without owner-pod label (rule 9)",
+            );
+        }
+    }
+    let mut labels_removed = false;
+    match (o_pod, n_pod) {
+        (None, Some(n)) => e.deny(
+            &[400, 403],
+            true,
+            format!("the update adds owner-pod label '{n}' (ownership is set at creation)"),
+        ),
+        (Some(o), Some(n)) if o != n => e.deny(
+            &[400, 403],
+            true,
+            format!("the update changes owner-pod label '{o}' to '{n}'"),
+        ),
+        (Some(o), None) => {
+            labels_removed = true;
+            // Issue 8 item 3: only once no live owner's reference remains.
+            if o_owner_ref.is_some() {
+                match owner_state(e) {
+                    Some(State::Live) => e.deny(&[403], false, format!("the update removes owner label '{o}' while the owner lives and holds the reference")),
+                    Some(State::Failed) => {}
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    let mut uid_label_restore: Option<String> = None;
+    if !labels_removed && n_pod.is_some() {
+        match (o_uid, n_uid) {
+            (Some(o), Some(n)) if o != n => e.deny(
+                &[400, 403],
+                true,
+                format!("the update changes the uid label '{o}' to '{n}'"),
+            ),
+            (None, Some(n)) if o_pod.is_some() => {
+                let fine = o_owner_uid.as_deref() == Some(n);
+                if !fine {
+                    e.maybe(&[400, 403], true, "the update adds a uid label");
+                }
+            }
+            // Omitted (kubectl replace): restored while the owner lives. A
+            // legacy object (no reference) may lose its labels.
+            (Some(o), None) if o_owner_ref.is_some() => match owner_state(e) {
+                Some(State::Live) => match hook {
+                    Hook::Mutate => {
+                        uid_label_restore = Some(o.to_string());
+                        e.warn.push("uid label restored".into());
+                    }
+                    Hook::Validate => e.deny(
+                        &[403],
+                        false,
+                        "the update drops the uid label while the owner lives",
+                    ),
+                },
+                Some(State::Failed) => {}
+                _ => e.maybe(&[403], false, "the update drops the uid label of an orphan"),
+            },
+            // A legacy object (no reference): the spec lets its labels go
+            // once no live owner's reference is left; keeping the uid label
+            // of a live owner (restore, or refuse on /validate) is sound too,
+            // and deciding that needs a lookup.
+            (Some(_), None) => {
+                if let (Some(name), Some(uid)) = (o_pod, o_owner_uid.as_deref()) {
+                    match w.state(name, uid) {
+                        State::Live => e.maybe(
+                            &[403],
+                            false,
+                            "the update drops the uid label of a live owner",
+                        ),
+                        State::Failed => {
+                            e.maybe(&[503], false, "the owner's liveness cannot be checked")
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // The owner's reference (classes 3, 4, 5; issue 8 item 2).
+    if let (Some(r_o), Some(o_name)) = (o_owner_ref, o_pod) {
+        let uid = r_o.uid();
+        let in_new: Vec<&&Entry> = new_refs.iter().filter(|r| r.uid() == uid).collect();
+        if in_new.is_empty() && !new.refs.iter().any(|r| r.uid() == uid) {
+            // Removed or omitted.
+            if gc {
+                e.no_restore.push(uid.to_string());
+            } else {
+                match owner_state(e) {
+                    Some(State::Live) => match hook {
+                        Hook::Mutate if !labels_removed && n_pod == Some(o_name) => {
+                            e.restore.push(Restore {
+                                tuple: r_o.tuple(),
+                                uid_label: uid_label_restore.clone(),
+                            });
+                            e.warn.push("owner reference restored".into());
+                            if new.refs_present {
+                                // A deliberate removal rather than a
+                                // replace: refusing it is sound too.
+                                e.maybe(
+                                    &[403],
+                                    false,
+                                    "the update removes the live owner's reference",
+                                );
+                            }
+                        }
+                        _ => e.deny(
+                            &[403],
+                            false,
+                            format!("the update removes the reference to live owner '{o_name}'"),
+                        ),
+                    },
+                    Some(State::Failed) => {
+                        e.no_restore.push(uid.to_string());
+                    }
+                    _ => e.no_restore.push(uid.to_string()),
+                }
+            }
+        } else {
+            for r in in_new {
+                if r.tuple() != r_o.tuple() {
+                    e.deny(
+                        &[400, 403],
+                        true,
+                        format!(
+                            "the update rewrites the owner's reference to {} (class 3)",
+                            r.show()
+                        ),
+                    );
+                } else if r.blocking() && !r_o.blocking() {
+                    match hook {
+                        Hook::Mutate => e.warn.push("owner reference unblocked".into()),
+                        Hook::Validate => e.deny(
+                            &[400, 403],
+                            true,
+                            "the update makes the owner's reference blocking",
+                        ),
+                    }
+                } else if r.blocking() && hook == Hook::Validate {
+                    e.maybe(
+                        &[400, 403],
+                        true,
+                        "the owner's reference was blocking already",
+                    );
+                }
+            }
+            // Another entry (not v1/Pod) carrying the uid.
+            for r in new.refs.iter().filter(|r| r.uid() == uid && !r.pod_kind()) {
+                e.deny(
+                    &[400, 403],
+                    true,
+                    format!("entry {} carries the owner's uid", r.show()),
+                );
+            }
+            e.owner = Some((o_name.to_string(), uid.to_string()));
+            e.owner_required = !gc;
+        }
+        if e.restore.iter().any(|r| r.tuple.3 == uid) {
+            e.owner = Some((o_name.to_string(), uid.to_string()));
+            e.owner_required = true;
+        }
+    } else if let Some(o_name) = o_pod.filter(|_| !labels_removed) {
+        // Legacy or orphaned: the owner's reference may come (checked as on
+        // CREATE, below) or not.
+        if let Some(uid) = &o_owner_uid {
+            e.owner = Some((o_name.to_string(), uid.clone()));
+        }
+    }
+
+    // Every other Pod reference of the old object.
+    for r in old_refs
+        .iter()
+        .filter(|r| Some(r.uid()) != o_owner_ref.map(|o| o.uid()))
+    {
+        let same_uid: Vec<&&Entry> = new_refs.iter().filter(|n| n.uid() == r.uid()).collect();
+        if same_uid.is_empty() && !new.refs.iter().any(|n| n.uid() == r.uid()) {
+            if gc || !r.exact() || !r.well_formed() {
+                e.no_restore.push(r.uid().to_string());
+                continue;
+            }
+            match w.state(r.name(), r.uid()) {
+                State::Live if declares_new => e.deny(
+                    &[403],
+                    false,
+                    format!(
+                        "the update removes the reference to live pod '{}'",
+                        r.name()
+                    ),
+                ),
+                State::Live => e.maybe(
+                    &[403],
+                    false,
+                    format!(
+                        "the update removes the reference to live pod '{}'",
+                        r.name()
+                    ),
+                ),
+                State::Failed => e.lookup_failed(w, r.name()),
+                _ => e.no_restore.push(r.uid().to_string()),
+            }
+            continue;
+        }
+        for n in same_uid {
+            if n.tuple() != r.tuple() {
+                e.deny(
+                    &[400, 403],
+                    true,
+                    format!(
+                        "the update rewrites the reference {} to {}",
+                        r.show(),
+                        n.show()
+                    ),
+                );
+            } else if n.blocking() && !r.blocking() {
+                match hook {
+                    Hook::Mutate => e.warn.push("reference unblocked".into()),
+                    Hook::Validate => e.deny(
+                        &[400, 403],
+                        true,
+                        format!("the update makes the reference to '{}' blocking", r.name()),
+                    ),
+                }
+            } else if n.blocking() {
+                // Blocking already before: legacy, either answer.
+                if hook == Hook::Validate {
+                    e.maybe(&[400, 403], true, "a blocking reference the old object had");
+                }
+            }
+        }
+    }
+
+    // Pod references the update adds: as on CREATE.
+    let old_tuples: BTreeSet<Tuple> = old_refs.iter().map(|r| r.tuple()).collect();
+    let added: Vec<&Entry> = new_refs
+        .iter()
+        .copied()
+        .filter(|r| !old_tuples.contains(&r.tuple()))
+        .filter(|r| !old_refs.iter().any(|o| o.uid() == r.uid() && r.uid() != ""))
+        .collect();
+    // The owner the labels name stays the owner whether it lives or not:
+    // an added reference to its name under another uid (a new pod of the
+    // same name) would change ownership after creation.
+    let (owner_name, owner_uid) = match &e.owner {
+        Some((n, u)) => (Some(n.clone()), Some(u.clone())),
+        None if !labels_removed => (o_pod.map(str::to_string), o_owner_uid.clone()),
+        None => (None, None),
+    };
+    check_templates(w, e);
+    check_added_refs(
+        w,
+        hook,
+        e,
+        &added,
+        owner_name.as_deref(),
+        owner_uid.as_deref(),
+        n_pod.is_some(),
+        false,
+    );
+    // Old inexact entries kept: legacy.
+    for r in new_refs
+        .iter()
+        .filter(|r| !r.exact() && old_tuples.contains(&r.tuple()))
+    {
+        e.maybe(
+            &[400],
+            true,
+            format!("entry {} the old object already had", r.show()),
+        );
+    }
+    if gc {
+        // The collector's UPDATE that removes references: never denied,
+        // never restored (SPEC §3 UPDATE, issue 8 item 2).
+        let only_removes = new
+            .refs
+            .iter()
+            .all(|r| old.refs.iter().any(|o| o.raw == r.raw))
+            && new.labels == old.labels;
+        if only_removes {
+            e.deny.clear();
+            e.maybe.clear();
+            e.restore.clear();
+            e.warn.clear();
+            e.owner_required = false;
+        }
+    }
+    if !e.deny.iter().any(|r| r.early) {
+        let mut looked = BTreeSet::new();
+        for r in added
+            .iter()
+            .filter(|r| r.exact() && r.well_formed() && dns_subdomain(r.name()))
+        {
+            if looked.insert(r.name().to_string()) {
+                e.require_live(w, r.name(), r.uid(), "referenced");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Denials.
+
+fn judge_denied(w: &World, e: &Expect, response: &Value, v: &mut Violations) {
+    let code = response["status"]["code"].as_u64().unwrap_or(0) as u16;
+    let message = response["status"]["message"].as_str().unwrap_or("");
+    let all: Vec<&Reason> = e.deny.iter().chain(&e.maybe).collect();
+    if all.is_empty() {
+        v.push(format!(
+            "wrong denial ({code}): the spec allows this {} (no rule denies it): {message}",
+            w.operation
+        ));
+        return;
+    }
+    let early = e.deny.iter().any(|r| r.early);
+    let acceptable: BTreeSet<u16> = all
+        .iter()
+        .filter(|r| !early || r.early)
+        .flat_map(|r| r.codes.iter().copied())
+        .collect();
+    if !acceptable.contains(&code) {
+        v.push(format!(
+            "wrong denial code {code}: by the spec the code is one of {acceptable:?} ({}): {message}",
+            reasons(&all)
+        ));
+    }
+    check_message(w, e, message, true, v);
+}
+
+fn reasons(all: &[&Reason]) -> String {
+    all.iter()
+        .map(|r| format!("{} {:?}", r.why, r.codes))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Whether `message` names `name`; a long name may be cut short.
+fn names(message: &str, name: &str) -> bool {
+    message.contains(name) || (name.len() > 40 && message.contains(&name[..40]))
+}
+
+/// Text fit to search a message for: printable ASCII, no quote.
+fn plain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'\'' && b != b'"' && b != b'\\')
+}
+
+fn check_message(w: &World, e: &Expect, message: &str, denial: bool, v: &mut Violations) {
+    // Class 9: no uid the requester did not name.
+    for pod in w.pods {
+        if !pod.uid.is_empty() && message.contains(&pod.uid) && !w.named_text.contains(&pod.uid) {
+            v.push(format!(
+                "message reveals the uid of pod '{}/{}', which the request did not name: {message}",
+                pod.namespace, pod.name
+            ));
+        }
+    }
+    // Class 12: no API error internals.
+    for internal in ["Status {", "ErrorResponse", "reqwest", "hyper::"] {
+        if message.contains(internal) {
+            v.push(format!("message echoes internals ({internal}): {message}"));
+        }
+    }
+    if !denial {
+        return;
+    }
+    let object = if w.object.present { &w.object } else { &w.old };
+    let name = object.shown_name();
+    if plain(name) && !names(message, name) {
+        v.push(format!(
+            "denial does not name the object '{name}': {message}"
+        ));
+    }
+    let ns = w.ns();
+    if plain(ns) && dns_label(ns) && !message.contains(ns) {
+        v.push(format!(
+            "denial does not name the namespace '{ns}': {message}"
+        ));
+    }
+    let pod_key = w.settings.pod_key();
+    // The owner the object declares (a denial of an object that declares
+    // none, like a lone uid label, has no owner to name).
+    let declared = if w.object.present { &w.object } else { &w.old };
+    let owners: Vec<&str> = [declared.label(&pod_key)]
+        .into_iter()
+        .flatten()
+        .filter(|o| plain(o) && w.settings.self_value.as_deref() != Some(*o))
+        .collect();
+    if let Some(owner) = owners.first()
+        && !owners.iter().any(|o| names(message, o))
+    {
+        // A denial about a reference names that reference instead.
+        let names_a_ref = w
+            .object
+            .refs
+            .iter()
+            .chain(&w.old.refs)
+            .any(|r| !r.name().is_empty() && message.contains(r.name()));
+        let _ = e;
+        if !names_a_ref {
+            v.push(format!(
+                "denial does not name the owner '{owner}': {message}"
+            ));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Allowed: the API server applies the patch, the collector reads the result.
+
+fn judge_allowed(w: &World, hook: Hook, e: &Expect, response: &Value, v: &mut Violations) {
+    if !e.deny.is_empty() {
+        let all: Vec<&Reason> = e.deny.iter().collect();
+        v.push(format!(
+            "wrong allow: the spec denies this: {}",
+            reasons(&all)
+        ));
+    }
+    let warnings: Vec<&str> = response["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    for warning in &warnings {
+        check_message(w, e, warning, false, v);
+    }
+    if !e.warn.is_empty() && warnings.is_empty() {
+        v.push(format!(
+            "allowed without a warning, though: {}",
+            e.warn.join("; ")
+        ));
+    }
+    let sent = &w.request["object"];
+    let fin = match apply_patch(sent, response) {
+        Ok(Some(patched)) => {
+            if e.unchanged {
+                v.push("patched an object the spec leaves unchanged".into());
+            }
+            if patched == *sent {
+                v.push(
+                    "a patch that changes nothing (rule 4: only when it changes something)".into(),
+                );
+            }
+            only_metadata_changed(sent, &patched, v);
+            patched
+        }
+        Ok(None) => sent.clone(),
+        Err(problem) => {
+            v.push(format!(
+                "the API server fails the request with 500: {problem}"
+            ));
+            return;
+        }
+    };
+    if hook == Hook::Validate && response.get("patch").is_some() {
+        return;
+    }
+    if matches!(w.operation.as_str(), "CREATE" | "UPDATE") && fin.is_object() {
+        collector(w, hook, e, &fin, response, v);
+    }
+}
+
+/// The patch as the API server applies it: base64, RFC 6902.
+fn apply_patch(object: &Value, response: &Value) -> Result<Option<Value>, String> {
+    let Some(encoded) = response.get("patch") else {
+        return Ok(None);
+    };
+    let encoded = encoded.as_str().ok_or("patch is not a string")?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|e| format!("patch is not base64: {e}"))?;
+    let patch: json_patch::Patch =
+        serde_json::from_slice(&bytes).map_err(|e| format!("patch is not a JSON Patch: {e}"))?;
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, &patch).map_err(|e| {
+        format!(
+            "patch {} does not apply: {e}",
+            String::from_utf8_lossy(&bytes)
+        )
+    })?;
+    if patched.get("metadata").is_some_and(|m| !m.is_object()) {
+        return Err("the patched object's metadata is not an object".into());
+    }
+    Ok(Some(patched))
+}
+
+/// Only metadata (and a pod template's labels) may change.
+fn only_metadata_changed(sent: &Value, patched: &Value, v: &mut Violations) {
+    let strip = |object: &Value| {
+        let mut object = object.clone();
+        if let Some(map) = object.as_object_mut() {
+            map.remove("metadata");
+        }
+        for pointer in TEMPLATE_POINTERS {
+            if let Some(metadata) = object.pointer_mut(pointer).and_then(Value::as_object_mut) {
+                metadata.remove("labels");
+            }
+        }
+        object
+    };
+    if strip(sent) != strip(patched) {
+        v.push("the patch changes more than metadata and pod template labels".into());
+    }
+}
+
+/// After mutation the API server removes exact duplicate references.
+fn dedup(refs: &[Entry]) -> Vec<Entry> {
+    let mut out: Vec<Entry> = Vec::new();
+    for r in refs {
+        if !out.iter().any(|o| o.raw == r.raw) {
+            out.push(r.clone());
+        }
+    }
+    out
+}
+
+fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v: &mut Violations) {
+    let s = w.settings;
+    let (pod_key, uid_key) = (s.pod_key(), s.uid_key());
+    let mut meta = Meta::parse(fin);
+    if !meta.garbage.is_empty() && w.object.garbage.is_empty() {
+        v.push(format!(
+            "the final object is malformed: {}",
+            meta.garbage.join(", ")
+        ));
+    }
+    meta.refs = dedup(&meta.refs);
+    let update = w.operation == "UPDATE";
+    let old = &w.old;
+    let sent = &w.object;
+    let mut known = known_uids(w, &[sent, old, &meta]);
+    if let Some((_, uid)) = &e.owner {
+        known.insert(uid.clone());
+    }
+    let refs = pod_refs(&meta, &known);
+    let inherited = |r: &Entry| update && old.refs.iter().any(|o| o.tuple() == r.tuple());
+    let old_blocking = |r: &Entry| {
+        old.refs
+            .iter()
+            .any(|o| o.tuple() == r.tuple() && o.blocking())
+    };
+    let patched = response.get("patch").is_some();
+    let sent_has = |r: &Entry| sent.refs.iter().any(|o| o.raw == r.raw);
+
+    // Every Pod reference: resolvable, live, non-blocking.
+    for r in &refs {
+        let why = if !r.exact() {
+            Some("not apiVersion v1, kind Pod: the collector cannot resolve it".to_string())
+        } else if !r.well_formed() {
+            Some("malformed".to_string())
+        } else if !dns_subdomain(r.name()) {
+            Some("its name is not a pod name".to_string())
+        } else if e.unchecked.contains(r.name()) {
+            None
+        } else {
+            match w.state(r.name(), r.uid()) {
+                State::Live | State::Failed => None,
+                State::Missing => Some(format!("no pod '{}' in namespace '{}'", r.name(), w.ns())),
+                State::OtherUid => Some(format!("pod '{}' has another uid", r.name())),
+                State::Terminating => Some(format!("pod '{}' is being deleted", r.name())),
+            }
+        };
+        // An object without owner label whose entry merely looks like a
+        // pod's (not v1/Pod, no uid the webhook knows): not ownerguard's.
+        let foreign = !r.exact()
+            && meta.label(&pod_key).is_none()
+            && !r.uid.as_deref().is_some_and(|u| known.contains(u));
+        if let Some(why) = why
+            && !inherited(r)
+            && !foreign
+        {
+            v.push(format!(
+                "final object: Pod reference {} does not resolve: {why}",
+                r.show()
+            ));
+        }
+        if r.blocking() && !(inherited(r) && old_blocking(r)) && !foreign {
+            v.push(format!(
+                "final object: Pod reference {} is blocking (blockOwnerDeletion: true)",
+                r.show()
+            ));
+        }
+        if r.blocking() && hook == Hook::Mutate && patched && !sent_has(r) {
+            v.push(format!(
+                "final object: the patch wrote a blocking reference {}",
+                r.show()
+            ));
+        }
+    }
+    // No entry contradicts a pod it names by uid.
+    for r in refs.iter().filter(|r| r.exact() && r.well_formed()) {
+        for o in meta
+            .refs
+            .iter()
+            .filter(|o| o.uid() == r.uid() && o.tuple() != r.tuple())
+        {
+            let legacy = inherited(r) && update && old.refs.iter().any(|x| x.tuple() == o.tuple());
+            if !legacy {
+                v.push(format!(
+                    "final object: {} contradicts {} (same uid, another tuple)",
+                    o.show(),
+                    r.show()
+                ));
+            }
+        }
+    }
+    // No restore where a removal stands.
+    for uid in &e.no_restore {
+        let now = meta.refs.iter().any(|r| r.uid() == uid);
+        let sent_it = sent.refs.iter().any(|r| r.uid() == uid);
+        if now && !sent_it {
+            v.push(format!(
+                "final object: the reference with uid '{uid}' was brought back, though its removal stands (collector's update, or owner not live)"
+            ));
+        }
+    }
+    // The owner label: exactly one reference, the uid label its uid.
+    let owner = match (meta.label(&pod_key), &e.owner) {
+        (Some(label), Some((name, uid)))
+            if label == name || s.self_value.as_deref() == Some(label) =>
+        {
+            Some((name.clone(), uid.clone()))
+        }
+        _ => None,
+    };
+    if let Some((name, uid)) = owner {
+        let with_uid: Vec<&Entry> = meta.refs.iter().filter(|r| r.uid() == uid).collect();
+        let exact = |r: &&Entry| r.exact() && r.name() == name;
+        let tuples: BTreeSet<Tuple> = with_uid.iter().map(|r| r.tuple()).collect();
+        // On UPDATE, what the old object already carried is legacy.
+        let old_tuples: BTreeSet<Tuple> = w
+            .old
+            .refs
+            .iter()
+            .filter(|r| r.uid() == uid)
+            .map(|r| r.tuple())
+            .collect();
+        if tuples.len() > 1 && !(update && tuples.is_subset(&old_tuples)) {
+            v.push(format!(
+                "final object: {} different references carry the owner's uid '{uid}', the collector needs exactly one",
+                tuples.len()
+            ));
+        }
+        if e.owner_required && e.deny.is_empty() && !with_uid.iter().any(exact) {
+            v.push(format!(
+                "final object: no reference {{v1, Pod, {name}, {uid}}} for owner label '{label}'",
+                label = meta.label(&pod_key).unwrap_or("")
+            ));
+        }
+        if !update
+            && hook == Hook::Mutate
+            && e.owner_required
+            && with_uid.iter().any(&exact)
+            && !with_uid
+                .iter()
+                .any(|r| exact(r) && r.block == Some(Value::Bool(false)))
+        {
+            v.push(format!(
+                "final object: /mutate leaves the owner's reference without blockOwnerDeletion: false (SPEC rule 2): {}",
+                with_uid[0].show()
+            ));
+        }
+        // The uid label.
+        match meta.label(&uid_key) {
+            // A legacy uid label kept as it was is the update's business.
+            Some(u)
+                if u != uid
+                    && !(update
+                        && old.label(&uid_key) == Some(u)
+                        && sent.label(&uid_key) == Some(u)) =>
+            {
+                v.push(format!(
+                    "final object: uid label '{u}' is not the owner's uid '{uid}'"
+                ));
+            }
+            None if hook == Hook::Mutate && !update && e.owner_required => {
+                v.push(format!(
+                    "final object: /mutate leaves no uid label (the owner's uid is '{uid}')"
+                ));
+            }
+            _ => {}
+        }
+        // Pod templates (issue 8 item 1).
+        if hook == Hook::Mutate && e.owner_required {
+            for pointer in TEMPLATE_POINTERS {
+                let Some(labels) = template_labels(fin, pointer) else {
+                    continue;
+                };
+                // On UPDATE only what ownerguard added and the update omits
+                // must come back (kubectl replace); an old template that
+                // never had it may stay as it was.
+                let had_it = template_labels(&w.request["oldObject"], pointer)
+                    .and_then(|l| l.get(&uid_key))
+                    .and_then(Value::as_str)
+                    == Some(uid.as_str());
+                if (!update || had_it)
+                    && labels.get(&pod_key).and_then(Value::as_str) == Some(name.as_str())
+                    && labels.get(&uid_key).and_then(Value::as_str) != Some(uid.as_str())
+                {
+                    v.push(format!(
+                        "final object: the pod template at {pointer} names owner '{name}' but its uid label is {} (the owner's uid is '{uid}'); the controller's pods will be refused",
+                        labels.get(&uid_key).map_or("absent".to_string(), |u| u.to_string())
+                    ));
+                }
+            }
+        }
+    }
+    // Restores on UPDATE.
+    if hook == Hook::Mutate && e.deny.is_empty() {
+        for restore in &e.restore {
+            let back = meta
+                .refs
+                .iter()
+                .any(|r| r.tuple() == restore.tuple && !r.blocking());
+            let denied_maybe = e.maybe.iter().any(|r| r.codes.contains(&403));
+            if !back && !denied_maybe {
+                v.push(format!(
+                    "final object: /mutate did not restore the live owner's reference {:?} that the update omitted",
+                    restore.tuple
+                ));
+            } else if !back {
+                v.push(format!(
+                    "final object: allowed without the live owner's reference {:?}: restore it or deny 403",
+                    restore.tuple
+                ));
+            }
+            if let Some(uid) = &restore.uid_label
+                && meta.label(&uid_key) != Some(uid.as_str())
+            {
+                v.push(format!(
+                    "final object: /mutate did not restore the uid label '{uid}'"
+                ));
+            }
+        }
+    }
+    // The audit annotations of an allowed owner.
+    if let Some(owner) = response["auditAnnotations"].get("owner") {
+        let owner = owner.as_str().unwrap_or("");
+        let mut parts = owner.splitn(3, '/');
+        let (ns, name, uid) = (parts.next(), parts.next(), parts.next());
+        if ns != Some(w.ns()) || name.is_none() || uid.is_none_or(str::is_empty) {
+            v.push(format!(
+                "audit annotation owner '{owner}' is not namespace/name/uid"
+            ));
+        }
+        if let Some((n, u)) = &e.owner
+            && (name != Some(n.as_str()) || uid != Some(u.as_str()))
+        {
+            v.push(format!(
+                "audit annotation owner '{owner}' is not the owner {n}/{u}"
+            ));
+        }
+        match response["auditAnnotations"]["owner-source"].as_str() {
+            Some("cache" | "api" | "inventory") => {}
+            other => v.push(format!("audit annotation owner-source {other:?}")),
+        }
+    }
+}
+
+/// The pods of a `pods.yaml` (a `v1` PodList, or a stream of Pods) in the
+/// oracle's terms. `default` for a pod without namespace, as the inventory
+/// reads it.
+pub fn pods_of(documents: &[Value]) -> Vec<Pod> {
+    let mut pods = Vec::new();
+    let mut push = |item: &Value| {
+        let m = &item["metadata"];
+        if let (Some(name), Some(uid)) = (m["name"].as_str(), m["uid"].as_str()) {
+            pods.push(Pod {
+                namespace: m["namespace"].as_str().unwrap_or("default").to_string(),
+                name: name.to_string(),
+                uid: uid.to_string(),
+                terminating: !m["deletionTimestamp"].is_null(),
+            });
+        }
+    };
+    for document in documents {
+        match document["items"].as_array() {
+            Some(items) => items.iter().for_each(&mut push),
+            None if document.is_object() => push(document),
+            None => {}
+        }
+    }
+    pods
+}
