@@ -352,7 +352,7 @@ func serveSecret(t *testing.T, og *harness.Ownerguard, namespace, secret string)
 	}
 	want := float64(notAfter(t, s.Data["tls.crt"]).Unix())
 	must(t, harness.Until(ctx, 30*time.Second, 250*time.Millisecond, "the certificate reloaded", func() error {
-		got, err := og.Metric("ownerguard_tls_certificate_expiry_timestamp_seconds")
+		got, err := og.Metric("ownerguard_tls_certificate_expiry_timestamp_seconds", nil)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,273 @@
+package harness
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Config of a control plane, from the environment e2e/run sets.
+type Config struct {
+	Bin         string // etcd, kube-apiserver, kube-controller-manager, helm
+	Work        string // pki/, logs/, etcd data, kubeconfigs
+	NodeIP      net.IP // the advertise address, on the network namespace's dummy interface
+	ServiceCIDR string
+	ServiceIP   net.IP // the first address of ServiceCIDR: the kubernetes Service
+}
+
+// ConfigFromEnv reads E2E_BIN, E2E_WORK, E2E_NODE_IP and E2E_SERVICE_CIDR.
+func ConfigFromEnv() (Config, error) {
+	c := Config{Bin: os.Getenv("E2E_BIN"), Work: os.Getenv("E2E_WORK"), ServiceCIDR: os.Getenv("E2E_SERVICE_CIDR")}
+	c.NodeIP = net.ParseIP(os.Getenv("E2E_NODE_IP"))
+	if c.Bin == "" || c.Work == "" || c.NodeIP == nil || c.ServiceCIDR == "" {
+		return c, fmt.Errorf("E2E_BIN, E2E_WORK, E2E_NODE_IP and E2E_SERVICE_CIDR must be set (run e2e/run)")
+	}
+	_, cidr, err := net.ParseCIDR(c.ServiceCIDR)
+	if err != nil {
+		return c, err
+	}
+	ip := cidr.IP.To4()
+	c.ServiceIP = net.IPv4(ip[0], ip[1], ip[2], ip[3]+1)
+	return c, nil
+}
+
+const (
+	EtcdClientURL = "http://127.0.0.1:2379"
+	APIPort       = 6443
+)
+
+// Plane is etcd, the API server(s) and the controller manager.
+type Plane struct {
+	Config
+	PKI             *PKI
+	Logs            string
+	AdminKubeconfig string
+	// An admin (system:masters) of its own, for an ownerguard to serve with.
+	OwnerguardAdminKubeconfig string
+	Etcd                      *Process
+	APIServer                 *Process
+	KCM                       *Process
+	extraAPI                  map[int]*Process
+}
+
+// NewPlane makes the PKI and the kubeconfigs; nothing runs yet.
+func NewPlane(c Config) (*Plane, error) {
+	pki, err := NewPKI(filepath.Join(c.Work, "pki"), c.NodeIP, c.ServiceIP)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plane{Config: c, PKI: pki, Logs: filepath.Join(c.Work, "logs"), extraAPI: map[int]*Process{}}
+	p.AdminKubeconfig = filepath.Join(c.Work, "admin.kubeconfig")
+	if err := Kubeconfig(p.AdminKubeconfig, APIURL(APIPort), pki.CAFile, pki.AdminToken); err != nil {
+		return nil, err
+	}
+	p.OwnerguardAdminKubeconfig = filepath.Join(c.Work, "ownerguard-admin.kubeconfig")
+	if err := Kubeconfig(p.OwnerguardAdminKubeconfig, APIURL(APIPort), pki.CAFile, pki.OwnerguardAdminToken); err != nil {
+		return nil, err
+	}
+	if err := Kubeconfig(filepath.Join(c.Work, "kcm.kubeconfig"), APIURL(APIPort), pki.CAFile, pki.KCMToken); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// APIURL of an API server on loopback.
+func APIURL(port int) string { return "https://127.0.0.1:" + strconv.Itoa(port) }
+
+// StartEtcd starts etcd on loopback and waits for its health.
+func (p *Plane) StartEtcd(ctx context.Context) error {
+	proc, err := Start("etcd", p.Logs, nil, filepath.Join(p.Bin, "etcd"),
+		"--name=e2e",
+		"--data-dir="+filepath.Join(p.Work, "etcd"),
+		"--listen-client-urls="+EtcdClientURL,
+		"--advertise-client-urls="+EtcdClientURL,
+		"--listen-peer-urls=http://127.0.0.1:2380",
+		"--initial-advertise-peer-urls=http://127.0.0.1:2380",
+		"--initial-cluster=e2e=http://127.0.0.1:2380",
+		"--listen-metrics-urls=http://127.0.0.1:2381",
+		// A test cluster: losing the data on a power cut is fine.
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	)
+	if err != nil {
+		return err
+	}
+	p.Etcd = proc
+	return WaitHTTP(ctx, proc, http.DefaultClient, "http://127.0.0.1:2381/health", "", 60*time.Second)
+}
+
+func (p *Plane) apiServerArgs(port int) []string {
+	return []string{
+		"--etcd-servers=" + EtcdClientURL,
+		"--bind-address=0.0.0.0",
+		"--secure-port=" + strconv.Itoa(port),
+		"--advertise-address=" + p.NodeIP.String(),
+		"--tls-cert-file=" + p.PKI.ServerCert,
+		"--tls-private-key-file=" + p.PKI.ServerKey,
+		"--client-ca-file=" + p.PKI.CAFile,
+		"--token-auth-file=" + p.PKI.TokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + p.PKI.SAPub,
+		"--service-account-signing-key-file=" + p.PKI.SAKey,
+		"--service-cluster-ip-range=" + p.ServiceCIDR,
+		// The defaults (MutatingAdmissionWebhook and ValidatingAdmissionWebhook
+		// among them) plus the plugin behind trap 2: blockOwnerDeletion needs
+		// update on the owner's finalizers.
+		"--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+		"--audit-policy-file=" + p.PKI.AuditPolicy,
+		"--audit-log-path=" + filepath.Join(p.Logs, fmt.Sprintf("audit-%d.log", port)),
+		"--audit-log-format=json",
+		"--profiling=false",
+	}
+}
+
+// StartAPIServer starts an API server on port (APIPort for the main one;
+// another port runs a second one on the same etcd) and waits for /readyz.
+func (p *Plane) StartAPIServer(ctx context.Context, port int) error {
+	name := "kube-apiserver"
+	if port != APIPort {
+		name = fmt.Sprintf("kube-apiserver-%d", port)
+	}
+	proc, err := Start(name, p.Logs, nil, filepath.Join(p.Bin, "kube-apiserver"), p.apiServerArgs(port)...)
+	if err != nil {
+		return err
+	}
+	if port == APIPort {
+		p.APIServer = proc
+	} else {
+		p.extraAPI[port] = proc
+	}
+	return WaitHTTP(ctx, proc, p.HTTPClient(), APIURL(port)+"/readyz", p.PKI.AdminToken, 120*time.Second)
+}
+
+// StopAPIServer stops the API server on port.
+func (p *Plane) StopAPIServer(port int) {
+	proc := p.APIServer
+	if port != APIPort {
+		proc = p.extraAPI[port]
+		delete(p.extraAPI, port)
+	}
+	if proc != nil {
+		// A stopped API server stops listening at once but may take
+		// its time to exit while watches are open: killed after 15 s.
+		proc.Stop(15 * time.Second)
+	}
+}
+
+// Controllers the controller manager runs: the garbage collector, the
+// workload controllers whose pods a worker's labelled templates make,
+// and what they need (service accounts and their tokens, the root CA).
+var Controllers = []string{
+	"garbage-collector-controller",
+	"job-controller",
+	"deployment-controller",
+	"replicaset-controller",
+	"cronjob-controller",
+	"serviceaccount-controller",
+	"serviceaccount-token-controller",
+	"root-ca-certificate-publisher-controller",
+	"namespace-controller",
+}
+
+// StartKCM starts the controller manager and waits for its /healthz.
+func (p *Plane) StartKCM(ctx context.Context) error {
+	kubeconfig := filepath.Join(p.Work, "kcm.kubeconfig")
+	controllers := ""
+	for i, c := range Controllers {
+		if i > 0 {
+			controllers += ","
+		}
+		controllers += c
+	}
+	proc, err := Start("kube-controller-manager", p.Logs, nil, filepath.Join(p.Bin, "kube-controller-manager"),
+		"--kubeconfig="+kubeconfig,
+		"--authentication-kubeconfig="+kubeconfig,
+		"--authorization-kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=10257",
+		"--controllers="+controllers,
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file="+p.PKI.SAKey,
+		"--root-ca-file="+p.PKI.CAFile,
+		"--leader-elect=false",
+		// Collect quickly after a deletion: the scenarios time the collector.
+		"--concurrent-gc-syncs=20",
+		"--profiling=false",
+	)
+	if err != nil {
+		return err
+	}
+	p.KCM = proc
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 5 * time.Second}
+	return WaitHTTP(ctx, proc, insecure, "https://127.0.0.1:10257/healthz", "", 120*time.Second)
+}
+
+// HTTPClient trusts the cluster CA.
+func (p *Plane) HTTPClient() *http.Client {
+	pool := x509.NewCertPool()
+	pool.AddCert(p.PKI.CA.Cert)
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+}
+
+// RESTConfig for the admin, on the main API server.
+func (p *Plane) RESTConfig() *rest.Config {
+	return p.RESTConfigToken(p.PKI.AdminToken)
+}
+
+// RESTConfigToken is the main API server with a bearer token.
+func (p *Plane) RESTConfigToken(token string) *rest.Config {
+	return &rest.Config{
+		Host:            APIURL(APIPort),
+		BearerToken:     token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: p.PKI.CA.CertPEM},
+		QPS:             200,
+		Burst:           400,
+		Timeout:         30 * time.Second,
+	}
+}
+
+// Admin is a clientset for the admin.
+func (p *Plane) Admin() *kubernetes.Clientset {
+	return kubernetes.NewForConfigOrDie(p.RESTConfig())
+}
+
+// Stop everything, in reverse order.
+func (p *Plane) Stop() {
+	if p.KCM != nil {
+		p.KCM.Stop(15 * time.Second)
+	}
+	for port := range p.extraAPI {
+		p.StopAPIServer(port)
+	}
+	if p.APIServer != nil {
+		p.APIServer.Stop(30 * time.Second)
+	}
+	if p.Etcd != nil {
+		p.Etcd.Stop(15 * time.Second)
+	}
+}
+
+// Processes that are running, for the logs printed on a failure.
+func (p *Plane) Processes() []*Process {
+	var out []*Process
+	for _, proc := range []*Process{p.Etcd, p.APIServer, p.KCM} {
+		if proc != nil {
+			out = append(out, proc)
+		}
+	}
+	for _, proc := range p.extraAPI {
+		out = append(out, proc)
+	}
+	return out
+}

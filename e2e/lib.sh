@@ -1,0 +1,168 @@
+# Shared by e2e/run and bench/create.sh: build the binaries, make the
+# network namespace, clean up on exit. Sourced; expects E2E_DIR and REPO.
+
+# E2E_BIN may be set to build elsewhere (a cold-build measurement).
+E2E_BIN="${E2E_BIN:-$E2E_DIR/.bin}"
+E2E_NODE_IP=10.200.0.1
+E2E_SERVICE_CIDR=10.96.0.0/24
+E2E_NETNS=""
+E2E_WORK=""
+export E2E_BIN E2E_NODE_IP E2E_SERVICE_CIDR
+
+log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# The Go binaries, rebuilt when a source, go.mod or go.sum changed; the
+# control plane on Kubernetes' own pinned versions (e2e/go.mod), Helm in
+# its own module (e2e/helm/go.mod). Builds run at the lowest priority.
+e2e_build() {
+  local stamp want
+  want="$(cd "$E2E_DIR" && find . -path ./.bin -prune -o -path ./.work -prune -o \
+      \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' -o -name lib.sh \) -type f -print0 \
+    | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
+  stamp="$E2E_BIN/.stamp"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    log "Go binaries up to date in $E2E_BIN"
+  else
+    local start=$SECONDS
+    log "building etcd, kube-apiserver, kube-controller-manager, the scenarios, createbench, helm and chartcheck (nice -n 19)"
+    mkdir -p "$E2E_BIN"
+    # The version Kubernetes' own build (hack/lib/version.sh) stamps in;
+    # without it the API server says v0.0.0-master and Helm refuses the
+    # chart's kubeVersion.
+    local k8s ldflags="" pkg
+    k8s="$(cd "$E2E_DIR" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $pkg.gitVersion=$k8s -X $pkg.gitMajor=$(cut -d. -f1 <<<"${k8s#v}")"
+      ldflags+=" -X $pkg.gitMinor=$(cut -d. -f2 <<<"$k8s") -X $pkg.gitTreeState=clean"
+    done
+    (cd "$E2E_DIR" && nice -n 19 go build -trimpath -ldflags "$ldflags" -o "$E2E_BIN/" ./cmd/...)
+    (cd "$E2E_DIR" && nice -n 19 go test -c -trimpath -o "$E2E_BIN/scenarios.test" ./scenarios)
+    # Helm's Makefile stamps its version and the Kubernetes minor of its
+    # client-go (the default of `helm template`, which asks no cluster).
+    local helm_ver client_go hl
+    helm_ver="$(cd "$E2E_DIR/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v3)"
+    client_go="$(cd "$E2E_DIR/helm" && go list -m -f '{{.Version}}' k8s.io/client-go)"
+    hl="-X helm.sh/helm/v3/internal/version.version=$helm_ver"
+    for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+      hl+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$(cut -d. -f2 <<<"$client_go")"
+    done
+    (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -ldflags "$hl" -o "$E2E_BIN/helm" helm.sh/helm/v3/cmd/helm)
+    (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -o "$E2E_BIN/" ./chartcheck)
+    echo "$want" >"$stamp"
+    log "Go binaries built in $((SECONDS - start)) s"
+  fi
+  log "building ownerguard (cargo build --release)"
+  (cd "$REPO" && cargo build --release --locked --quiet)
+  local built="${CARGO_TARGET_DIR:-$REPO/target}/release/ownerguard"
+  [[ "$built" = /* ]] || built="$REPO/$built"
+  # A copy: a target directory shared with other work trees may be
+  # rebuilt from other sources while the suite runs.
+  cp "$built" "$E2E_BIN/ownerguard"
+  OWNERGUARD_BIN="$E2E_BIN/ownerguard"
+  export OWNERGUARD_BIN
+}
+
+# A network namespace of our own: loopback, and a bridge without ports
+# (a "dummy" link is not in every kernel; a bridge is) holding the node
+# address, the default route (nothing leaves: the bridge has no port) and,
+# later, the Services' ClusterIPs.
+e2e_netns_up() {
+  E2E_NETNS="ownerguard-e2e-$$-$RANDOM"
+  E2E_WORK="$(mktemp -d "${TMPDIR:-/tmp}/ownerguard-e2e.XXXXXX")"
+  export E2E_NETNS E2E_WORK
+  trap e2e_cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  ip netns add "$E2E_NETNS"
+  ip -n "$E2E_NETNS" link set lo up
+  ip -n "$E2E_NETNS" link add og0 type bridge
+  ip -n "$E2E_NETNS" addr add "$E2E_NODE_IP/24" dev og0
+  ip -n "$E2E_NETNS" link set og0 up
+  ip -n "$E2E_NETNS" route add default dev og0
+  log "network namespace $E2E_NETNS, work directory $E2E_WORK"
+}
+
+e2e_plane_env() {
+  export E2E_REPO="$REPO"
+}
+
+e2e_in_netns() {
+  ip netns exec "$E2E_NETNS" "$@"
+}
+
+# Whatever still runs in the namespace is ours: end it, by pid, then
+# delete the namespace. Logs of a failed run are printed (tail). For
+# e2e/run (E2E_SUMMARY=1) the very last line is "N passed, M failed".
+e2e_cleanup() {
+  local rc=$?
+  set +e
+  if [[ -n "$E2E_NETNS" ]] && ip netns list | grep -qw "$E2E_NETNS"; then
+    local pids
+    pids="$(ip netns pids "$E2E_NETNS" 2>/dev/null)"
+    if [[ -n "$pids" ]]; then
+      # shellcheck disable=SC2086
+      kill -TERM $pids 2>/dev/null
+      for _ in $(seq 1 50); do
+        pids="$(ip netns pids "$E2E_NETNS" 2>/dev/null)"
+        [[ -z "$pids" ]] && break
+        sleep 0.2
+      done
+      # shellcheck disable=SC2086
+      [[ -n "$pids" ]] && kill -KILL $pids 2>/dev/null
+    fi
+    ip netns del "$E2E_NETNS"
+  fi
+  if [[ -n "$E2E_WORK" && -d "$E2E_WORK" ]]; then
+    if [[ $rc -ne 0 ]]; then
+      local f
+      for f in "$E2E_WORK"/logs/*.log; do
+        [[ -f "$f" && "$(basename "$f")" != audit-* ]] || continue
+        printf '\n----- last lines of %s\n' "$(basename "$f")"
+        tail -n 40 "$f"
+      done
+    fi
+    if [[ -n "${E2E_KEEP:-}" ]]; then
+      log "kept $E2E_WORK"
+    else
+      rm -rf "$E2E_WORK"
+    fi
+  fi
+  if [[ -n "${E2E_SUMMARY:-}" ]]; then
+    if [[ -z "${E2E_FAILED:-}" ]]; then
+      log "failed before any scenario ran"
+      E2E_PASSED=0 E2E_FAILED=1
+      rc=1
+    fi
+    echo "$E2E_PASSED passed, $E2E_FAILED failed"
+  fi
+  exit $rc
+}
+
+# Count the leaf tests of a `go test -v` log (a test with subtests counts
+# through its subtests) into E2E_PASSED and E2E_FAILED, naming each
+# failure; a binary that failed outside any test counts as one failure.
+# Returns non-zero when something failed.
+e2e_count() {
+  local file="$1" status="$2" counts
+  counts="$(awk '
+    match($0, /^ *--- (PASS|FAIL|SKIP): [^ ]+/) {
+      split(substr($0, RSTART, RLENGTH), w, " ")
+      sub(/:$/, "", w[2]); result[w[3]] = w[2]; order[n++] = w[3]
+    }
+    END {
+      for (i = 0; i < n; i++) {
+        name = order[i]; leaf = 1
+        for (other in result) if (index(other, name "/") == 1) { leaf = 0; break }
+        if (!leaf) continue
+        if (result[name] == "PASS") p++
+        else { q++; if (result[name] == "FAIL") print "failed: " name > "/dev/stderr"; else print "skipped (counted as failed): " name > "/dev/stderr" }
+      }
+      printf "%d %d\n", p, q
+    }' "$file")"
+  read -r E2E_PASSED E2E_FAILED <<<"$counts"
+  if [[ "$status" -ne 0 && "$E2E_FAILED" -eq 0 ]]; then
+    log "the scenarios exited with status $status outside any test (setup, timeout or crash)"
+    E2E_FAILED=1
+  fi
+  [[ "$E2E_FAILED" -eq 0 ]]
+}
