@@ -338,7 +338,9 @@ fn log_decision(
         .get("owner")
         .map(String::as_str)
         .unwrap_or("");
-    let message = response
+    // `detail`, not `message`: tracing's JSON writes the event's own text
+    // under `message`, and a second key of that name would hide it.
+    let detail = response
         .status
         .as_ref()
         .map(|s| s.message.as_str())
@@ -355,7 +357,7 @@ fn log_decision(
         code = response.status.as_ref().map_or(200, |s| s.code),
         dry_run = request.dry_run.unwrap_or(false),
         duration_ms = elapsed.as_secs_f64() * 1000.0,
-        message,
+        detail,
         "decision"
     );
 }

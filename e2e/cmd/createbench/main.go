@@ -130,13 +130,11 @@ func decisionDurations(log string) ([]time.Duration, error) {
 	}
 	var out []time.Duration
 	for _, line := range strings.Split(string(data), "\n") {
-		// Matched as text: a decision line carries "message" twice (the
-		// event's, then the denial's field), and a JSON decoder keeps the
-		// last.
 		var d struct {
+			Message    string  `json:"message"`
 			DurationMS float64 `json:"duration_ms"`
 		}
-		if strings.Contains(line, `"message":"decision"`) && json.Unmarshal([]byte(line), &d) == nil {
+		if json.Unmarshal([]byte(line), &d) == nil && d.Message == "decision" {
 			out = append(out, time.Duration(d.DurationMS*float64(time.Millisecond)))
 		}
 	}
