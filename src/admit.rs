@@ -502,18 +502,42 @@ fn check_reference_count(meta: &ObjectMeta, at: &Subject, policy: &Policy) -> Re
     Ok(())
 }
 
-fn blocking(at: &Subject, owner: &str, labelled: bool) -> Denial {
-    Denial::BlockingReference {
-        at: at.clone(),
-        owner: owner.to_string(),
-        labelled,
-    }
+/// What a Pod reference with `blockOwnerDeletion: true` gets: `/mutate`
+/// sets it to false with a warning, `/validate` denies it.
+struct Unblock<'a> {
+    at: &'a Subject,
+    webhook: WebhookKind,
+    /// The object carries the owner label, so the mutating webhook sees it
+    /// and would have fixed it: the denial says so.
+    labelled: bool,
 }
 
-fn unblock_warning(owner: &str) -> String {
-    format!(
-        "blockOwnerDeletion set to false on the ownerReference to pod '{owner}': true needs pods/finalizers update"
-    )
+impl Unblock<'_> {
+    /// The reference at `index`, to pod `owner`, is blocking.
+    ///
+    /// # Errors
+    ///
+    /// [`Denial::BlockingReference`] on `/validate`.
+    fn blocking(
+        &self,
+        index: usize,
+        owner: &str,
+        patch: &mut MetadataPatch,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), Denial> {
+        if self.webhook == WebhookKind::Validate {
+            return Err(Denial::BlockingReference {
+                at: self.at.clone(),
+                owner: owner.to_string(),
+                labelled: self.labelled,
+            });
+        }
+        warnings.push(format!(
+            "blockOwnerDeletion set to false on the ownerReference to pod '{owner}': true needs pods/finalizers update"
+        ));
+        patch.unblock_owner_reference(index);
+        Ok(())
+    }
 }
 
 /// The API server turns each warning into a `Warning` header, which

@@ -11,9 +11,8 @@ use crate::owner::resolve::{
 use crate::patch::MetadataPatch;
 
 use super::{
-    Checks, Judge, LookupNeed, Policy, WebhookKind, blocking, check_reference_count,
-    cluster_scoped, first_declared_owner, merge_lookups, namespace_of, object_of, requester_of,
-    templates, unblock_warning,
+    Checks, Judge, LookupNeed, Policy, Unblock, WebhookKind, check_reference_count, cluster_scoped,
+    first_declared_owner, merge_lookups, namespace_of, object_of, requester_of, templates,
 };
 
 /// What a CREATE leaves to the lookups: every declared owner must be
@@ -101,24 +100,21 @@ pub(super) fn plan(
     // Every Pod reference non-blocking: a `true` is set to false with a
     // warning; the owner's own entry gets an explicit `false`.
     let owner_uid = owner.as_ref().map(|o| o.claim.uid.as_str());
+    let unblock = Unblock {
+        at: &at,
+        webhook,
+        labelled: owner.is_some(),
+    };
     for claim in &claims {
         let Origin::Reference(index) = claim.origin else {
             continue;
         };
-        let blocking_flag = references(meta)[index].block_owner_deletion;
-        match (webhook, blocking_flag) {
-            (_, Some(false)) | (WebhookKind::Validate, None) => {}
-            (WebhookKind::Validate, Some(true)) => {
-                return Err(blocking(&at, &claim.name, owner.is_some()));
-            }
-            (WebhookKind::Mutate, Some(true)) => {
-                warnings.push(unblock_warning(&claim.name));
+        match references(meta)[index].block_owner_deletion {
+            Some(true) => unblock.blocking(index, &claim.name, &mut patch, &mut warnings)?,
+            None if mutate && owner_uid == Some(claim.uid.as_str()) => {
                 patch.unblock_owner_reference(index);
             }
-            (WebhookKind::Mutate, None) if owner_uid == Some(claim.uid.as_str()) => {
-                patch.unblock_owner_reference(index);
-            }
-            (WebhookKind::Mutate, None) => {}
+            _ => {}
         }
     }
 

@@ -24,9 +24,8 @@ use crate::owner::resolve::{
 use crate::patch::MetadataPatch;
 
 use super::{
-    Checks, Judge, LookupNeed, Policy, WebhookKind, blocking, check_reference_count,
-    cluster_scoped, first_declared_owner, merge_lookups, namespace_of, object_of, requester_of,
-    templates, unblock_warning,
+    Checks, Judge, LookupNeed, Policy, Unblock, WebhookKind, check_reference_count, cluster_scoped,
+    first_declared_owner, merge_lookups, namespace_of, object_of, requester_of, templates,
 };
 
 /// What an UPDATE leaves to the lookups.
@@ -127,6 +126,11 @@ pub(super) fn plan(
     let owner_label_kept = label(meta, &labels.pod).is_some() && label_removed.is_none();
 
     let mut patch = MetadataPatch::default();
+    let unblock = Unblock {
+        at: &at,
+        webhook,
+        labelled: owner_label_kept,
+    };
     let mut warnings = Vec::new();
     let (old_references, new_references) = (references(old), references(meta));
     // Indexed by uid: an object may carry thousands of references, and
@@ -182,11 +186,7 @@ pub(super) fn plan(
                 });
             }
             if after.block_owner_deletion == Some(true) {
-                if !mutate {
-                    return Err(blocking(&at, &before.name, owner_label_kept));
-                }
-                warnings.push(unblock_warning(&before.name));
-                patch.unblock_owner_reference(index);
+                unblock.blocking(index, &before.name, &mut patch, &mut warnings)?;
             }
         }
     }
@@ -242,11 +242,7 @@ pub(super) fn plan(
             continue;
         };
         if new_references[index].block_owner_deletion == Some(true) {
-            if !mutate {
-                return Err(blocking(&at, &claim.name, owner_label_kept));
-            }
-            warnings.push(unblock_warning(&claim.name));
-            patch.unblock_owner_reference(index);
+            unblock.blocking(index, &claim.name, &mut patch, &mut warnings)?;
         }
     }
 
