@@ -246,6 +246,31 @@ pub(super) fn plan(
         }
     }
 
+    // Every other Pod reference the update keeps (one without a uid, from
+    // before ownerguard, is kept as it was) stays non-blocking too.
+    let handled: HashSet<usize> = claims
+        .iter()
+        .filter_map(|claim| match claim.origin {
+            crate::owner::Origin::Reference(index) => Some(index),
+            crate::owner::Origin::Label => None,
+        })
+        .chain(
+            new_references
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| old_pod_uids.contains(r.uid.as_str()))
+                .map(|(index, _)| index),
+        )
+        .collect();
+    for (index, reference) in new_references.iter().enumerate() {
+        if reference.is_pod()
+            && reference.block_owner_deletion == Some(true)
+            && !handled.contains(&index)
+        {
+            unblock.blocking(index, &reference.name, &mut patch, &mut warnings)?;
+        }
+    }
+
     if owner_label_kept && let Some(owner) = &owner_claim {
         templates::complete(
             head,
@@ -406,7 +431,7 @@ fn label_changes(
         // Removing the owner label but keeping the uid label names no
         // owner. (The name annotation left behind is inert: it only
         // completes `Self`.)
-        if pod_after.is_none() && after.is_some() && !is_annotation {
+        if pod_after.is_none() && !is_annotation && label(meta, key).is_some() {
             return Err(Denial::HalfClaim {
                 at: at.clone(),
                 key: key.clone(),

@@ -1356,9 +1356,11 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             .filter(|u| !u.is_empty())
             .map(str::to_string)
             .or_else(|| {
+                // An empty uid (a reference from before ownerguard)
+                // identifies no pod.
                 let uids: BTreeSet<&str> = old_refs
                     .iter()
-                    .filter(|r| r.exact() && r.name() == name)
+                    .filter(|r| r.exact() && r.name() == name && !r.uid().is_empty())
                     .map(|r| r.uid())
                     .collect();
                 (uids.len() == 1).then(|| uids.into_iter().next().unwrap().to_string())
