@@ -247,7 +247,10 @@ pub(super) fn plan(
     }
 
     // Every other Pod reference the update keeps (one without a uid, from
-    // before ownerguard, is kept as it was) stays non-blocking too.
+    // before ownerguard) stays non-blocking too: /mutate unblocks it;
+    // /validate denies it only when the update made it blocking (one that
+    // was blocking already is legacy, and the API server's own validation
+    // refuses a reference without a uid after admission anyway).
     let handled: HashSet<usize> = claims
         .iter()
         .filter_map(|claim| match claim.origin {
@@ -263,9 +266,15 @@ pub(super) fn plan(
         )
         .collect();
     for (index, reference) in new_references.iter().enumerate() {
+        let was_blocking = || {
+            old_references.iter().any(|before| {
+                tuple(before) == tuple(reference) && before.block_owner_deletion == Some(true)
+            })
+        };
         if reference.is_pod()
             && reference.block_owner_deletion == Some(true)
             && !handled.contains(&index)
+            && (mutate || !was_blocking())
         {
             unblock.blocking(index, &reference.name, &mut patch, &mut warnings)?;
         }

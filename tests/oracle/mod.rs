@@ -1570,9 +1570,29 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         }
     }
 
-    // Every other Pod reference of the old object. One without a uid
-    // (from before ownerguard: the API server validates references after
-    // admission) identifies nothing to follow: legacy, kept or not.
+    // A Pod reference without a uid (from before ownerguard: the API
+    // server validates references after admission) identifies nothing to
+    // follow: legacy, kept or not; but kept, it stays non-blocking like any
+    // other (SPEC UPDATE): made blocking by the update, /mutate unblocks
+    // it, /validate denies.
+    for r in old_refs.iter().filter(|r| r.exact() && r.uid().is_empty()) {
+        for n in new_refs
+            .iter()
+            .filter(|n| n.tuple() == r.tuple() && n.blocking() && !r.blocking())
+        {
+            match hook {
+                Hook::Mutate => e
+                    .warn
+                    .push(format!("blocking reference {} made non-blocking", n.show())),
+                Hook::Validate => e.deny(
+                    &[400, 403],
+                    false,
+                    format!("the update makes the reference {} blocking", n.show()),
+                ),
+            }
+        }
+    }
+    // Every other Pod reference of the old object.
     for r in old_refs
         .iter()
         .filter(|r| Some(r.uid()) != o_owner_ref.map(|o| o.uid()))
