@@ -89,7 +89,7 @@ impl From<crate::cli::DoctorArgs> for DoctorOptions {
 }
 
 /// The installation as read from the API.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Installation {
     pub mutating: Option<MutatingWebhookConfiguration>,
     pub validating: Option<ValidatingWebhookConfiguration>,
@@ -98,6 +98,32 @@ pub struct Installation {
     pub services: Vec<Service>,
     pub disruption_budgets: Vec<PodDisruptionBudget>,
     pub serving_certificate: ServingCertificate,
+    /// Every other webhook configuration of the cluster, or why they could
+    /// not be listed.
+    pub others: Result<Vec<OtherConfiguration>, String>,
+}
+
+/// A webhook configuration that is not this installation's.
+#[derive(Debug, Clone)]
+pub struct OtherConfiguration {
+    pub kind: &'static str,
+    pub name: String,
+    /// Each webhook's name, and the label keys its objectSelector reads.
+    pub webhooks: Vec<(String, Vec<String>)>,
+}
+
+impl Default for Installation {
+    fn default() -> Self {
+        Self {
+            mutating: None,
+            validating: None,
+            deployment: None,
+            services: Vec::new(),
+            disruption_budgets: Vec::new(),
+            serving_certificate: ServingCertificate::default(),
+            others: Ok(Vec::new()),
+        }
+    }
 }
 
 /// Where the server's certificate comes from, and what it holds.
@@ -110,6 +136,141 @@ pub struct ServingCertificate {
     pub problem: Option<String>,
     /// The certificate chain (PEM), if the Secret and key exist.
     pub pem: Option<Vec<u8>>,
+}
+
+/// Every webhook configuration but `ours`, of both kinds. A refusal to list
+/// (RBAC) is reported, not an error: the other checks still run.
+async fn other_configurations(
+    client: &kube::Client,
+    ours: &str,
+) -> Result<Vec<OtherConfiguration>, String> {
+    fn keys(selector: Option<&LabelSelector>) -> Vec<String> {
+        let Some(selector) = selector else {
+            return Vec::new();
+        };
+        let mut keys: Vec<String> = selector
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.extend(
+            selector
+                .match_expressions
+                .iter()
+                .flatten()
+                .map(|e| e.key.clone()),
+        );
+        keys
+    }
+    let refused = |kind: &str, error: kube::Error| match error {
+        kube::Error::Api(status) => {
+            format!("cannot list {kind}s ({} {})", status.code, status.reason)
+        }
+        other => format!("cannot list {kind}s: {other}"),
+    };
+    let params = ListParams::default();
+    let mut others = Vec::new();
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .list(&params)
+        .await
+        .map_err(|e| refused("MutatingWebhookConfiguration", e))?;
+    for configuration in mutating.items {
+        let name = configuration.metadata.name.clone().unwrap_or_default();
+        if name == ours {
+            continue;
+        }
+        let webhooks = configuration
+            .webhooks
+            .iter()
+            .flatten()
+            .map(|w| (w.name.clone(), keys(w.object_selector.as_ref())))
+            .collect();
+        others.push(OtherConfiguration {
+            kind: "MutatingWebhookConfiguration",
+            name,
+            webhooks,
+        });
+    }
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .list(&params)
+        .await
+        .map_err(|e| refused("ValidatingWebhookConfiguration", e))?;
+    for configuration in validating.items {
+        let name = configuration.metadata.name.clone().unwrap_or_default();
+        if name == ours {
+            continue;
+        }
+        let webhooks = configuration
+            .webhooks
+            .iter()
+            .flatten()
+            .map(|w| (w.name.clone(), keys(w.object_selector.as_ref())))
+            .collect();
+        others.push(OtherConfiguration {
+            kind: "ValidatingWebhookConfiguration",
+            name,
+            webhooks,
+        });
+    }
+    Ok(others)
+}
+
+/// Another installation that judges the same objects: a webhook of the same
+/// name (the API server allows it in another configuration), or one whose
+/// objectSelector reads this installation's owner label. Then two servers
+/// answer for the same objects, and neither the install check nor
+/// `--probe` can tell which one answered.
+fn check_others(installation: &Installation, key_prefix: &str) -> Check {
+    let subject = "other installations";
+    let others = match &installation.others {
+        Ok(others) => others,
+        Err(why) => {
+            return line(
+                Verdict::Warn,
+                subject,
+                format!("{why}: another installation serving the same webhooks would go unnoticed"),
+            );
+        }
+    };
+    let ours: BTreeSet<String> = webhooks(installation)
+        .iter()
+        .map(|w| w.name.clone())
+        .collect();
+    let owner_key = format!("{key_prefix}/owner-pod");
+    let clashes: Vec<String> = others
+        .iter()
+        .flat_map(|other| {
+            other.webhooks.iter().filter_map(|(name, keys)| {
+                let same_name = ours.contains(name);
+                let same_label = keys.contains(&owner_key);
+                (same_name || same_label).then(|| {
+                    let why = if same_name {
+                        "the same name"
+                    } else {
+                        "the owner label"
+                    };
+                    format!("{} {} webhook {name} ({why})", other.kind, other.name)
+                })
+            })
+        })
+        .collect();
+    if clashes.is_empty() {
+        line(
+            Verdict::Ok,
+            subject,
+            format!("no other webhook configuration serves {owner_key}"),
+        )
+    } else {
+        line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "{}: two installations judge the same objects, the first one the API server calls decides, and neither the install check nor --probe can tell which answered; uninstall one, or give it another keyPrefix",
+                clashes.join(", ")
+            ),
+        )
+    }
 }
 
 /// Read the installation. Missing objects are `None`, not errors.
@@ -136,12 +297,14 @@ pub async fn gather(
         .await?
         .items;
 
+    let others = other_configurations(&client, &options.name).await;
     let mut wanted = BTreeSet::new();
     let mut installation = Installation {
         mutating,
         validating,
         deployment,
         disruption_budgets,
+        others,
         ..Installation::default()
     };
     for webhook in webhooks(&installation) {
@@ -609,6 +772,7 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
     ));
 
     let key_prefix = flags.map_or(DEFAULT_KEY_PREFIX, |f| f.key_prefix.as_str());
+    checks.push(check_others(installation, key_prefix));
     for webhook in webhooks(installation) {
         checks.push(check_ca_bundle(&webhook, &chain, now));
         if let Some(view) = server.as_ref().and_then(|s| s.as_ref().ok()) {

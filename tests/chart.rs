@@ -554,6 +554,8 @@ fn doctor_on(objects: &[Value]) -> Vec<ownerguard::doctor::Check> {
             .map(|v| serde_json::from_value::<PodDisruptionBudget>(v.clone()).unwrap())
             .collect(),
         serving_certificate: serving,
+        // A rendered chart holds no other installation's configurations.
+        others: Ok(Vec::new()),
     };
     let options = DoctorOptions {
         namespace: "ownerguard".into(),

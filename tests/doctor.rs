@@ -183,10 +183,11 @@ async fn a_healthy_installation_passes_every_check() {
         checks.iter().all(|c| c.verdict == Verdict::Ok),
         "{checks:#?}"
     );
-    // The two configurations, the server, the certificate; per webhook its
-    // caBundle, Service, path, rules, objectSelector, namespaceSelector,
-    // failurePolicy and timeout; replicas and the PDB.
-    assert_eq!(checks.len(), 2 + 1 + 1 + 2 * 8 + 2, "{checks:#?}");
+    // The two configurations, the server, the certificate, no other
+    // installation; per webhook its caBundle, Service, path, rules,
+    // objectSelector, namespaceSelector, failurePolicy and timeout;
+    // replicas and the PDB.
+    assert_eq!(checks.len(), 2 + 1 + 1 + 1 + 2 * 8 + 2, "{checks:#?}");
     let report: Vec<String> = checks.iter().map(ToString::to_string).collect();
     for expected in [
         "ok   caBundle of mutating mutate.ownerguard.io: verifies the serving certificate for ownerguard.ownerguard.svc",
@@ -398,7 +399,7 @@ async fn the_cluster_wide_webhook_is_judged_as_such() {
         checks.iter().all(|c| c.verdict == Verdict::Ok),
         "Ignore, CREATE only and /validate-all are right for it: {checks:#?}"
     );
-    assert_eq!(checks.len(), 22 + 8);
+    assert_eq!(checks.len(), 23 + 8);
     // /validate works there, but fails closed on a lookup: a warning.
     setup.at(VALIDATING)["webhooks"][1]["clientConfig"]["service"]["path"] = json!("/validate");
     let warned: Vec<String> = run(&setup)
@@ -874,7 +875,7 @@ async fn doctor_command_prints_one_line_per_check_and_exits_1_on_a_failure() {
         "{stdout}{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(stdout.lines().count(), 22, "{stdout}");
+    assert_eq!(stdout.lines().count(), 23, "{stdout}");
     assert!(stdout.lines().all(|l| l.starts_with("ok   ")), "{stdout}");
 
     let server = FakeApi::start().await;
@@ -936,4 +937,33 @@ async fn doctor_probe_only_is_one_line_and_waits_for_the_webhook() {
         stdout.starts_with("FAIL probe in agents: a dry-run create"),
         "{stdout}"
     );
+}
+
+/// Found by review: a second release with the same keyPrefix registers
+/// webhooks of the same names in another configuration; the API server
+/// calls both, and the install check could not tell which one answered.
+#[tokio::test]
+async fn another_installation_judging_the_same_objects_fails() {
+    let mut setup = Setup::healthy();
+    let mut other = setup.at(MUTATING).clone();
+    other["metadata"]["name"] = json!("zz-ownerguard");
+    setup.put(
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/zz-ownerguard",
+        other.clone(),
+    );
+    let failures = failed(&run(&setup).await);
+    assert_eq!(failures.len(), 1, "{failures:#?}");
+    assert!(
+        failures[0].starts_with("FAIL other installations: MutatingWebhookConfiguration zz-ownerguard webhook mutate.ownerguard.io (the same name)"),
+        "{failures:#?}"
+    );
+    // Another name, the same owner label: the same clash.
+    other["webhooks"][0]["name"] = json!("mutate.other.example.com");
+    setup.put(
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/zz-ownerguard",
+        other,
+    );
+    let failures = failed(&run(&setup).await);
+    assert_eq!(failures.len(), 1, "{failures:#?}");
+    assert!(failures[0].contains("(the owner label)"), "{failures:#?}");
 }
