@@ -474,7 +474,14 @@ fn requester_of(
     })
 }
 
-fn cluster_scoped(object: &ObjectName, meta: &ObjectMeta, labels: &OwnerLabels) -> Denial {
+/// A cluster-scoped object declaring a pod owner: `owner` is the one it
+/// declares (an UPDATE's new object may name it no more than by a uid).
+fn cluster_scoped(
+    object: &ObjectName,
+    meta: &ObjectMeta,
+    labels: &OwnerLabels,
+    owner: String,
+) -> Denial {
     let what = if label(meta, &labels.pod).is_some() || label(meta, &labels.uid).is_some() {
         format!("labels {} and {}", labels.pod, labels.uid)
     } else {
@@ -482,7 +489,7 @@ fn cluster_scoped(object: &ObjectName, meta: &ObjectMeta, labels: &OwnerLabels) 
     };
     Denial::ClusterScoped {
         object: object.clone(),
-        owner: first_declared_owner(meta, labels),
+        owner,
         what,
     }
 }

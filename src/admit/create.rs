@@ -38,7 +38,7 @@ pub(super) fn plan(
     }
     let declared = first_declared_owner(meta, labels);
     let Some(namespace) = namespace_of(request, meta, &object, &declared)? else {
-        return Err(cluster_scoped(&object, meta, labels));
+        return Err(cluster_scoped(&object, meta, labels, declared));
     };
     let mut at = Subject {
         object,

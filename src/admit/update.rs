@@ -92,7 +92,9 @@ pub(super) fn plan(
         .unwrap_or_default();
     let namespace = match namespace_of(request, meta, &object, &declared)? {
         Some(namespace) => namespace,
-        None if labels.declared_in(meta) => return Err(cluster_scoped(&object, meta, labels)),
+        None if labels.declared_in(meta) || keeps_pod_uid(old, meta, labels) => {
+            return Err(cluster_scoped(&object, meta, labels, declared));
+        }
         None => return Ok(None),
     };
     let at = Subject {
@@ -230,7 +232,21 @@ pub(super) fn plan(
         uid: o.uid.clone(),
         origin: crate::owner::Origin::Label,
     });
-    let claims = reference_owners(meta, &at, owner_claim.as_ref(), &declared, unchanged)?;
+    // The owner of record as written, even under a name no pod can have:
+    // the old labels still say whose uid that is, so an added entry
+    // carrying it under another tuple contradicts it (rule 6).
+    let record = written.as_ref().map(|o| Claim {
+        name: o.name.clone(),
+        uid: o.uid.clone(),
+        origin: crate::owner::Origin::Label,
+    });
+    let claims = reference_owners(
+        meta,
+        &at,
+        owner_claim.as_ref().or(record.as_ref()),
+        &declared,
+        unchanged,
+    )?;
     for claim in &claims {
         warnings.extend(check_requester(
             claim,
@@ -246,8 +262,8 @@ pub(super) fn plan(
         }
     }
 
-    // Every other Pod reference the update keeps (one without a uid, from
-    // before ownerguard) stays non-blocking too: /mutate unblocks it;
+    // Every other Pod reference the update keeps (one without a uid, or
+    // spelt `apps/v1`/`pod`, from before ownerguard) stays non-blocking too: /mutate unblocks it;
     // /validate denies it only when the update made it blocking (one that
     // was blocking already is legacy, and the API server's own validation
     // refuses a reference without a uid after admission anyway).
@@ -271,7 +287,7 @@ pub(super) fn plan(
                 tuple(before) == tuple(reference) && before.block_owner_deletion == Some(true)
             })
         };
-        if reference.is_pod()
+        if reference.means_pod()
             && reference.block_owner_deletion == Some(true)
             && !handled.contains(&index)
             && (mutate || !was_blocking())
@@ -341,6 +357,27 @@ pub(super) fn plan(
     }))
 }
 
+/// Whether the new object keeps, under any apiVersion, kind or name, the
+/// uid of a pod the old object named (by a Pod reference or beside the
+/// owner label): the entry still claims that pod.
+fn keeps_pod_uid(old: Option<&ObjectMeta>, meta: &ObjectMeta, labels: &OwnerLabels) -> bool {
+    let Some(old) = old else {
+        return false;
+    };
+    let uid_label = label(old, &labels.pod)
+        .and(label(old, &labels.uid))
+        .filter(|uid| !uid.is_empty());
+    let pod_uids: HashSet<&str> = references(old)
+        .iter()
+        .filter(|r| r.means_pod() && !r.uid.is_empty())
+        .map(|r| r.uid.as_str())
+        .chain(uid_label)
+        .collect();
+    references(meta)
+        .iter()
+        .any(|r| pod_uids.contains(r.uid.as_str()))
+}
+
 /// What identifies a reference: apiVersion, kind, name and uid.
 fn tuple(reference: &OwnerReference) -> (&str, &str, &str, &str) {
     (
@@ -403,10 +440,13 @@ fn label_changes(
         _ => None,
     };
     let mut omitted = Vec::new();
-    // An empty uid label says nothing: as good as none.
-    let uid_label = |meta| label(meta, &labels.uid).filter(|uid| !uid.is_empty());
     let keys = [
-        (&labels.uid, uid_label(old), uid_label(meta), false),
+        (
+            &labels.uid,
+            label(old, &labels.uid),
+            label(meta, &labels.uid),
+            false,
+        ),
         (
             &labels.pod_name,
             annotation(old, &labels.pod_name),
@@ -414,9 +454,14 @@ fn label_changes(
             true,
         ),
     ];
-    for (key, before, after, is_annotation) in keys {
+    for (key, written, after, is_annotation) in keys {
+        // An empty value the old object had (from before ownerguard) says
+        // nothing: it may go. One the update writes is a value like any
+        // other: setting the uid label to '' changes it.
+        let before = written.filter(|value| !value.is_empty());
         match (before, after) {
-            (before, after) if before == after => {}
+            _ if written == after => {}
+            (None, None) => {}
             (Some(value), None) if pod_after.is_some() => omitted.push(Omitted {
                 key: key.clone(),
                 value: value.to_string(),
