@@ -31,6 +31,8 @@ use kube::api::{Api, ListParams, PostParams};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
+mod conditions;
+
 use crate::duration::parse_go_duration;
 use crate::tls::certificate_not_after;
 use crate::webhook::DEFAULT_LOOKUP_TIMEOUT;
@@ -416,6 +418,7 @@ struct WebhookView<'a> {
     namespace_selector: Option<&'a LabelSelector>,
     failure_policy: &'a str,
     timeout_seconds: i32,
+    match_conditions: Vec<conditions::Condition>,
 }
 
 impl WebhookView<'_> {
@@ -440,6 +443,12 @@ fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
             namespace_selector: webhook.namespace_selector.as_ref(),
             failure_policy: webhook.failure_policy.as_deref().unwrap_or("Fail"),
             timeout_seconds: webhook.timeout_seconds.unwrap_or(10),
+            match_conditions: webhook
+                .match_conditions
+                .iter()
+                .flatten()
+                .map(|c| (c.name.clone(), c.expression.clone()))
+                .collect(),
         });
     }
     for webhook in installation
@@ -456,6 +465,12 @@ fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
             namespace_selector: webhook.namespace_selector.as_ref(),
             failure_policy: webhook.failure_policy.as_deref().unwrap_or("Fail"),
             timeout_seconds: webhook.timeout_seconds.unwrap_or(10),
+            match_conditions: webhook
+                .match_conditions
+                .iter()
+                .flatten()
+                .map(|c| (c.name.clone(), c.expression.clone()))
+                .collect(),
         });
     }
     views
@@ -792,6 +807,7 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
         checks.push(check_path(&webhook, role));
         checks.push(check_rules(&webhook, role));
         checks.push(check_object_selector(&webhook, role, key_prefix));
+        checks.push(check_match_conditions(&webhook, role, key_prefix));
         checks.push(check_exclusion(&webhook, namespace));
         if let Some(flags) = flags {
             checks.push(check_policy(&webhook, role, flags));
@@ -1219,6 +1235,46 @@ fn check_object_selector(webhook: &WebhookView<'_>, role: Role, key_prefix: &str
             "{shown}: must be exactly {key} {operator} (the server's --key-prefix), or {meaning} is not sent"
         ),
     )
+}
+
+/// The matchConditions are this version's chart's: one that differs may
+/// skip objects ownerguard must judge, and nothing else would tell.
+fn check_match_conditions(webhook: &WebhookView<'_>, role: Role, key_prefix: &str) -> Check {
+    let subject = format!("matchConditions of {}", webhook.label());
+    let expected = match role {
+        Role::Labelled => conditions::labelled(key_prefix),
+        Role::Unlabelled => conditions::pod_references(),
+    };
+    if webhook.match_conditions.is_empty() {
+        return line(
+            Verdict::Warn,
+            subject,
+            "none: every request the rules and selectors let through is sent \
+             (nothing is skipped, but an outage also blocks updates that do not touch ownership)",
+        );
+    }
+    match conditions::difference(&expected, &webhook.match_conditions) {
+        None => line(
+            Verdict::Ok,
+            subject,
+            format!(
+                "{}, as this version's chart writes it",
+                expected
+                    .iter()
+                    .map(|(name, _)| name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        Some(difference) => line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "{difference}: a condition that differs may skip requests ownerguard must judge; \
+                 install the chart of this version (keyPrefix {key_prefix}) rather than editing them"
+            ),
+        ),
+    }
 }
 
 fn check_exclusion(webhook: &WebhookView<'_>, namespace: &str) -> Check {

@@ -1021,3 +1021,53 @@ fn helm_renders_updates_filtered_or_not_on_request() {
         "{checks:#?}"
     );
 }
+
+/// tests/doctor.rs judges installations whose matchConditions come from
+/// tests/chart/match-conditions.rendered.json: it must be what the chart
+/// renders (`UPDATE_GOLDEN=1` rewrites it from the render).
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn the_match_conditions_doctor_is_tested_with_are_the_rendered_ones() {
+    let helm = helm();
+    let objects = render_with(
+        &helm,
+        &["--set", "validation.allPodOwnerReferences.enabled=true"],
+    );
+    let mut rendered = serde_json::Map::new();
+    for configuration in objects.iter().filter(|o| {
+        o["kind"]
+            .as_str()
+            .is_some_and(|k| k.ends_with("WebhookConfiguration"))
+    }) {
+        for webhook in configuration["webhooks"].as_array().unwrap() {
+            let role =
+                if webhook["objectSelector"]["matchExpressions"][0]["operator"] == "DoesNotExist" {
+                    "podReferences"
+                } else {
+                    "labelled"
+                };
+            let previous = rendered.insert(role.to_string(), webhook["matchConditions"].clone());
+            assert!(
+                previous.is_none_or(|p| p == webhook["matchConditions"]),
+                "two {role} webhooks with different matchConditions"
+            );
+        }
+    }
+    let rendered = Value::Object(rendered);
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chart/match-conditions.rendered.json");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(
+            &path,
+            format!("{}\n", serde_json::to_string_pretty(&rendered).unwrap()),
+        )
+        .unwrap();
+    }
+    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(
+        rendered,
+        fixture,
+        "{} is not what the chart renders: run `UPDATE_GOLDEN=1 bash .ci/chart-check` and review",
+        path.display()
+    );
+}

@@ -30,6 +30,13 @@ const SERVICE: &str = "/api/v1/namespaces/ownerguard/services/ownerguard";
 const PDB: &str = "/apis/policy/v1/namespaces/ownerguard/poddisruptionbudgets/ownerguard";
 const SECRET: &str = "/api/v1/namespaces/ownerguard/secrets/ownerguard-tls";
 
+/// The matchConditions the chart renders, per role (tests/chart.rs checks
+/// this file against a real Helm render).
+fn rendered_conditions(role: &str) -> Value {
+    let text = include_str!("chart/match-conditions.rendered.json");
+    serde_json::from_str::<Value>(text).unwrap()[role].clone()
+}
+
 fn b64(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
 }
@@ -59,6 +66,7 @@ impl Setup {
                 "objectSelector": {"matchExpressions": [{"key": "ownerguard.io/owner-pod", "operator": "Exists"}]},
                 "failurePolicy": "Fail", "timeoutSeconds": 5,
                 "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                "matchConditions": rendered_conditions("labelled"),
             })
         };
         let objects = vec![
@@ -185,9 +193,9 @@ async fn a_healthy_installation_passes_every_check() {
     );
     // The two configurations, the server, the certificate, no other
     // installation; per webhook its caBundle, Service, path, rules,
-    // objectSelector, namespaceSelector, failurePolicy and timeout;
-    // replicas and the PDB.
-    assert_eq!(checks.len(), 2 + 1 + 1 + 1 + 2 * 8 + 2, "{checks:#?}");
+    // objectSelector, matchConditions, namespaceSelector, failurePolicy and
+    // timeout; replicas and the PDB.
+    assert_eq!(checks.len(), 2 + 1 + 1 + 1 + 2 * 9 + 2, "{checks:#?}");
     let report: Vec<String> = checks.iter().map(ToString::to_string).collect();
     for expected in [
         "ok   caBundle of mutating mutate.ownerguard.io: verifies the serving certificate for ownerguard.ownerguard.svc",
@@ -195,6 +203,7 @@ async fn a_healthy_installation_passes_every_check() {
         "ok   path of validating validate.ownerguard.io: calls /validate",
         "ok   rules of mutating mutate.ownerguard.io: CREATE covers every namespaced resource",
         "ok   objectSelector of validating validate.ownerguard.io: ownerguard.io/owner-pod Exists: every labelled object",
+        "ok   matchConditions of mutating mutate.ownerguard.io: create-or-ownership-update, as this version's chart writes it",
         "ok   server: container ownerguard runs ownerguard serve: webhook port 8443, metrics port 9090, key prefix ownerguard.io",
         "ok   PodDisruptionBudget: ownerguard (maxUnavailable 1) lets a drain take one of 2 pods at a time",
     ] {
@@ -341,6 +350,55 @@ async fn rules_for_some_resources_only_warn() {
 }
 
 #[tokio::test]
+async fn a_match_condition_edited_by_hand_fails_and_none_warns() {
+    // One more term: UPDATEs of agent ConfigMaps are skipped, and no probe
+    // would notice (the probe creates).
+    let mut setup = Setup::healthy();
+    let expression = setup.at(MUTATING)["webhooks"][0]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    setup.at(MUTATING)["webhooks"][0]["matchConditions"][0]["expression"] = json!(format!(
+        "({expression}) && request.resource.resource != 'configmaps'"
+    ));
+    fails(
+        &setup,
+        1,
+        &["matchConditions of mutating"],
+        "the expression of create-or-ownership-update differs from the chart's",
+    )
+    .await;
+    // A second condition that excludes a namespace.
+    let mut setup = Setup::healthy();
+    setup.at(VALIDATING)["webhooks"][0]["matchConditions"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "not-agents", "expression": "request.namespace != 'agents'"}));
+    fails(
+        &setup,
+        1,
+        &["matchConditions of validating"],
+        "conditions [create-or-ownership-update, not-agents], the chart's are [create-or-ownership-update]",
+    )
+    .await;
+    // The expression re-indented (another YAML style) is the same.
+    let mut setup = Setup::healthy();
+    let spaced = expression.replace('\n', "\n      ");
+    setup.at(MUTATING)["webhooks"][0]["matchConditions"][0]["expression"] = json!(spaced);
+    assert!(failed(&run(&setup).await).is_empty());
+    // None at all: every UPDATE is sent, nothing skipped: a warning.
+    let mut setup = Setup::healthy();
+    setup.at(MUTATING)["webhooks"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("matchConditions");
+    let checks = run(&setup).await;
+    assert!(failed(&checks).is_empty(), "{checks:#?}");
+    assert!(checks.iter().any(|c| c.verdict == Verdict::Warn
+        && c.subject == "matchConditions of mutating mutate.ownerguard.io"));
+}
+
+#[tokio::test]
 async fn an_object_selector_that_never_matches_fails() {
     let mut setup = Setup::healthy();
     setup.at(MUTATING)["webhooks"][0]["objectSelector"] =
@@ -390,6 +448,7 @@ async fn the_cluster_wide_webhook_is_judged_as_such() {
     all["rules"][0]["operations"] = json!(["CREATE"]);
     all["failurePolicy"] = json!("Ignore");
     all["clientConfig"]["service"]["path"] = json!("/validate-all");
+    all["matchConditions"] = rendered_conditions("podReferences");
     setup.at(VALIDATING)["webhooks"]
         .as_array_mut()
         .unwrap()
@@ -399,7 +458,7 @@ async fn the_cluster_wide_webhook_is_judged_as_such() {
         checks.iter().all(|c| c.verdict == Verdict::Ok),
         "Ignore, CREATE only and /validate-all are right for it: {checks:#?}"
     );
-    assert_eq!(checks.len(), 23 + 8);
+    assert_eq!(checks.len(), 25 + 9);
     // /validate works there, but fails closed on a lookup: a warning.
     setup.at(VALIDATING)["webhooks"][1]["clientConfig"]["service"]["path"] = json!("/validate");
     let warned: Vec<String> = run(&setup)
@@ -875,7 +934,7 @@ async fn doctor_command_prints_one_line_per_check_and_exits_1_on_a_failure() {
         "{stdout}{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(stdout.lines().count(), 23, "{stdout}");
+    assert_eq!(stdout.lines().count(), 25, "{stdout}");
     assert!(stdout.lines().all(|l| l.starts_with("ok   ")), "{stdout}");
 
     let server = FakeApi::start().await;
