@@ -317,7 +317,9 @@ fn the_install_check_probes_with_doctor_and_never_counts_as_a_server() {
     assert!(template("tests/check-pod.yaml").contains("helm.sh/hook: test"));
     let labels = helper("_helpers.tpl", "ownerguard.checkLabels");
     assert!(!labels.contains("ownerguard.selectorLabels"), "{labels}");
-    assert!(labels.contains("app.kubernetes.io/name: {{ include \"ownerguard.name\" . }}-check"));
+    assert!(labels.contains(
+        "app.kubernetes.io/name: {{ include \"ownerguard.name\" . | trunc 57 | trimSuffix \"-\" }}-check"
+    ));
     for file in [
         "check-job.yaml",
         "check-role.yaml",
@@ -458,10 +460,15 @@ const KUBE_VERSION: &str = "1.34.4";
 
 /// `helm template` with `args`: Ok(objects) or Err(stderr).
 fn render(helm: &Path, args: &[&str]) -> Result<Vec<Value>, String> {
+    render_as(helm, "og", args)
+}
+
+/// `helm template` of release `release` with `args`.
+fn render_as(helm: &Path, release: &str, args: &[&str]) -> Result<Vec<Value>, String> {
     let output = Command::new(helm)
         .args([
             "template",
-            "og",
+            release,
             chart().to_str().unwrap(),
             "--namespace",
             "ownerguard",
@@ -1020,4 +1027,120 @@ fn helm_renders_updates_filtered_or_not_on_request() {
         checks.iter().all(|c| c.verdict == Verdict::Ok),
         "{checks:#?}"
     );
+}
+
+/// Every label value anywhere in `value` (`labels`, `matchLabels`,
+/// `selector` of a Service), with where it is.
+fn label_values(value: &Value, at: &str, out: &mut Vec<(String, String)>) {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                let here = format!("{at}.{key}");
+                if matches!(key.as_str(), "labels" | "matchLabels")
+                    || (key == "selector"
+                        && at.ends_with("spec")
+                        && child.get("matchLabels").is_none())
+                {
+                    if let Value::Object(labels) = child {
+                        for (k, v) in labels {
+                            if let Some(v) = v.as_str() {
+                                out.push((format!("{here}.{k}"), v.to_string()));
+                            }
+                        }
+                        continue;
+                    }
+                }
+                label_values(child, &here, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                label_values(item, &format!("{at}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A DNS-1035 label: lowercase alphanumerics and `-`, starting with a
+/// letter, ending alphanumeric, at most 63 characters (Service names).
+fn is_dns1035_label(name: &str) -> bool {
+    ownerguard::names::is_namespace(name) && name.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_renders_valid_and_distinct_names_for_the_longest_names() {
+    use std::collections::HashSet;
+    let helm = helm();
+    // Helm takes release names of up to 53 characters: with -ownerguard
+    // the full name is cut at 63, where <fullname>-check used to be cut back
+    // to <fullname> itself (the check's ServiceAccount was the server's).
+    let longest_release = "r".repeat(53);
+    let long_full = format!("fullnameoverride-{}", "f".repeat(43));
+    let long_name = format!("nameoverride-{}", "n".repeat(47));
+    assert_eq!(long_full.len(), 60);
+    assert_eq!(long_name.len(), 60);
+    let full = format!("fullnameOverride={long_full}");
+    let name = format!("nameOverride={long_name}");
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        (&longest_release, vec![]),
+        (
+            &longest_release,
+            vec!["--set", "certificates.mode=certManager"],
+        ),
+        ("og", vec!["--set", &full]),
+        ("og", vec!["--set", &name]),
+        (
+            "og",
+            vec!["--set", &name, "--set", "certificates.mode=certManager"],
+        ),
+    ];
+    for (release, extra) in cases {
+        let mut args = OFFLINE.to_vec();
+        args.extend_from_slice(&extra);
+        let objects =
+            render_as(&helm, release, &args).unwrap_or_else(|e| panic!("{release} {extra:?}: {e}"));
+        let mut seen = HashSet::new();
+        for o in &objects {
+            let kind = o["kind"].as_str().unwrap();
+            let name = o["metadata"]["name"].as_str().unwrap();
+            let namespace = o["metadata"]["namespace"].as_str().unwrap_or("");
+            assert!(
+                seen.insert((kind, namespace, name)),
+                "{release} {extra:?}: two {kind} named {name}"
+            );
+            let valid = match kind {
+                "Service" => is_dns1035_label(name),
+                // The Job controller labels its pods with the Job's name.
+                "Job" => ownerguard::names::is_namespace(name),
+                // Every other name is a DNS-1123 subdomain.
+                _ => ownerguard::names::is_pod_name(name),
+            };
+            assert!(
+                valid,
+                "{release} {extra:?}: {kind} name {name:?} is invalid"
+            );
+            let mut labels = Vec::new();
+            label_values(o, "", &mut labels);
+            for (at, value) in labels {
+                assert!(
+                    ownerguard::names::is_label_value(&value),
+                    "{release} {extra:?}: {kind} {name}: label {at} = {value:?} is invalid"
+                );
+            }
+            // The CA's common name: at most 64 characters (X.509).
+            if let Some(cn) = o["spec"]["commonName"].as_str() {
+                assert!(cn.len() <= 64, "{kind} {name}: commonName {cn:?}");
+            }
+        }
+        // The server's and the check's never share a name.
+        assert_eq!(
+            seen.iter()
+                .filter(|(k, _, _)| *k == "ServiceAccount")
+                .count(),
+            2,
+            "{release} {extra:?}"
+        );
+    }
 }

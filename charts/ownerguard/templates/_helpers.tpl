@@ -86,6 +86,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The CA's common name: <fullname>-ca, within the 64 characters X.509 (and cert-manager) allow. */}}
+{{- define "ownerguard.caCommonName" -}}
+{{- printf "%s-ca" (include "ownerguard.fullname" . | trunc 61 | trimSuffix "-") }}
+{{- end }}
+
 {{/* The Secret holding the chart-made CA (chart mode only; never mounted). */}}
 {{- define "ownerguard.caSecretName" -}}
 {{- printf "%s-ca" (include "ownerguard.fullname" .) }}
@@ -148,7 +153,7 @@ a new CA: refused unless certificates.chart.allowRenderWithoutCluster.
 {{- end }}
 {{- end }}
 {{- if not $caKept }}
-{{- $ca = genCA (printf "%s-ca" (include "ownerguard.fullname" .)) $days }}
+{{- $ca = genCA (include "ownerguard.caCommonName" .) $days }}
 {{- $caCert = $ca.Cert | b64enc }}
 {{- $caNotAfter = add $now (mul $days 86400) }}
 {{- end }}
@@ -291,9 +296,14 @@ the webhooks see.
 {{- end }}
 {{- end }}
 
-{{/* The install check (helm test and the post-install hook): its name and hook annotations. */}}
+{{/*
+The install check's objects (helm test and the post-install hook):
+<fullname>-check, the base cut to 57 characters so that the name stays
+within 63 and never collides, truncated, with <fullname> (a check
+ServiceAccount named as the server's, deleted once the check passed).
+*/}}
 {{- define "ownerguard.checkName" -}}
-{{- printf "%s-check" (include "ownerguard.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-check" (include "ownerguard.fullname" . | trunc 57 | trimSuffix "-") }}
 {{- end }}
 
 {{/*
@@ -303,7 +313,7 @@ a check pod as a server.
 */}}
 {{- define "ownerguard.checkLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-app.kubernetes.io/name: {{ include "ownerguard.name" . }}-check
+app.kubernetes.io/name: {{ include "ownerguard.name" . | trunc 57 | trimSuffix "-" }}-check
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: check
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
