@@ -1144,3 +1144,27 @@ fn helm_renders_valid_and_distinct_names_for_the_longest_names() {
         );
     }
 }
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_refuses_a_release_name_that_cannot_name_the_service() {
+    let helm = helm();
+    // Helm takes both (its release names may start with a digit and hold
+    // dots); the Service named <release>-ownerguard may do neither.
+    for release in ["1og", "a.b"] {
+        let stderr = render_as(&helm, release, &OFFLINE)
+            .map(|_| ())
+            .expect_err(release);
+        assert!(
+            stderr.contains(&format!(
+                "release name '{release}' makes the Service name '{release}-ownerguard', which is not a DNS-1035 label"
+            )),
+            "{release}: {stderr}"
+        );
+    }
+    // With a fullnameOverride the release name names no Service.
+    let mut args = OFFLINE.to_vec();
+    args.extend(["--set", "fullnameOverride=ownerguard"]);
+    let objects = render_as(&helm, "1og", &args).unwrap();
+    object(&objects, "Service", "ownerguard");
+}
