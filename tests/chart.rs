@@ -334,6 +334,26 @@ fn the_install_check_probes_with_doctor_and_never_counts_as_a_server() {
     }
 }
 
+/// NOTES.txt cannot be rendered offline (`helm install --dry-run` wants
+/// a cluster): its text is read.
+#[test]
+fn the_notes_warn_of_the_default_namespace_and_recommend_atomic() {
+    let notes = template("NOTES.txt");
+    let warning = notes
+        .find("{{- if eq $ns \"default\" }}")
+        .expect("a warning for the default namespace");
+    let body = &notes[warning..warning + notes[warning..].find("{{- end }}").unwrap()];
+    assert!(
+        body.contains("labelled objects created in default are not judged"),
+        "{body}"
+    );
+    // Helm 3.19 has --atomic; --rollback-on-failure is Helm 4's name.
+    assert!(
+        notes.contains("helm upgrade --install {{ .Release.Name }} <chart> -n {{ $ns }} --atomic")
+    );
+    assert!(notes.contains("--rollback-on-failure"));
+}
+
 #[test]
 fn one_template_per_object() {
     for dir in ["templates", "templates/tests"] {
@@ -713,6 +733,14 @@ fn helm_renders_a_ca_bundle_and_secrets_that_agree() {
         *bundle, tls["data"]["ca.crt"],
         "a fresh install carries only its own CA"
     );
+    // Kept by an uninstall or a failed install: pods keep their
+    // certificate, a reinstall adopts it.
+    for secret in [tls, ca] {
+        assert_eq!(
+            secret["metadata"]["annotations"]["helm.sh/resource-policy"],
+            "keep"
+        );
+    }
     // The expiry annotations that drive renewal at upgrade.
     for secret in [tls, ca] {
         let not_after: i64 = secret["metadata"]["annotations"]["ownerguard.io/not-after"]
