@@ -458,6 +458,38 @@ fn the_test_data_is_well_formed() {
     }
 }
 
+/// The cluster-wide webhook's CEL reads a reference's kind as ownerguard
+/// does: every CEL case of a create with ownerReferences expects what
+/// `OwnerReference::means_pod` says of its kinds.
+#[test]
+fn the_cel_cases_read_pod_like_kinds_as_ownerguard_does() {
+    let cases: Vec<Value> = serde_saphyr::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chart/match-conditions.yaml"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    for case in cases.iter().filter(|c| c["webhooks"] == "podReferences") {
+        let Some(references) = case["object"]["metadata"]["ownerReferences"].as_array() else {
+            continue;
+        };
+        let pod_like = references.iter().any(|r| {
+            r["kind"].as_str().is_some_and(|kind| {
+                ownerguard::admission::OwnerReference {
+                    kind: kind.to_string(),
+                    ..Default::default()
+                }
+                .means_pod()
+            })
+        });
+        assert_eq!(case["expect"], pod_like, "{}", case["name"]);
+        checked += 1;
+    }
+    assert!(checked >= 20, "{checked}");
+}
+
 // --- Real Helm: when OWNERGUARD_HELM names a helm binary -----------------------
 
 /// The helm binary `OWNERGUARD_HELM` names.
