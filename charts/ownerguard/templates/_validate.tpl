@@ -76,6 +76,12 @@ helm template, install and upgrade stop on it.)
 {{- fail (printf "server.lookupTimeout %s is more than three quarters of webhook.timeoutSeconds (%ds): the API server would give up on a slow lookup before ownerguard answers. Lower it or raise timeoutSeconds" $lookup $timeout) }}
 {{- end }}
 
+{{- /* chart mode: a renewal window as long as the validity renews at every render. */}}
+{{- $chart := $v.certificates.chart }}
+{{- if and (eq $v.certificates.mode "chart") (ge (int $chart.renewBeforeDays) (int $chart.days)) }}
+{{- fail (printf "certificates.chart.renewBeforeDays %d is not less than certificates.chart.days %d: a certificate would be due for renewal as soon as it is made, so every install and upgrade would make a new CA and certificate. Lower renewBeforeDays (default 30) or raise days" (int $chart.renewBeforeDays) (int $chart.days)) }}
+{{- end }}
+
 {{- if eq (int $v.ports.webhook) (int $v.ports.metrics) }}
 {{- fail (printf "ports.webhook and ports.metrics are both %v: the server cannot listen twice on one port" $v.ports.webhook) }}
 {{- end }}
