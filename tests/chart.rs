@@ -1097,19 +1097,18 @@ fn label_values(value: &Value, at: &str, out: &mut Vec<(String, String)>) {
         Value::Object(map) => {
             for (key, child) in map {
                 let here = format!("{at}.{key}");
-                if matches!(key.as_str(), "labels" | "matchLabels")
+                if (matches!(key.as_str(), "labels" | "matchLabels")
                     || (key == "selector"
                         && at.ends_with("spec")
-                        && child.get("matchLabels").is_none())
+                        && child.get("matchLabels").is_none()))
+                    && let Value::Object(labels) = child
                 {
-                    if let Value::Object(labels) = child {
-                        for (k, v) in labels {
-                            if let Some(v) = v.as_str() {
-                                out.push((format!("{here}.{k}"), v.to_string()));
-                            }
+                    for (k, v) in labels {
+                        if let Some(v) = v.as_str() {
+                            out.push((format!("{here}.{k}"), v.to_string()));
                         }
-                        continue;
                     }
+                    continue;
                 }
                 label_values(child, &here, out);
             }
