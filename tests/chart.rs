@@ -276,15 +276,16 @@ fn certificates_come_three_ways() {
         helper("_helpers.tpl", "ownerguard.webhookAnnotations")
             .contains("cert-manager.io/inject-ca-from")
     );
-    let chart_certificates = helper("_helpers.tpl", "ownerguard.chartCertificates");
+    let chart_certificates = helper("_helpers.tpl", "ownerguard.chartCertificates")
+        + &helper("_helpers.tpl", "ownerguard.chartCertificatesFrom");
     for expected in [
         // Kept at upgrade, CA and serving pair.
         "lookup \"v1\" \"Secret\" .Release.Namespace (include \"ownerguard.caSecretName\" .)",
         "lookup \"v1\" \"Secret\" .Release.Namespace (include \"ownerguard.tlsSecretName\" .)",
         // Renewed under the same CA.
         "buildCustomCert",
-        // The previous CA carried in the bundle.
-        "(ne $previous $caCert)",
+        // The decision apart, judged by tests/chart/rotation.
+        "include \"ownerguard.chartCertificatesFrom\"",
         // Never blind.
         "lookup \"v1\" \"Namespace\" \"\" \"kube-system\"",
         "allowRenderWithoutCluster",
@@ -317,7 +318,9 @@ fn the_install_check_probes_with_doctor_and_never_counts_as_a_server() {
     assert!(template("tests/check-pod.yaml").contains("helm.sh/hook: test"));
     let labels = helper("_helpers.tpl", "ownerguard.checkLabels");
     assert!(!labels.contains("ownerguard.selectorLabels"), "{labels}");
-    assert!(labels.contains("app.kubernetes.io/name: {{ include \"ownerguard.name\" . }}-check"));
+    assert!(labels.contains(
+        "app.kubernetes.io/name: {{ include \"ownerguard.name\" . | trunc 57 | trimSuffix \"-\" }}-check"
+    ));
     for file in [
         "check-job.yaml",
         "check-role.yaml",
@@ -330,6 +333,26 @@ fn the_install_check_probes_with_doctor_and_never_counts_as_a_server() {
             "{file} labels a check like a server"
         );
     }
+}
+
+/// NOTES.txt cannot be rendered offline (`helm install --dry-run` wants
+/// a cluster): its text is read.
+#[test]
+fn the_notes_warn_of_the_default_namespace_and_recommend_atomic() {
+    let notes = template("NOTES.txt");
+    let warning = notes
+        .find("{{- if eq $ns \"default\" }}")
+        .expect("a warning for the default namespace");
+    let body = &notes[warning..warning + notes[warning..].find("{{- end }}").unwrap()];
+    assert!(
+        body.contains("labelled objects created in default are not judged"),
+        "{body}"
+    );
+    // Helm 3.19 has --atomic; --rollback-on-failure is Helm 4's name.
+    assert!(
+        notes.contains("helm upgrade --install {{ .Release.Name }} <chart> -n {{ $ns }} --atomic")
+    );
+    assert!(notes.contains("--rollback-on-failure"));
 }
 
 #[test]
@@ -436,6 +459,38 @@ fn the_test_data_is_well_formed() {
     }
 }
 
+/// The cluster-wide webhook's CEL reads a reference's kind as ownerguard
+/// does: every CEL case of a create with ownerReferences expects what
+/// `OwnerReference::means_pod` says of its kinds.
+#[test]
+fn the_cel_cases_read_pod_like_kinds_as_ownerguard_does() {
+    let cases: Vec<Value> = serde_saphyr::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chart/match-conditions.yaml"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    for case in cases.iter().filter(|c| c["webhooks"] == "podReferences") {
+        let Some(references) = case["object"]["metadata"]["ownerReferences"].as_array() else {
+            continue;
+        };
+        let pod_like = references.iter().any(|r| {
+            r["kind"].as_str().is_some_and(|kind| {
+                ownerguard::admission::OwnerReference {
+                    kind: kind.to_string(),
+                    ..Default::default()
+                }
+                .means_pod()
+            })
+        });
+        assert_eq!(case["expect"], pod_like, "{}", case["name"]);
+        checked += 1;
+    }
+    assert!(checked >= 20, "{checked}");
+}
+
 // --- Real Helm: when OWNERGUARD_HELM names a helm binary -----------------------
 
 /// The helm binary `OWNERGUARD_HELM` names.
@@ -458,10 +513,15 @@ const KUBE_VERSION: &str = "1.34.4";
 
 /// `helm template` with `args`: Ok(objects) or Err(stderr).
 fn render(helm: &Path, args: &[&str]) -> Result<Vec<Value>, String> {
+    render_as(helm, "og", args)
+}
+
+/// `helm template` of release `release` with `args`.
+fn render_as(helm: &Path, release: &str, args: &[&str]) -> Result<Vec<Value>, String> {
     let output = Command::new(helm)
         .args([
             "template",
-            "og",
+            release,
             chart().to_str().unwrap(),
             "--namespace",
             "ownerguard",
@@ -706,6 +766,14 @@ fn helm_renders_a_ca_bundle_and_secrets_that_agree() {
         *bundle, tls["data"]["ca.crt"],
         "a fresh install carries only its own CA"
     );
+    // Kept by an uninstall or a failed install: pods keep their
+    // certificate, a reinstall adopts it.
+    for secret in [tls, ca] {
+        assert_eq!(
+            secret["metadata"]["annotations"]["helm.sh/resource-policy"],
+            "keep"
+        );
+    }
     // The expiry annotations that drive renewal at upgrade.
     for secret in [tls, ca] {
         let not_after: i64 = secret["metadata"]["annotations"]["ownerguard.io/not-after"]
@@ -1070,4 +1138,214 @@ fn the_match_conditions_doctor_is_tested_with_are_the_rendered_ones() {
         "{} is not what the chart renders: run `UPDATE_GOLDEN=1 bash .ci/chart-check` and review",
         path.display()
     );
+
+/// Every label value anywhere in `value` (`labels`, `matchLabels`,
+/// `selector` of a Service), with where it is.
+fn label_values(value: &Value, at: &str, out: &mut Vec<(String, String)>) {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                let here = format!("{at}.{key}");
+                if (matches!(key.as_str(), "labels" | "matchLabels")
+                    || (key == "selector"
+                        && at.ends_with("spec")
+                        && child.get("matchLabels").is_none()))
+                    && let Value::Object(labels) = child
+                {
+                    for (k, v) in labels {
+                        if let Some(v) = v.as_str() {
+                            out.push((format!("{here}.{k}"), v.to_string()));
+                        }
+                    }
+                    continue;
+                }
+                label_values(child, &here, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                label_values(item, &format!("{at}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A DNS-1035 label: lowercase alphanumerics and `-`, starting with a
+/// letter, ending alphanumeric, at most 63 characters (Service names).
+fn is_dns1035_label(name: &str) -> bool {
+    ownerguard::names::is_namespace(name) && name.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_renders_valid_and_distinct_names_for_the_longest_names() {
+    use std::collections::HashSet;
+    let helm = helm();
+    // Helm takes release names of up to 53 characters: with -ownerguard
+    // the full name is cut at 63, where <fullname>-check used to be cut back
+    // to <fullname> itself (the check's ServiceAccount was the server's).
+    let longest_release = "r".repeat(53);
+    let long_full = format!("fullnameoverride-{}", "f".repeat(43));
+    let long_name = format!("nameoverride-{}", "n".repeat(47));
+    assert_eq!(long_full.len(), 60);
+    assert_eq!(long_name.len(), 60);
+    let full = format!("fullnameOverride={long_full}");
+    let name = format!("nameOverride={long_name}");
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        (&longest_release, vec![]),
+        (
+            &longest_release,
+            vec!["--set", "certificates.mode=certManager"],
+        ),
+        ("og", vec!["--set", &full]),
+        ("og", vec!["--set", &name]),
+        (
+            "og",
+            vec!["--set", &name, "--set", "certificates.mode=certManager"],
+        ),
+    ];
+    for (release, extra) in cases {
+        let mut args = OFFLINE.to_vec();
+        args.extend_from_slice(&extra);
+        let objects =
+            render_as(&helm, release, &args).unwrap_or_else(|e| panic!("{release} {extra:?}: {e}"));
+        let mut seen = HashSet::new();
+        for o in &objects {
+            let kind = o["kind"].as_str().unwrap();
+            let name = o["metadata"]["name"].as_str().unwrap();
+            let namespace = o["metadata"]["namespace"].as_str().unwrap_or("");
+            assert!(
+                seen.insert((kind, namespace, name)),
+                "{release} {extra:?}: two {kind} named {name}"
+            );
+            let valid = match kind {
+                "Service" => is_dns1035_label(name),
+                // The Job controller labels its pods with the Job's name.
+                "Job" => ownerguard::names::is_namespace(name),
+                // Every other name is a DNS-1123 subdomain.
+                _ => ownerguard::names::is_pod_name(name),
+            };
+            assert!(
+                valid,
+                "{release} {extra:?}: {kind} name {name:?} is invalid"
+            );
+            let mut labels = Vec::new();
+            label_values(o, "", &mut labels);
+            for (at, value) in labels {
+                assert!(
+                    ownerguard::names::is_label_value(&value),
+                    "{release} {extra:?}: {kind} {name}: label {at} = {value:?} is invalid"
+                );
+            }
+            // The CA's common name: at most 64 characters (X.509).
+            if let Some(cn) = o["spec"]["commonName"].as_str() {
+                assert!(cn.len() <= 64, "{kind} {name}: commonName {cn:?}");
+            }
+        }
+        // The server's and the check's never share a name.
+        assert_eq!(
+            seen.iter()
+                .filter(|(k, _, _)| *k == "ServiceAccount")
+                .count(),
+            2,
+            "{release} {extra:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_refuses_a_release_name_that_cannot_name_the_service() {
+    let helm = helm();
+    // Helm takes both (its release names may start with a digit and hold
+    // dots); the Service named <release>-ownerguard may do neither.
+    for release in ["1og", "a.b"] {
+        let stderr = render_as(&helm, release, &OFFLINE)
+            .map(|_| ())
+            .expect_err(release);
+        assert!(
+            stderr.contains(&format!(
+                "release name '{release}' makes the Service name '{release}-ownerguard', which is not a DNS-1035 label"
+            )),
+            "{release}: {stderr}"
+        );
+    }
+    // With a fullnameOverride the release name names no Service.
+    let mut args = OFFLINE.to_vec();
+    args.extend(["--set", "fullnameOverride=ownerguard"]);
+    let objects = render_as(&helm, "1og", &args).unwrap();
+    object(&objects, "Service", "ownerguard");
+}
+
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_keeps_the_previous_ca_in_the_bundle_until_the_next_ca_renewal() {
+    use base64::Engine;
+    // tests/chart/rotation runs the chart-mode decision on made-up Secrets
+    // as the cluster would hold them (helm template cannot mock lookup).
+    let output = Command::new(helm())
+        .args(["template", "og"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chart/rotation"))
+        .args(["--namespace", "ownerguard", "--kube-version", KUBE_VERSION])
+        .args(["--show-only", "templates/cases.yaml"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let config: Value = serde_saphyr::from_str(&String::from_utf8(output.stdout).unwrap()).unwrap();
+    let all: Value = serde_json::from_str(config["data"]["cases"].as_str().unwrap()).unwrap();
+    let (a, b) = (all["a"].as_str().unwrap(), all["b"].as_str().unwrap());
+    let pem = |b64: &str| {
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    // The certificates of a bundle, in order.
+    let bundle = |case: &Value| -> Vec<String> {
+        pem(case["bundle"].as_str().unwrap())
+            .split_inclusive("-----END CERTIFICATE-----")
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .collect()
+    };
+    let cases = &all["cases"];
+    let trimmed = |b64: &str| pem(b64).trim().to_string();
+
+    // The CA is due: a new CA, the old one kept as the previous, both trusted.
+    let due = &cases["due"];
+    assert_ne!(due["ca"], a);
+    assert_eq!(due["previousCa"], a);
+    assert_eq!(
+        bundle(due),
+        [trimmed(due["ca"].as_str().unwrap()), trimmed(a)]
+    );
+    // The next upgrade, the serving Secret already on the new CA: the
+    // previous CA is still trusted (pods may not have reloaded yet).
+    let kept = &cases["kept"];
+    assert_eq!(kept["ca"], b);
+    assert_eq!(kept["previousCa"], a);
+    assert_eq!(bundle(kept), [trimmed(b), trimmed(a)]);
+    // Once the previous CA has expired, it goes.
+    let expired = &cases["expired"];
+    assert_eq!(expired["ca"], b);
+    assert_eq!(expired["previousCa"], "");
+    assert_eq!(bundle(expired), [trimmed(b)]);
+    // The CA Secret lost: the CA the pods serve under stays trusted.
+    let lost = &cases["lost"];
+    assert_eq!(lost["previousCa"], a);
+    assert_eq!(
+        bundle(lost),
+        [trimmed(lost["ca"].as_str().unwrap()), trimmed(a)]
+    );
+    // A fresh install trusts its own CA only.
+    let fresh = &cases["fresh"];
+    assert_eq!(fresh["previousCa"], "");
+    assert_eq!(bundle(fresh), [trimmed(fresh["ca"].as_str().unwrap())]);
 }

@@ -365,7 +365,13 @@ func serveSecret(t *testing.T, og *harness.Ownerguard, namespace, secret string)
 
 func annotateNotAfter(t *testing.T, namespace, secret string, at time.Time) {
 	t.Helper()
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{"ownerguard.io/not-after":"%d"}}}`, at.Unix())
+	annotateExpiry(t, namespace, secret, "ownerguard.io/not-after", at)
+}
+
+// annotateExpiry sets the expiry annotation key of a chart-made Secret.
+func annotateExpiry(t *testing.T, namespace, secret, key string, at time.Time) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}}}`, key, at.Unix())
 	_, err := admin.CoreV1().Secrets(namespace).Patch(ctxFor(t, 30*time.Second), secret, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	must(t, err, "mark "+secret+" as expiring")
 }
@@ -462,11 +468,25 @@ func TestChartCertificates(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		serveSecret(t, guard, releaseNamespace, tlsSecret)
 		time.Sleep(2 * time.Second)
-		// The next upgrade drops the previous CA.
+		// The next upgrade keeps the previous CA (kept in the CA Secret as
+		// previous-ca.crt): a pod whose volume refreshes late is still
+		// trusted, until the next CA renewal or the previous CA's expiry.
+		upgrade(t)
+		_, ca1 := secrets(t)
+		if len(ca1.Data["previous-ca.crt"]) == 0 {
+			t.Fatalf("%s keeps no previous-ca.crt", caSecret)
+		}
+		for i, b := range caBundles(t, releaseName) {
+			if pemCount(b) != 2 {
+				t.Fatalf("caBundle %d holds %d certificates after the next upgrade, want the new CA and the previous one", i, pemCount(b))
+			}
+		}
+		// Once the previous CA has expired, an upgrade drops it.
+		annotateExpiry(t, releaseNamespace, caSecret, "ownerguard.io/previous-ca-not-after", time.Now().Add(-time.Hour))
 		upgrade(t)
 		for i, b := range caBundles(t, releaseName) {
 			if pemCount(b) != 1 {
-				t.Fatalf("caBundle %d holds %d certificates after the next upgrade, want the new CA only", i, pemCount(b))
+				t.Fatalf("caBundle %d holds %d certificates once the previous CA expired, want the new CA only", i, pemCount(b))
 			}
 		}
 		time.Sleep(2 * time.Second)

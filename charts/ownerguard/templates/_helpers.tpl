@@ -86,6 +86,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The CA's common name: <fullname>-ca, within the 64 characters X.509 (and cert-manager) allow. */}}
+{{- define "ownerguard.caCommonName" -}}
+{{- printf "%s-ca" (include "ownerguard.fullname" . | trunc 61 | trimSuffix "-") }}
+{{- end }}
+
 {{/* The Secret holding the chart-made CA (chart mode only; never mounted). */}}
 {{- define "ownerguard.caSecretName" -}}
 {{- printf "%s-ca" (include "ownerguard.fullname" .) }}
@@ -102,6 +107,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 ownerguard.io/not-after
 {{- end }}
 
+{{/* Where the CA Secret keeps the expiry of the CA the current one replaced. */}}
+{{- define "ownerguard.previousNotAfterAnnotation" -}}
+ownerguard.io/previous-ca-not-after
+{{- end }}
+
 {{/*
 The chart-made CA and serving certificate (certificates.mode=chart), made
 once per render and shared by every template through .Values (one map for
@@ -112,35 +122,57 @@ serving pair in <fullname>-tls. Either is renewed when it has fewer than
 renewBeforeDays left (its expiry is kept in an annotation, since templates
 cannot parse X.509). A renewed serving certificate is signed by the same CA,
 so the caBundle does not change and the pods may reload it at their pace.
-When the CA itself is new (renewed, or its Secret gone), the caBundle
-carries the previous CA (the ca.crt of the serving Secret) next to it, so
-the API server trusts both the certificate the pods still serve and the new
-one; the next render, with the new pair in place, drops the old CA.
+When the CA itself is new (renewed, or its Secret gone), the CA it replaces
+(the CA Secret's, else the ca.crt of the serving Secret) is kept in the CA
+Secret as previous-ca.crt, with its expiry, and the caBundle carries it
+next to the new CA until the next CA renewal (or its own expiry): the API
+server keeps trusting the certificate a pod still serves, however late its
+Secret volume refreshes and however many upgrades come in between. The
+ca.crt of the serving Secret is carried too whenever it is neither.
 
 Rendered without a cluster, lookup sees nothing and every render would make
 a new CA: refused unless certificates.chart.allowRenderWithoutCluster.
 */}}
 {{- define "ownerguard.chartCertificates" -}}
 {{- if not (hasKey .Values "_chartCertificates") }}
-{{- $annotation := include "ownerguard.notAfterAnnotation" . }}
 {{- if not (lookup "v1" "Namespace" "" "kube-system") }}
 {{- if not .Values.certificates.chart.allowRenderWithoutCluster }}
 {{- fail "certificates.mode=chart needs the cluster at render time (helm install/upgrade, or --dry-run=server), to keep the CA and certificate it made before. Rendered without one (helm template, Argo CD), every render makes a new CA, and each sync refuses labelled creates until the pods reload the certificate. For GitOps use certificates.mode=certManager or secret; or set certificates.chart.allowRenderWithoutCluster=true together with the ignoreDifferences the README gives" }}
 {{- end }}
 {{- end }}
-{{- $now := now | unixEpoch | int64 }}
-{{- $days := int .Values.certificates.chart.days }}
-{{- $renewAfter := add $now (mul (int .Values.certificates.chart.renewBeforeDays) 86400) }}
 {{- $caSecret := lookup "v1" "Secret" .Release.Namespace (include "ownerguard.caSecretName" .) }}
 {{- $tlsSecret := lookup "v1" "Secret" .Release.Namespace (include "ownerguard.tlsSecretName" .) }}
+{{- $certificates := include "ownerguard.chartCertificatesFrom" (dict "root" . "caSecret" $caSecret "tlsSecret" $tlsSecret "now" (now | unixEpoch | int64)) | fromJson }}
+{{- $_ := set .Values "_chartCertificates" $certificates }}
+{{- end }}
+{{- toJson .Values._chartCertificates }}
+{{- end }}
+
+{{/*
+The decision of ownerguard.chartCertificates, from what the cluster holds:
+.caSecret and .tlsSecret (as lookup returns them, empty when absent), .now
+(Unix seconds), .root the chart's context. Apart, so that it can be judged
+on Secrets made up for the purpose (tests/chart/rotation).
+*/}}
+{{- define "ownerguard.chartCertificatesFrom" -}}
+{{- $caSecret := .caSecret }}
+{{- $tlsSecret := .tlsSecret }}
+{{- $now := int64 .now }}
+{{- $root := .root }}
+{{- with $root }}
+{{- $annotation := include "ownerguard.notAfterAnnotation" . }}
+{{- $days := int .Values.certificates.chart.days }}
+{{- $renewAfter := add $now (mul (int .Values.certificates.chart.renewBeforeDays) 86400) }}
 {{- $caData := dig "data" dict $caSecret }}
 {{- $tlsData := dig "data" dict $tlsSecret }}
+{{- $previousAnnotation := include "ownerguard.previousNotAfterAnnotation" . }}
 {{- $ca := dict }}
 {{- $caCert := "" }}
 {{- $caNotAfter := 0 }}
+{{- $oldCaNotAfter := dig "metadata" "annotations" $annotation "0" $caSecret | int64 }}
 {{- $caKept := false }}
 {{- if and (hasKey $caData "tls.crt") (hasKey $caData "tls.key") }}
-{{- $caNotAfter = dig "metadata" "annotations" $annotation "0" $caSecret | int64 }}
+{{- $caNotAfter = $oldCaNotAfter }}
 {{- if or (eq $caNotAfter 0) (gt $caNotAfter $renewAfter) }}
 {{- $ca = buildCustomCert (index $caData "tls.crt") (index $caData "tls.key") }}
 {{- $caCert = index $caData "tls.crt" }}
@@ -148,7 +180,7 @@ a new CA: refused unless certificates.chart.allowRenderWithoutCluster.
 {{- end }}
 {{- end }}
 {{- if not $caKept }}
-{{- $ca = genCA (printf "%s-ca" (include "ownerguard.fullname" .)) $days }}
+{{- $ca = genCA (include "ownerguard.caCommonName" .) $days }}
 {{- $caCert = $ca.Cert | b64enc }}
 {{- $caNotAfter = add $now (mul $days 86400) }}
 {{- end }}
@@ -170,15 +202,34 @@ a new CA: refused unless certificates.chart.allowRenderWithoutCluster.
 {{- $_ := set $result "key" ($cert.Key | b64enc) }}
 {{- $_ := set $result "notAfter" (toString (min (add $now (mul $days 86400)) $caNotAfter)) }}
 {{- end }}
+{{- /* The CA the current one replaced: kept until the next CA renewal. */}}
+{{- $previous := "" }}
+{{- $previousNotAfter := 0 }}
+{{- if $caKept }}
+{{- $previous = index $caData "previous-ca.crt" | default "" }}
+{{- $previousNotAfter = dig "metadata" "annotations" $previousAnnotation "0" $caSecret | int64 }}
+{{- else if hasKey $caData "tls.crt" }}
+{{- $previous = index $caData "tls.crt" }}
+{{- $previousNotAfter = $oldCaNotAfter }}
+{{- else }}
+{{- $previous = index $tlsData "ca.crt" | default "" }}
+{{- end }}
+{{- if or (eq $previous $caCert) (and (gt $previousNotAfter 0) (le $previousNotAfter $now)) }}
+{{- $previous = "" }}
+{{- $previousNotAfter = 0 }}
+{{- end }}
+{{- $_ := set $result "previousCa" $previous }}
+{{- $_ := set $result "previousCaNotAfter" (toString $previousNotAfter) }}
 {{- $bundle := $caCert | b64dec }}
-{{- $previous := index $tlsData "ca.crt" | default "" }}
-{{- if and $previous (ne $previous $caCert) }}
-{{- $bundle = printf "%s\n%s" (trimSuffix "\n" $bundle) ($previous | b64dec) }}
+{{- $served := index $tlsData "ca.crt" | default "" }}
+{{- range list $previous $served | uniq }}
+{{- if and . (ne . $caCert) }}
+{{- $bundle = printf "%s\n%s" (trimSuffix "\n" $bundle) (. | b64dec) }}
+{{- end }}
 {{- end }}
 {{- $_ := set $result "bundle" ($bundle | b64enc) }}
-{{- $_ := set .Values "_chartCertificates" $result }}
+{{- toJson $result }}
 {{- end }}
-{{- toJson .Values._chartCertificates }}
 {{- end }}
 
 {{/* caBundle of the webhook configurations; empty with cert-manager, whose CA injector fills it. */}}
@@ -291,9 +342,14 @@ the webhooks see.
 {{- end }}
 {{- end }}
 
-{{/* The install check (helm test and the post-install hook): its name and hook annotations. */}}
+{{/*
+The install check's objects (helm test and the post-install hook):
+<fullname>-check, the base cut to 57 characters so that the name stays
+within 63 and never collides, truncated, with <fullname> (a check
+ServiceAccount named as the server's, deleted once the check passed).
+*/}}
 {{- define "ownerguard.checkName" -}}
-{{- printf "%s-check" (include "ownerguard.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-check" (include "ownerguard.fullname" . | trunc 57 | trimSuffix "-") }}
 {{- end }}
 
 {{/*
@@ -303,7 +359,7 @@ a check pod as a server.
 */}}
 {{- define "ownerguard.checkLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-app.kubernetes.io/name: {{ include "ownerguard.name" . }}-check
+app.kubernetes.io/name: {{ include "ownerguard.name" . | trunc 57 | trimSuffix "-" }}-check
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: check
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}

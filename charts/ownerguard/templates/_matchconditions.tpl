@@ -3,59 +3,108 @@ matchConditions: CEL the API server evaluates before calling a webhook
 (GA in Kubernetes 1.30). A condition that errors counts as a failed call
 (under failurePolicy Fail the user's request is refused), so no expression
 here may error on any object: fields are read with optional selection
-(`a.?b`, `m[?k]`: none when absent, and two nones are equal), and pod
-templates only in the built-in groups, whose schema is known (a custom
-resource may hold a list at spec.template, where `.?` errors).
+(`a.?b`, `m[?k]`: none when absent, and two nones are equal), and every
+step into a part whose shape no schema fixes (a custom resource's
+spec.template may be a string, a list or null, where `.?` errors) is
+guarded by `type(x) == map`.
 */}}
 
-{{/* `X != Y` for the value at .path (a CEL selection after object/oldObject). */}}
-{{- define "ownerguard.cel.changed" -}}
-object{{ . }} != oldObject{{ . }}
+{{/*
+A pod-like kind, as ownerguard reads one (OwnerReference::means_pod): its
+ASCII letters and digits, in any case, spell pod or pods (`Pod`, `pods`,
+`POD`, ` pod `, `p-o-d`, `Pod` with a zero-width space...; not `Podx`,
+`Pod1` nor `v1/Pod`). Written with explicit case classes, not (?i): RE2
+folds `k` with the Kelvin sign and `s` with the long s, so (?i)[^a-z0-9]
+would not let those count as the separators ownerguard ignores.
+*/}}
+{{- define "ownerguard.cel.podKindRegex" -}}
+^[^A-Za-z0-9]*[Pp][^A-Za-z0-9]*[Oo][^A-Za-z0-9]*[Dd][^A-Za-z0-9]*([Ss][^A-Za-z0-9]*)?$
+{{- end }}
+
+{{/* Whether the ownerReference in CEL variable . is pod-like (never an error, whatever its shape). */}}
+{{- define "ownerguard.cel.podLike" -}}
+(type({{ . }}) == map && type({{ . }}.?kind.orValue(null)) == string && {{ . }}.kind.matches('{{ include "ownerguard.cel.podKindRegex" . }}'))
+{{- end }}
+
+{{/* The ownerReferences of .root (object or oldObject): a list, empty when absent. */}}
+{{- define "ownerguard.cel.references" -}}
+(type({{ . }}.metadata.?ownerReferences.orValue(null)) == list ? {{ . }}.metadata.ownerReferences : [])
+{{- end }}
+
+{{/*
+The value at .path (a list of field names) of .root, then [?.key] of the
+map found there, as an optional: none wherever a step is absent or not a
+map (a custom resource's spec.template may be a string, a list or null:
+`.?` on those errors, `type(x) == map` does not).
+*/}}
+{{- define "ownerguard.cel.at" -}}
+{{- $guards := list }}
+{{- $prefix := .root }}
+{{- range .path }}
+{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $prefix .) }}
+{{- $prefix = printf "%s.%s" $prefix . }}
+{{- end -}}
+({{ join " && " $guards }} ? {{ $prefix }}[?'{{ .key }}'] : optional.none())
 {{- end }}
 
 {{/*
 The labelled webhooks: every CREATE; an UPDATE only when it touches what
-ownerguard owns: metadata.ownerReferences, the owner labels and the
-owner-pod-name annotation, or those of a pod template it completes (spec.template, a CronJob's
-spec.jobTemplate and its spec.template). So an outage never blocks a
-finalizer removal, a status-less metadata edit, a scale or a rollout of a
-labelled object. oldObject is null only on CREATE, which the first line
-takes.
+ownerguard judges:
+- the ownerReferences that are pod-like (kind as above, any apiVersion),
+  and every other entry carrying the uid of one of them or of the owner-uid
+  label (ownerguard refuses an entry re-kinded, renamed or added under an
+  owner's uid), compared whole, flags included, on both sides: so a
+  reference changed, removed, renamed, re-kinded from or to a pod, or made
+  blocking is sent, and a controller adding or removing its own
+  (non-pod) reference is not;
+- the owner labels and the owner-pod-name annotation;
+- those of a pod template it completes (spec.template, spec.jobTemplate
+  and its spec.template), of any kind, custom resources included, read
+  with a type check at each step.
+So an outage never blocks a finalizer removal, a status-less metadata edit,
+a scale or a rollout of a labelled object. oldObject is null only on
+CREATE, which the first line takes.
 */}}
 {{- define "ownerguard.matchConditions.labelled" -}}
 {{- $keys := list (printf "%s/owner-pod" .Values.keyPrefix) (printf "%s/owner-uid" .Values.keyPrefix) }}
+{{- $uidKey := printf "%s/owner-uid" .Values.keyPrefix }}
 {{- $nameKey := printf "%s/owner-pod-name" .Values.keyPrefix }}
+{{- $refs := dict "object" (include "ownerguard.cel.references" "object") "oldObject" (include "ownerguard.cel.references" "oldObject") }}
 matchConditions:
   - name: create-or-ownership-update
     expression: |-
       request.operation != 'UPDATE'
-      || {{ include "ownerguard.cel.changed" ".metadata.?ownerReferences" }}
+      || [(({{ $refs.object }} + {{ $refs.oldObject }})
+            .filter(r, {{ include "ownerguard.cel.podLike" "r" }} && type(r.?uid.orValue(null)) == string)
+            .map(r, r.uid)
+          + [object.metadata.?labels[?'{{ $uidKey }}'].orValue(''), oldObject.metadata.?labels[?'{{ $uidKey }}'].orValue('')]
+        ).filter(u, u != '')].exists(uids,
+          {{ $refs.object }}.filter(r, {{ include "ownerguard.cel.podLike" "r" }} || (type(r) == map && r.?uid.orValue(null) in uids))
+          != {{ $refs.oldObject }}.filter(r, {{ include "ownerguard.cel.podLike" "r" }} || (type(r) == map && r.?uid.orValue(null) in uids)))
       {{- range $keys }}
-      || {{ include "ownerguard.cel.changed" (printf ".metadata.?labels[?'%s']" .) }}
+      || object.metadata.?labels[?'{{ . }}'] != oldObject.metadata.?labels[?'{{ . }}']
       {{- end }}
-      || {{ include "ownerguard.cel.changed" (printf ".metadata.?annotations[?'%s']" $nameKey) }}
-      || (request.kind.group in ['', 'apps', 'batch'] && (false
-      {{- range list ".?spec.?template" ".?spec.?jobTemplate" ".?spec.?jobTemplate.?spec.?template" }}
+      || object.metadata.?annotations[?'{{ $nameKey }}'] != oldObject.metadata.?annotations[?'{{ $nameKey }}']
+      {{- range list (list "spec" "template") (list "spec" "jobTemplate") (list "spec" "jobTemplate" "spec" "template") }}
       {{- $template := . }}
       {{- range $keys }}
-        || {{ include "ownerguard.cel.changed" (printf "%s.?metadata.?labels[?'%s']" $template .) }}
+      || {{ include "ownerguard.cel.at" (dict "root" "object" "path" (concat $template (list "metadata" "labels")) "key" .) }}
+         != {{ include "ownerguard.cel.at" (dict "root" "oldObject" "path" (concat $template (list "metadata" "labels")) "key" .) }}
       {{- end }}
-        || {{ include "ownerguard.cel.changed" (printf "%s.?metadata.?annotations[?'%s']" $template $nameKey) }}
+      || {{ include "ownerguard.cel.at" (dict "root" "object" "path" (concat $template (list "metadata" "annotations")) "key" $nameKey) }}
+         != {{ include "ownerguard.cel.at" (dict "root" "oldObject" "path" (concat $template (list "metadata" "annotations")) "key" $nameKey) }}
       {{- end }}
-      ))
 {{- end }}
 
 {{/*
 validation.allPodOwnerReferences: only objects that name a pod as owner,
-the kind read as ownerguard reads it: its letters and digits, in any case,
-spell pod or pods (`Pod`, `pods`, `Pod ` with a space...), so that every
+the kind read as ownerguard reads it (pod-like, above), so that every
 spelling ownerguard refuses reaches it.
 */}}
 {{- define "ownerguard.matchConditions.podReferences" -}}
 matchConditions:
   - name: has-pod-owner-reference
     expression: |-
-      object.metadata.?ownerReferences.orValue([]).exists(r,
-        type(r) == map && type(r.?kind.orValue(null)) == string
-        && r.kind.matches('(?i)^[^a-z0-9]*p[^a-z0-9]*o[^a-z0-9]*d[^a-z0-9]*(s[^a-z0-9]*)?$'))
+      {{ include "ownerguard.cel.references" "object" }}.exists(r,
+        {{ include "ownerguard.cel.podLike" "r" }})
 {{- end }}
