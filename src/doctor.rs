@@ -1243,7 +1243,7 @@ fn check_match_conditions(webhook: &WebhookView<'_>, role: Role, key_prefix: &st
     let subject = format!("matchConditions of {}", webhook.label());
     let expected = match role {
         Role::Labelled => conditions::labelled(key_prefix),
-        Role::Unlabelled => conditions::pod_references(),
+        Role::Unlabelled => conditions::pod_references(key_prefix),
     };
     if webhook.match_conditions.is_empty() {
         return line(

@@ -1090,55 +1090,6 @@ fn helm_renders_updates_filtered_or_not_on_request() {
     );
 }
 
-/// tests/doctor.rs judges installations whose matchConditions come from
-/// tests/chart/match-conditions.rendered.json: it must be what the chart
-/// renders (`UPDATE_GOLDEN=1` rewrites it from the render).
-#[test]
-#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
-fn the_match_conditions_doctor_is_tested_with_are_the_rendered_ones() {
-    let helm = helm();
-    let objects = render_with(
-        &helm,
-        &["--set", "validation.allPodOwnerReferences.enabled=true"],
-    );
-    let mut rendered = serde_json::Map::new();
-    for configuration in objects.iter().filter(|o| {
-        o["kind"]
-            .as_str()
-            .is_some_and(|k| k.ends_with("WebhookConfiguration"))
-    }) {
-        for webhook in configuration["webhooks"].as_array().unwrap() {
-            let role =
-                if webhook["objectSelector"]["matchExpressions"][0]["operator"] == "DoesNotExist" {
-                    "podReferences"
-                } else {
-                    "labelled"
-                };
-            let previous = rendered.insert(role.to_string(), webhook["matchConditions"].clone());
-            assert!(
-                previous.is_none_or(|p| p == webhook["matchConditions"]),
-                "two {role} webhooks with different matchConditions"
-            );
-        }
-    }
-    let rendered = Value::Object(rendered);
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chart/match-conditions.rendered.json");
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(
-            &path,
-            format!("{}\n", serde_json::to_string_pretty(&rendered).unwrap()),
-        )
-        .unwrap();
-    }
-    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(
-        rendered,
-        fixture,
-        "{} is not what the chart renders: run `UPDATE_GOLDEN=1 bash .ci/chart-check` and review",
-        path.display()
-    );
-
 /// Every label value anywhere in `value` (`labels`, `matchLabels`,
 /// `selector` of a Service), with where it is.
 fn label_values(value: &Value, at: &str, out: &mut Vec<(String, String)>) {
@@ -1348,4 +1299,53 @@ fn helm_keeps_the_previous_ca_in_the_bundle_until_the_next_ca_renewal() {
     let fresh = &cases["fresh"];
     assert_eq!(fresh["previousCa"], "");
     assert_eq!(bundle(fresh), [trimmed(fresh["ca"].as_str().unwrap())]);
+}
+
+/// doctor compares the webhooks' matchConditions with
+/// src/doctor/match-conditions.json (and tests/doctor.rs installs them): it
+/// must be what the chart renders (`UPDATE_GOLDEN=1` rewrites it).
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn the_match_conditions_doctor_expects_are_the_rendered_ones() {
+    let helm = helm();
+    let objects = render_with(
+        &helm,
+        &["--set", "validation.allPodOwnerReferences.enabled=true"],
+    );
+    let mut rendered = serde_json::Map::new();
+    for configuration in objects.iter().filter(|o| {
+        o["kind"]
+            .as_str()
+            .is_some_and(|k| k.ends_with("WebhookConfiguration"))
+    }) {
+        for webhook in configuration["webhooks"].as_array().unwrap() {
+            let role =
+                if webhook["objectSelector"]["matchExpressions"][0]["operator"] == "DoesNotExist" {
+                    "podReferences"
+                } else {
+                    "labelled"
+                };
+            let previous = rendered.insert(role.to_string(), webhook["matchConditions"].clone());
+            assert!(
+                previous.is_none_or(|p| p == webhook["matchConditions"]),
+                "two {role} webhooks with different matchConditions"
+            );
+        }
+    }
+    let rendered = Value::Object(rendered);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/doctor/match-conditions.json");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(
+            &path,
+            format!("{}\n", serde_json::to_string_pretty(&rendered).unwrap()),
+        )
+        .unwrap();
+    }
+    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(
+        rendered,
+        fixture,
+        "{} is not what the chart renders: run `UPDATE_GOLDEN=1 bash .ci/chart-check` and review",
+        path.display()
+    );
 }

@@ -33,7 +33,7 @@ const SECRET: &str = "/api/v1/namespaces/ownerguard/secrets/ownerguard-tls";
 /// The matchConditions the chart renders, per role (tests/chart.rs checks
 /// this file against a real Helm render).
 fn rendered_conditions(role: &str) -> Value {
-    let text = include_str!("chart/match-conditions.rendered.json");
+    let text = include_str!("../src/doctor/match-conditions.json");
     serde_json::from_str::<Value>(text).unwrap()[role].clone()
 }
 

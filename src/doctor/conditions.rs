@@ -1,69 +1,66 @@
-//! The webhooks' `matchConditions`, as this version's chart writes them
-//! (`charts/ownerguard/templates/_matchconditions.tpl`).
+//! The webhooks' `matchConditions`, as this version's chart writes them.
 //!
 //! A matchCondition decides, before any call, which requests a webhook
 //! sees: one edited by hand, or left from another version, may skip
 //! objects ownerguard must judge, and no probe notices (the probe's
-//! ConfigMap is the one object every condition lets through). So doctor
-//! compares them with the chart's, expression for expression. The text
-//! here mirrors the template; `.ci/chart-check` renders every CI values
-//! file with real Helm and fails if doctor does not pass on the result, so
-//! the two cannot drift apart unnoticed.
+//! ConfigMap is a create, which every condition lets through). So doctor
+//! compares them with the chart's, expression for expression.
+//!
+//! The chart's are `match-conditions.json`: the render of
+//! `charts/ownerguard/templates/_matchconditions.tpl` with the default key
+//! prefix, by real Helm. `.ci/chart-check` fails when the file is not what
+//! the chart renders (`UPDATE_GOLDEN=1 bash .ci/chart-check` rewrites it),
+//! and when doctor does not pass on the render of any CI values file
+//! (custom key prefixes included): the template is the one source.
+
+use serde::Deserialize;
 
 /// One condition: its name and CEL expression.
 pub(super) type Condition = (String, String);
 
-/// The labelled webhooks' condition: every CREATE, and an UPDATE only when
-/// it touches what ownerguard owns.
-pub(super) fn labelled(key_prefix: &str) -> Vec<Condition> {
-    let keys = [
-        format!("{key_prefix}/owner-pod"),
-        format!("{key_prefix}/owner-uid"),
-    ];
-    let name_key = format!("{key_prefix}/owner-pod-name");
-    let changed = |path: &str| format!("object{path} != oldObject{path}");
+/// The render, per role.
+const RENDERED: &str = include_str!("match-conditions.json");
+/// The key prefix the render was made with.
+const RENDERED_KEY_PREFIX: &str = "ownerguard.io";
 
-    let mut terms = vec![
-        "request.operation != 'UPDATE'".to_string(),
-        changed(".metadata.?ownerReferences"),
-    ];
-    terms.extend(
-        keys.iter()
-            .map(|key| changed(&format!(".metadata.?labels[?'{key}']"))),
-    );
-    terms.push(changed(&format!(".metadata.?annotations[?'{name_key}']")));
-
-    let mut templates = vec!["false".to_string()];
-    for template in [
-        ".?spec.?template",
-        ".?spec.?jobTemplate",
-        ".?spec.?jobTemplate.?spec.?template",
-    ] {
-        templates.extend(
-            keys.iter()
-                .map(|key| changed(&format!("{template}.?metadata.?labels[?'{key}']"))),
-        );
-        templates.push(changed(&format!(
-            "{template}.?metadata.?annotations[?'{name_key}']"
-        )));
-    }
-    terms.push(format!(
-        "(request.kind.group in ['', 'apps', 'batch'] && ({} ))",
-        templates.join(" || ")
-    ));
-    vec![("create-or-ownership-update".to_string(), terms.join(" || "))]
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Rendered {
+    labelled: Vec<MatchCondition>,
+    pod_references: Vec<MatchCondition>,
 }
 
-/// validation.allPodOwnerReferences: only objects with a reference whose
-/// kind is a pod's in any spelling.
-pub(super) fn pod_references() -> Vec<Condition> {
-    vec![(
-        "has-pod-owner-reference".to_string(),
-        "object.metadata.?ownerReferences.orValue([]).exists(r, \
-         type(r) == map && type(r.?kind.orValue(null)) == string \
-         && r.kind.matches('(?i)^[^a-z0-9]*p[^a-z0-9]*o[^a-z0-9]*d[^a-z0-9]*(s[^a-z0-9]*)?$'))"
-            .to_string(),
-    )]
+#[derive(Deserialize)]
+struct MatchCondition {
+    name: String,
+    expression: String,
+}
+
+fn rendered(key_prefix: &str, role: impl Fn(Rendered) -> Vec<MatchCondition>) -> Vec<Condition> {
+    let all: Rendered =
+        serde_json::from_str(RENDERED).expect("match-conditions.json is checked by its test");
+    // The keys are CEL string literals: 'ownerguard.io/owner-pod' and the
+    // like, nothing else holds the prefix.
+    let (from, to) = (
+        format!("'{RENDERED_KEY_PREFIX}/"),
+        format!("'{key_prefix}/"),
+    );
+    role(all)
+        .into_iter()
+        .map(|c| (c.name, c.expression.replace(&from, &to)))
+        .collect()
+}
+
+/// The labelled webhooks': every CREATE, and an UPDATE only when it
+/// touches what ownerguard judges.
+pub(super) fn labelled(key_prefix: &str) -> Vec<Condition> {
+    rendered(key_prefix, |r| r.labelled)
+}
+
+/// validation.allPodOwnerReferences': only objects with a pod-like
+/// reference.
+pub(super) fn pod_references(key_prefix: &str) -> Vec<Condition> {
+    rendered(key_prefix, |r| r.pod_references)
 }
 
 /// An expression as the comparison reads it: runs of white space are one
@@ -115,6 +112,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_render_holds_one_condition_per_role() {
+        assert_eq!(labelled(RENDERED_KEY_PREFIX).len(), 1);
+        assert_eq!(pod_references(RENDERED_KEY_PREFIX).len(), 1);
+    }
+
+    #[test]
     fn white_space_and_order_are_not_differences() {
         let expected = vec![
             ("a".to_string(), "x != y\n|| z".to_string()),
@@ -140,7 +143,7 @@ mod tests {
 
     #[test]
     fn a_missing_or_extra_condition_is_named() {
-        let expected = pod_references();
+        let expected = pod_references("ownerguard.io");
         let mut found = expected.clone();
         found.push(("skip-agents".to_string(), "false".to_string()));
         assert_eq!(
@@ -153,7 +156,7 @@ mod tests {
     fn the_key_prefix_is_in_every_label_read() {
         let (_, expression) = &labelled("example.com")[0];
         assert!(expression.contains("labels[?'example.com/owner-pod']"));
-        assert!(expression.contains("annotations[?'example.com/owner-pod-name']"));
+        assert!(expression.contains("[?'example.com/owner-pod-name']"));
         assert!(!expression.contains("ownerguard.io"));
     }
 }
