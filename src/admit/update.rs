@@ -41,6 +41,9 @@ pub(super) struct Work {
     meta: ObjectMeta,
     /// The owner the old object's labels name.
     owner: Option<OwnerOfRecord>,
+    /// The name the old object's owner label gives, even one no pod can
+    /// have: the audit annotation names no other pod.
+    label_owner: Option<String>,
     /// Pod references the update removes: allowed once their pod is gone.
     removed: Vec<Removed>,
     /// The owner label key, when the update removes the owner label.
@@ -161,9 +164,32 @@ pub(super) fn plan(
         if !seen.insert(before.uid.as_str()) {
             continue;
         }
-        let kept = new_by_uid
+        let under_uid = new_by_uid
             .get(before.uid.as_str())
             .map_or(&[][..], Vec::as_slice);
+        // An entry under this uid that the old object had whole (a
+        // contradiction from before ownerguard, kept as it was) is no
+        // rewrite of the reference; any other that is not the reference is.
+        let is_the_reference = |after: &OwnerReference| after.is_pod() && after.name == before.name;
+        if let Some(&index) = under_uid.iter().find(|&&index| {
+            let after = &new_references[index];
+            let kept_from_before = old_entries.contains(&tuple(after));
+            !is_the_reference(after) && !kept_from_before
+        }) {
+            let after = &new_references[index];
+            return Err(Denial::OwnerReferenceChanged {
+                at,
+                owner: before.name.clone(),
+                api_version: after.api_version.clone(),
+                kind: after.kind.clone(),
+                name: after.name.clone(),
+            });
+        }
+        let kept: Vec<usize> = under_uid
+            .iter()
+            .copied()
+            .filter(|&index| is_the_reference(&new_references[index]))
+            .collect();
         if kept.is_empty() {
             if !garbage_collector {
                 let owners = owner
@@ -176,17 +202,8 @@ pub(super) fn plan(
             }
             continue;
         }
-        for &index in kept {
+        for index in kept {
             let after = &new_references[index];
-            if !(after.is_pod() && after.name == before.name) {
-                return Err(Denial::OwnerReferenceChanged {
-                    at,
-                    owner: before.name.clone(),
-                    api_version: after.api_version.clone(),
-                    kind: after.kind.clone(),
-                    name: after.name.clone(),
-                });
-            }
             if after.block_owner_deletion == Some(true) {
                 unblock.blocking(index, &before.name, &mut patch, &mut warnings)?;
             }
@@ -209,6 +226,7 @@ pub(super) fn plan(
             .find(|after| {
                 (&after.api_version, &after.kind, &after.name)
                     != (&before.api_version, &before.kind, &before.name)
+                    && !old_entries.contains(&tuple(after))
             });
         if let Some(after) = rewritten {
             return Err(Denial::OwnerReferenceChanged {
@@ -349,6 +367,10 @@ pub(super) fn plan(
             warnings,
             mutate,
             meta: meta.clone(),
+            label_owner: written
+                .as_ref()
+                .map(|o| o.name.clone())
+                .or_else(|| label(old, &labels.pod).map(str::to_string)),
             owner,
             removed,
             label_removed,
@@ -550,14 +572,16 @@ pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch,
             reference.name
         ));
     }
+    // The audit annotation names the object's owner, not a pod a reference
+    // added by the update names.
+    if let Some(name) = &work.label_owner
+        && judge.owner.as_ref().is_some_and(|o| &o.name != name)
+    {
+        judge.owner = None;
+    }
     let Some(owner) = &work.owner else {
         return Ok(patch);
     };
-    // The audit annotation names the object's owner, not a pod a reference
-    // added by the update names.
-    if judge.owner.as_ref().is_some_and(|o| o.name != owner.name) {
-        judge.owner = None;
-    }
     let owner_judged =
         !work.omitted.is_empty() || (work.label_removed.is_some() && owner.referenced);
     if !owner_judged || !judge.is_live(&owner.name, &owner.uid)? {

@@ -1277,7 +1277,11 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     let (pod_key, uid_key) = (s.pod_key(), s.uid_key());
     let (old, new) = (&w.old, &w.object);
     let known = known_uids(w, &[old, new]);
-    let old_refs = pod_refs(old, &known);
+    // What the old object had as Pod references, by what it said itself:
+    // an entry of no pod kind whose uid only the update names was not one
+    // (the update turning it into the right reference fixes a legacy
+    // object).
+    let old_refs = pod_refs(old, &known_uids(w, &[old]));
     let new_refs = pod_refs(new, &known);
     let (o_pod, o_uid) = (old.label(&pod_key), old.label(&uid_key));
     let (n_pod, n_uid) = (new.label(&pod_key), new.label(&uid_key));
@@ -1483,8 +1487,17 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     // The owner's reference (classes 3, 4, 5; issue 8 item 2).
     if let (Some(r_o), Some(o_name)) = (o_owner_ref, o_pod) {
         let uid = r_o.uid();
-        let in_new: Vec<&&Entry> = new_refs.iter().filter(|r| r.uid() == uid).collect();
-        if in_new.is_empty() && !new.refs.iter().any(|r| r.uid() == uid) {
+        // Every entry under its uid but those the old object had whole
+        // besides it (a contradiction from before, kept: no rewrite).
+        let in_new: Vec<&Entry> = new
+            .refs
+            .iter()
+            .filter(|r| r.uid() == uid)
+            .filter(|r| {
+                r.tuple() == r_o.tuple() || !old.refs.iter().any(|o| o.tuple() == r.tuple())
+            })
+            .collect();
+        if in_new.is_empty() {
             // Removed or omitted.
             if gc {
                 e.no_restore.push(uid.to_string());
@@ -1547,8 +1560,11 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
                     );
                 }
             }
-            // Another entry (not v1/Pod) carrying the uid.
-            for r in new.refs.iter().filter(|r| r.uid() == uid && !r.pod_kind()) {
+            // Another entry (not v1/Pod) carrying the uid, that the old
+            // object did not have as it is.
+            for r in new.refs.iter().filter(|r| {
+                r.uid() == uid && !r.pod_kind() && !old.refs.iter().any(|o| o.tuple() == r.tuple())
+            }) {
                 e.deny(
                     &[400, 403],
                     true,
@@ -1607,7 +1623,12 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     {
         // Every entry under its uid, Pod-like or not: rewritten into any
         // other tuple, the reference is renamed or re-kinded.
-        let same_uid: Vec<&Entry> = new.refs.iter().filter(|n| n.uid() == r.uid()).collect();
+        let same_uid: Vec<&Entry> = new
+            .refs
+            .iter()
+            .filter(|n| n.uid() == r.uid())
+            .filter(|n| n.tuple() == r.tuple() || !old.refs.iter().any(|o| o.tuple() == n.tuple()))
+            .collect();
         if same_uid.is_empty() {
             if gc || !r.exact() || !r.well_formed() {
                 e.no_restore.push(r.uid().to_string());
@@ -1646,7 +1667,19 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
                         n.show()
                     ),
                 );
-            } else if n.blocking() && !r.blocking() {
+            } else if n.blocking() && !r.blocking() && !r.pod_kind() {
+                // An entry of no pod kind under a pod's uid, kept: legacy;
+                // not a Pod reference (SPEC §2), so its flag is not ours.
+                e.maybe(
+                    &[400, 403],
+                    true,
+                    "a legacy entry under a pod's uid made blocking",
+                );
+            } else if n.blocking()
+                && !r.blocking()
+                // Two entries of one tuple: one blocking already is legacy.
+                && !old.refs.iter().any(|o| o.tuple() == n.tuple() && o.blocking())
+            {
                 match hook {
                     Hook::Mutate => e.warn.push("reference unblocked".into()),
                     Hook::Validate => e.deny(
@@ -1706,6 +1739,16 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
                     "entry {} carries the old owner's uid under another tuple",
                     r.show()
                 ),
+            );
+        }
+        for r in added
+            .iter()
+            .filter(|r| r.exact() && r.name() == name && r.uid() != uid)
+        {
+            e.maybe(
+                &[400, 403],
+                true,
+                format!("entry {} names the old owner under another uid", r.show()),
             );
         }
     }

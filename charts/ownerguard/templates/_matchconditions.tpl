@@ -81,6 +81,7 @@ matchConditions:
         ).filter(u, u != '')].exists(uids,
           {{ $refs.object }}.filter(r, {{ include "ownerguard.cel.podLike" "r" }} || (type(r) == map && r.?uid.orValue(null) in uids))
           != {{ $refs.oldObject }}.filter(r, {{ include "ownerguard.cel.podLike" "r" }} || (type(r) == map && r.?uid.orValue(null) in uids)))
+      || {{ $refs.object }}.exists(r, {{ include "ownerguard.cel.podLike" "r" }} && r.?blockOwnerDeletion.orValue(false) == true)
       {{- range $keys }}
       || object.metadata.?labels[?'{{ . }}'] != oldObject.metadata.?labels[?'{{ . }}']
       {{- end }}
@@ -91,6 +92,8 @@ matchConditions:
       || {{ include "ownerguard.cel.at" (dict "root" "object" "path" (concat $template (list "metadata" "labels")) "key" .) }}
          != {{ include "ownerguard.cel.at" (dict "root" "oldObject" "path" (concat $template (list "metadata" "labels")) "key" .) }}
       {{- end }}
+      || {{ include "ownerguard.cel.isTemplate" (dict "root" "object" "path" $template) }}
+         != {{ include "ownerguard.cel.isTemplate" (dict "root" "oldObject" "path" $template) }}
       || {{ include "ownerguard.cel.at" (dict "root" "object" "path" (concat $template (list "metadata" "annotations")) "key" $nameKey) }}
          != {{ include "ownerguard.cel.at" (dict "root" "oldObject" "path" (concat $template (list "metadata" "annotations")) "key" $nameKey) }}
       {{- end }}
@@ -107,4 +110,14 @@ matchConditions:
     expression: |-
       {{ include "ownerguard.cel.references" "object" }}.exists(r,
         {{ include "ownerguard.cel.podLike" "r" }})
+{{- end }}
+
+{{- define "ownerguard.cel.isTemplate" -}}
+{{- $guards := list }}
+{{- $prefix := .root }}
+{{- range (concat .path (list "metadata")) }}
+{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $prefix .) }}
+{{- $prefix = printf "%s.%s" $prefix . }}
+{{- end -}}
+({{ join " && " $guards }} && ['labels', 'annotations'].all(f, type({{ $prefix }}[?f].orValue(null)) == null_type || (type({{ $prefix }}[?f].orValue(null)) == map && {{ $prefix }}[f].all(k, type({{ $prefix }}[f][k]) == string))))
 {{- end }}
