@@ -126,7 +126,9 @@ pub(super) fn plan(
     // Looked up, restored, checked against: only an owner whose name can
     // be a pod's.
     let owner = written.clone().filter(|o| is_pod_name(&o.name));
-    let owner_uid = written.as_ref().map(|o| o.uid.as_str());
+    // The uid of an owner a pod can be: an empty or invalid owner label
+    // names nobody, and a uid label added to it changes it.
+    let owner_uid = owner.as_ref().map(|o| o.uid.as_str());
     let (label_removed, omitted) = label_changes(old, meta, &at, labels, owner_uid)?;
     let owner_label_kept = label(meta, &labels.pod).is_some() && label_removed.is_none();
 

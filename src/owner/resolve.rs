@@ -5,7 +5,7 @@
 //! Every name that comes out of here as a [`Claim`] is a valid pod name:
 //! what is looked up cannot carry anything an API path would read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID, ObjectMeta, OwnerReference, UserInfo};
 use crate::error::{Denial, Subject};
@@ -442,8 +442,12 @@ pub fn reference_owners(
     for claim in &claims {
         pods_by_uid.entry(&claim.uid).or_insert(&claim.name);
     }
+    // An entry the update kept (`skip`) is judged only against the Pod
+    // references it adds: one added under the uid of a kept entry of
+    // another tuple contradicts it as much as on CREATE.
+    let added_uids: HashSet<&str> = claims.iter().map(|claim| claim.uid.as_str()).collect();
     for (index, reference) in references(meta).iter().enumerate() {
-        if skip(reference) {
+        if skip(reference) && !added_uids.contains(reference.uid.as_str()) {
             continue;
         }
         if let Some(&name) = pods_by_uid.get(reference.uid.as_str())
