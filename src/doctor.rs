@@ -172,48 +172,44 @@ async fn other_configurations(
         other => format!("cannot list {kind}s: {other}"),
     };
     let params = ListParams::default();
-    let mut others = Vec::new();
     let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
         .list(&params)
         .await
         .map_err(|e| refused("MutatingWebhookConfiguration", e))?;
-    for configuration in mutating.items {
-        let name = configuration.metadata.name.clone().unwrap_or_default();
-        if name == ours {
-            continue;
-        }
-        let webhooks = configuration
-            .webhooks
-            .iter()
-            .flatten()
-            .map(|w| (w.name.clone(), keys(w.object_selector.as_ref())))
-            .collect();
-        others.push(OtherConfiguration {
-            kind: "MutatingWebhookConfiguration",
-            name,
-            webhooks,
-        });
-    }
     let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .list(&params)
         .await
         .map_err(|e| refused("ValidatingWebhookConfiguration", e))?;
-    for configuration in validating.items {
-        let name = configuration.metadata.name.clone().unwrap_or_default();
-        if name == ours {
-            continue;
+    let mut others = Vec::new();
+    let mut add = |kind: &'static str, name: Option<String>, webhooks| {
+        let name = name.unwrap_or_default();
+        if name != ours {
+            others.push(OtherConfiguration {
+                kind,
+                name,
+                webhooks,
+            });
         }
-        let webhooks = configuration
-            .webhooks
-            .iter()
-            .flatten()
-            .map(|w| (w.name.clone(), keys(w.object_selector.as_ref())))
-            .collect();
-        others.push(OtherConfiguration {
-            kind: "ValidatingWebhookConfiguration",
-            name,
-            webhooks,
-        });
+    };
+    for configuration in mutating.items {
+        let webhooks = configuration.webhooks.iter().flatten();
+        add(
+            "MutatingWebhookConfiguration",
+            configuration.metadata.name,
+            webhooks
+                .map(|w| (w.name.clone(), keys(w.object_selector.as_ref())))
+                .collect(),
+        );
+    }
+    for configuration in validating.items {
+        let webhooks = configuration.webhooks.iter().flatten();
+        add(
+            "ValidatingWebhookConfiguration",
+            configuration.metadata.name,
+            webhooks
+                .map(|w| (w.name.clone(), keys(w.object_selector.as_ref())))
+                .collect(),
+        );
     }
     Ok(others)
 }
