@@ -424,52 +424,40 @@ impl WebhookView<'_> {
 }
 
 fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
-    let mut views = Vec::new();
-    for webhook in installation
+    // MutatingWebhook and ValidatingWebhook are two types with the same
+    // fields: one view of either.
+    macro_rules! view {
+        ($configuration:expr, $webhook:expr) => {{
+            let webhook = $webhook;
+            WebhookView {
+                configuration: $configuration,
+                name: webhook.name.clone(),
+                client_config: &webhook.client_config,
+                rules: webhook.rules.as_deref().unwrap_or_default(),
+                object_selector: webhook.object_selector.as_ref(),
+                namespace_selector: webhook.namespace_selector.as_ref(),
+                failure_policy: webhook.failure_policy.as_deref().unwrap_or("Fail"),
+                timeout_seconds: webhook.timeout_seconds.unwrap_or(10),
+                match_conditions: webhook
+                    .match_conditions
+                    .iter()
+                    .flatten()
+                    .map(|c| (c.name.clone(), c.expression.clone()))
+                    .collect(),
+            }
+        }};
+    }
+    let mutating = installation
         .mutating
         .iter()
         .flat_map(|c| c.webhooks.iter().flatten())
-    {
-        views.push(WebhookView {
-            configuration: Configuration::Mutating,
-            name: webhook.name.clone(),
-            client_config: &webhook.client_config,
-            rules: webhook.rules.as_deref().unwrap_or_default(),
-            object_selector: webhook.object_selector.as_ref(),
-            namespace_selector: webhook.namespace_selector.as_ref(),
-            failure_policy: webhook.failure_policy.as_deref().unwrap_or("Fail"),
-            timeout_seconds: webhook.timeout_seconds.unwrap_or(10),
-            match_conditions: webhook
-                .match_conditions
-                .iter()
-                .flatten()
-                .map(|c| (c.name.clone(), c.expression.clone()))
-                .collect(),
-        });
-    }
-    for webhook in installation
+        .map(|webhook| view!(Configuration::Mutating, webhook));
+    let validating = installation
         .validating
         .iter()
         .flat_map(|c| c.webhooks.iter().flatten())
-    {
-        views.push(WebhookView {
-            configuration: Configuration::Validating,
-            name: webhook.name.clone(),
-            client_config: &webhook.client_config,
-            rules: webhook.rules.as_deref().unwrap_or_default(),
-            object_selector: webhook.object_selector.as_ref(),
-            namespace_selector: webhook.namespace_selector.as_ref(),
-            failure_policy: webhook.failure_policy.as_deref().unwrap_or("Fail"),
-            timeout_seconds: webhook.timeout_seconds.unwrap_or(10),
-            match_conditions: webhook
-                .match_conditions
-                .iter()
-                .flatten()
-                .map(|c| (c.name.clone(), c.expression.clone()))
-                .collect(),
-        });
-    }
-    views
+        .map(|webhook| view!(Configuration::Validating, webhook));
+    mutating.chain(validating).collect()
 }
 
 /// The flags of `ownerguard serve` the checks compare with, as the

@@ -247,11 +247,6 @@ pub(super) fn plan(
     let unchanged = |reference: &OwnerReference| {
         old_pod_uids.contains(reference.uid.as_str()) || old_entries.contains(&tuple(reference))
     };
-    let owner_claim = owner.as_ref().map(|o| Claim {
-        name: o.name.clone(),
-        uid: o.uid.clone(),
-        origin: crate::owner::Origin::Label,
-    });
     // The owner of record as written, even under a name no pod can have:
     // the old labels still say whose uid that is, so an added entry
     // carrying it under another tuple contradicts it (rule 6).
@@ -260,13 +255,7 @@ pub(super) fn plan(
         uid: o.uid.clone(),
         origin: crate::owner::Origin::Label,
     });
-    let claims = reference_owners(
-        meta,
-        &at,
-        owner_claim.as_ref().or(record.as_ref()),
-        &declared,
-        unchanged,
-    )?;
+    let claims = reference_owners(meta, &at, record.as_ref(), &declared, unchanged)?;
     for claim in &claims {
         warnings.extend(check_requester(
             claim,
@@ -316,7 +305,9 @@ pub(super) fn plan(
         }
     }
 
-    if owner_label_kept && let Some(owner) = &owner_claim {
+    // Templates are completed for an owner a pod can be only.
+    let owner_claim = record.as_ref().filter(|o| is_pod_name(&o.name));
+    if owner_label_kept && let Some(owner) = owner_claim {
         templates::complete(
             head,
             request.old_object.as_ref(),

@@ -809,6 +809,24 @@ fn pod_refs<'m>(meta: &'m Meta, known_uids: &BTreeSet<String>) -> Vec<&'m Entry>
         .collect()
 }
 
+/// The namespace every operation needs: a DNS label, the request's and
+/// the object's the same. Records the denial and says so when it is not.
+fn namespace_malformed(w: &World, e: &mut Expect, ns: &str) -> bool {
+    if !dns_label(ns) {
+        e.deny(&[400], true, format!("namespace '{ns}' is not a DNS label"));
+        return true;
+    }
+    if w.namespace_mismatch() {
+        e.deny(
+            &[400],
+            true,
+            "the request's and the object's namespaces differ",
+        );
+        return true;
+    }
+    false
+}
+
 fn known_uids(w: &World, metas: &[&Meta]) -> BTreeSet<String> {
     let mut uids = BTreeSet::new();
     let uid_key = w.settings.uid_key();
@@ -875,16 +893,7 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
         );
         return;
     }
-    if !dns_label(ns) {
-        e.deny(&[400], true, format!("namespace '{ns}' is not a DNS label"));
-        return;
-    }
-    if w.namespace_mismatch() {
-        e.deny(
-            &[400],
-            true,
-            "the request's and the object's namespaces differ",
-        );
+    if namespace_malformed(w, e, ns) {
         return;
     }
     check_identity(w, e, true);
@@ -1313,16 +1322,7 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         }
         return;
     }
-    if !dns_label(ns) {
-        e.deny(&[400], true, format!("namespace '{ns}' is not a DNS label"));
-        return;
-    }
-    if w.namespace_mismatch() {
-        e.deny(
-            &[400],
-            true,
-            "the request's and the object's namespaces differ",
-        );
+    if namespace_malformed(w, e, ns) {
         return;
     }
     check_identity(w, e, false);
