@@ -117,16 +117,7 @@ func TestDoctor(t *testing.T) {
 		// as the kubelet would after the /readyz probe: the ReplicaSet and
 		// Deployment controllers then report them ready, as in a cluster.
 		ctx := ctxFor(t, time.Minute)
-		must(t, harness.Until(ctx, 30*time.Second, 250*time.Millisecond, "deployment ready", func() error {
-			d, err := admin.AppsV1().Deployments(releaseNamespace).Get(ctx, releaseName, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if d.Status.ReadyReplicas != *d.Spec.Replicas {
-				return fmt.Errorf("%d of %d ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
-			}
-			return nil
-		}), "the Deployment's status")
+		waitDeploymentReady(ctx, t)
 		_, err := doctor(t)
 		must(t, err, "doctor")
 	})

@@ -602,16 +602,7 @@ func TestChartDoctor(t *testing.T) {
 	}
 	ctx := ctxFor(t, 5*time.Minute)
 	t.Run("PassesOnTheInstallationWithTheProbe", func(t *testing.T) {
-		must(t, harness.Until(ctx, 30*time.Second, 250*time.Millisecond, "deployment ready", func() error {
-			d, err := admin.AppsV1().Deployments(releaseNamespace).Get(ctx, releaseName, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if d.Status.ReadyReplicas != *d.Spec.Replicas {
-				return fmt.Errorf("%d of %d ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
-			}
-			return nil
-		}), "the Deployment's status")
+		waitDeploymentReady(ctx, t)
 		out, err := doctor(t)
 		must(t, err, "doctor")
 		if !hasLine(out, "ok   probe in default: "+mutateWebhook+" answered") {

@@ -323,3 +323,20 @@ func auditAnnotations(t *testing.T, verb, resource, ns, name string) []map[strin
 	}
 	return out
 }
+
+// waitDeploymentReady waits until the release's Deployment reports every
+// replica ready (its pods' readiness is written by harness.MarkReady in
+// place of a kubelet; the controllers then count them as in a cluster).
+func waitDeploymentReady(ctx context.Context, t *testing.T) {
+	t.Helper()
+	must(t, harness.Until(ctx, 30*time.Second, 250*time.Millisecond, "deployment ready", func() error {
+		d, err := admin.AppsV1().Deployments(releaseNamespace).Get(ctx, releaseName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ReadyReplicas != *d.Spec.Replicas {
+			return fmt.Errorf("%d of %d ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
+		}
+		return nil
+	}), "the Deployment's status")
+}
