@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Owner-cache figures for the README: lookups per second from the index,
+# Owner-cache figures for docs/performance.md: lookups per second from the index,
 # bytes per cached pod, and, for the real `ownerguard serve` against the
 # loopback test API server, time to first ready and RSS with N pods
 # (default 150,000). Loopback only; bounded in time.

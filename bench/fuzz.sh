@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the decision, every answer judged by the oracle
-# of tests/oracle/ (see README, "The oracle and fuzzing"). Not part of CI.
+# of tests/oracle/ (see docs/testing.md, "The oracle and fuzzing"). Not part of CI.
 #
 #   bench/fuzz.sh MINUTES [TARGET...]     (default: 10 minutes, both targets)
 #

@@ -1,5 +1,5 @@
 //! Benchmark of the owner cache, run by `bench/cache.sh`; figures go into
-//! the README. Not a test: it measures, it does not judge.
+//! docs/performance.md. Not a test: it measures, it does not judge.
 //!
 //! 1. The index alone: memory per pod (RSS growth while it is filled) and
 //!    lookups per second (one thread, random pods, uid compared).

@@ -137,7 +137,7 @@ a new CA: refused unless certificates.chart.allowRenderWithoutCluster.
 {{- if not (hasKey .Values "_chartCertificates") }}
 {{- if not (lookup "v1" "Namespace" "" "kube-system") }}
 {{- if not .Values.certificates.chart.allowRenderWithoutCluster }}
-{{- fail "certificates.mode=chart needs the cluster at render time (helm install/upgrade, or --dry-run=server), to keep the CA and certificate it made before. Rendered without one (helm template, Argo CD), every render makes a new CA, and each sync refuses labelled creates until the pods reload the certificate. For GitOps use certificates.mode=certManager or secret; or set certificates.chart.allowRenderWithoutCluster=true together with the ignoreDifferences the README gives" }}
+{{- fail "certificates.mode=chart needs the cluster at render time (helm install/upgrade, or --dry-run=server), to keep the CA and certificate it made before. Rendered without one (helm template, Argo CD), every render makes a new CA, and each sync refuses labelled creates until the pods reload the certificate. For GitOps use certificates.mode=certManager or secret; or set certificates.chart.allowRenderWithoutCluster=true together with the ignoreDifferences of docs/install.md" }}
 {{- end }}
 {{- end }}
 {{- $caSecret := lookup "v1" "Secret" .Release.Namespace (include "ownerguard.caSecretName" .) }}
