@@ -190,6 +190,8 @@ impl PodIndex {
         Some(ObservedPod {
             uid: entry.uid.to_text(),
             terminating: entry.terminating,
+            // The metadata-only watch carries no phase.
+            finished: None,
         })
     }
 
@@ -205,6 +207,7 @@ impl PodIndex {
         Some(ObservedPod {
             uid: uid.to_string(),
             terminating,
+            finished: None,
         })
     }
 
@@ -689,13 +692,7 @@ mod tests {
     fn apply_then_get_then_delete() {
         let index = PodIndex::default();
         index.apply(&meta("agents", "w-1", U1, false));
-        assert_eq!(
-            index.get("agents", "w-1"),
-            Some(ObservedPod {
-                uid: U1.into(),
-                terminating: false
-            })
-        );
+        assert_eq!(index.get("agents", "w-1"), Some(ObservedPod::running(U1)));
         assert!(index.get_matching("agents", "w-1", U1).is_some());
         assert!(index.get_matching("agents", "w-1", "other").is_none());
         assert_eq!(index.get("other", "w-1"), None);

@@ -175,6 +175,8 @@ impl ClusterLookup {
                         Some(ObservedPod {
                             uid: pod.metadata.uid.unwrap_or_default(),
                             terminating: pod.metadata.deletion_timestamp.is_some(),
+                            // Not in a metadata-only answer.
+                            finished: None,
                         })
                     })
                     .map_err(|error| LookupError::Api {
