@@ -26,7 +26,7 @@ use crate::names::is_namespace;
 use crate::owner::resolve::{
     Delegate, OwnerLabels, Requester, RequesterCheck, RequesterPolicy, label, references,
 };
-use crate::owner::{Claim, Lookup, Source};
+use crate::owner::{Claim, Finished, Lookup, Source};
 use crate::patch::MetadataPatch;
 
 /// Which endpoint is deciding.
@@ -229,7 +229,7 @@ pub fn plan(
 /// # Errors
 ///
 /// The [`Denial`] of the first rule the answers break: a declared owner
-/// missing, with another uid or being deleted; a running owner's reference
+/// missing, with another uid, being deleted or finished; a running owner's reference
 /// or labels removed; an owner that could not be checked (unless
 /// `fail_open`).
 pub fn decide(
@@ -264,6 +264,9 @@ enum Liveness {
     NotFound,
     OtherUid,
     Terminating,
+    /// Phase `Succeeded` or `Failed` (SPEC §3 rule 11): no owner, like a
+    /// pod being deleted, but its object (and so what it owns) stays.
+    Finished(Finished),
     /// The lookup failed: `--fail-open` decides.
     Unknown(&'static str),
 }
@@ -286,7 +289,7 @@ impl Judge<'_> {
             Some(Ok(None)) => Liveness::NotFound,
             Some(Ok(Some(pod))) if pod.uid != uid => Liveness::OtherUid,
             Some(Ok(Some(pod))) if pod.terminating => Liveness::Terminating,
-            Some(Ok(Some(_))) => Liveness::Live,
+            Some(Ok(Some(pod))) => pod.finished.map_or(Liveness::Live, Liveness::Finished),
         }
     }
 
@@ -309,7 +312,8 @@ impl Judge<'_> {
         });
     }
 
-    /// A declared owner must be there, with its uid, not being deleted.
+    /// A declared owner must be there, with its uid, not being deleted and
+    /// not finished.
     fn require_owner(&mut self, claim: &Claim) -> Result<(), Denial> {
         let owner = claim.name.clone();
         match self.liveness(&claim.name, &claim.uid) {
@@ -330,13 +334,20 @@ impl Judge<'_> {
                 at: self.at.clone(),
                 owner,
             }),
+            Liveness::Finished(phase) => Err(Denial::OwnerFinished {
+                at: self.at.clone(),
+                owner,
+                phase,
+            }),
             Liveness::Unknown(reason) => self.unchecked(&claim.name, reason),
         }
     }
 
     /// Whether pod `name` is alive with `uid`, for a decision that keeps a
-    /// live owner's ownership. A failed lookup denies (503), or under
-    /// `--fail-open` counts as gone, with a warning.
+    /// live owner's ownership: a pod being deleted or finished is not (its
+    /// reference may go, is never put back, and its labels may follow). A
+    /// failed lookup denies (503), or under `--fail-open` counts as gone,
+    /// with a warning.
     fn is_live(&mut self, name: &str, uid: &str) -> Result<bool, Denial> {
         match self.liveness(name, uid) {
             Liveness::Live => {
@@ -344,7 +355,10 @@ impl Judge<'_> {
                 Ok(true)
             }
             Liveness::Unknown(reason) => self.unchecked(name, reason).map(|()| false),
-            Liveness::NotFound | Liveness::OtherUid | Liveness::Terminating => Ok(false),
+            Liveness::NotFound
+            | Liveness::OtherUid
+            | Liveness::Terminating
+            | Liveness::Finished(_) => Ok(false),
         }
     }
 

@@ -1,8 +1,24 @@
-//! The pod index fed by the watch: (namespace, name) -> (uid, terminating).
+//! The pod index fed by the watch: (namespace, name) -> (uid, terminating),
+//! and beside it the set of pods that have finished.
 //!
 //! Sized for the largest clusters (150,000 pods): only what a decision
 //! reads is kept, pods are grouped by namespace so a namespace is stored
 //! once, and a canonical UUID is kept as 16 bytes rather than 36 characters.
+//!
+//! A metadata-only watch carries no `status`, so it cannot tell a pod that
+//! has finished (SPEC §3 rule 11). Two more metadata-only watches per
+//! scope, with the field selectors `status.phase=Succeeded` and
+//! `status.phase=Failed`, keep the finished pods apart ([`FinishedPods`]):
+//! a small set, and the index of every pod stays as it was. The API server
+//! filters a field-selected watch on each change, old object against new:
+//! a pod that starts matching arrives as ADDED, one that stops matching
+//! (deleted, or a phase that changed) as DELETED. One watch per phase
+//! rather than one `!=` selector: field selectors have no set operator,
+//! and `status.phase!=Pending,status.phase!=Running,status.phase!=Unknown`
+//! would also select a pod with no phase, which has not finished; each
+//! watch also knows its phase, which the denial names and `--record`
+//! writes down. A later reaper (issue 16) subscribes to the same set
+//! ([`FinishedPods::subscribe`]).
 //!
 //! The index may be stale, the way any watch cache is: a pod created a
 //! moment ago may not be there yet, and a pod deleted a moment ago may still
@@ -11,9 +27,11 @@
 //! agrees with the object, and only while its watch is healthy
 //! ([`WatchHealth`]): once the watch has failed, or has said nothing (no
 //! event, no bookmark) for longer than the silence limit, hits are checked
-//! live too until it speaks again. A relist after a 410 Gone is built aside
-//! and swapped in whole at its end, so lookups never see a half-filled
-//! index.
+//! live too until it speaks again. A hit is trusted only while every watch
+//! of its scope is, the finished ones included: a finished pod missed by a
+//! failed watch would answer "running". A relist after a 410 Gone is built
+//! aside and swapped in whole at its end, so lookups never see a
+//! half-filled index.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,11 +42,12 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PartialObjectMeta, WatchEvent, WatchParams};
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
-use crate::owner::ObservedPod;
+use crate::owner::{Finished, ObservedPod};
 
 /// A pod uid: 16 bytes when it is a canonical lowercase UUID (all that the
 /// API server generates), else the text as it came.
@@ -190,6 +209,8 @@ impl PodIndex {
         Some(ObservedPod {
             uid: entry.uid.to_text(),
             terminating: entry.terminating,
+            // This index does not know; see [`Watches::get`].
+            finished: None,
         })
     }
 
@@ -205,7 +226,31 @@ impl PodIndex {
         Some(ObservedPod {
             uid: uid.to_string(),
             terminating,
+            finished: None,
         })
+    }
+
+    /// Whether pod `name` of `namespace` is known with `uid`.
+    pub fn contains(&self, namespace: &str, name: &str, uid: &str) -> bool {
+        self.pods.read().is_ok_and(|pods| {
+            pods.get(namespace)
+                .and_then(|names| names.get(name))
+                .is_some_and(|entry| entry.uid.matches(uid))
+        })
+    }
+
+    /// Every pod indexed, as (namespace, name, uid).
+    pub fn entries(&self) -> Vec<(String, String, String)> {
+        let Ok(pods) = self.pods.read() else {
+            return Vec::new();
+        };
+        pods.iter()
+            .flat_map(|(namespace, names)| {
+                names.iter().map(move |(name, entry)| {
+                    (namespace.to_string(), name.to_string(), entry.uid.to_text())
+                })
+            })
+            .collect()
     }
 
     /// A pod was added or changed.
@@ -268,6 +313,209 @@ impl PodIndex {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// A pod that has finished, as a subscriber sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishedPod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub phase: Finished,
+}
+
+impl FinishedPod {
+    fn of(metadata: &ObjectMeta, phase: Finished) -> Option<Self> {
+        Some(Self {
+            namespace: metadata.namespace.clone()?,
+            name: metadata.name.clone()?,
+            uid: metadata.uid.clone()?,
+            phase,
+        })
+    }
+}
+
+/// A change of the set of finished pods, for a subscriber (the reaper of
+/// issue 16).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishedChange {
+    /// The pod entered a finished phase (ADDED on the phase's watch).
+    Finished(FinishedPod),
+    /// The pod left the set: deleted, or no more in that phase.
+    Gone(FinishedPod),
+    /// The pods of `phase` in `scope` were listed anew (after a 410 Gone or
+    /// a failure): changes may have been missed, read
+    /// [`FinishedPods::snapshot`].
+    Relisted { scope: Scope, phase: Finished },
+}
+
+/// How many changes a slow subscriber may fall behind before it is told
+/// it lagged (and should read the snapshot again).
+const FINISHED_CHANGES_BUFFER: usize = 1024;
+
+/// The pods that have finished (phase `Succeeded` or `Failed`), by phase:
+/// fed by the field-selected watches, read by every lookup that hits the
+/// index (SPEC §3 rule 11), and open to subscribers.
+///
+/// Like the index, it may be stale: a pod that finished a moment ago may
+/// not be here yet. The live GET reads the phase itself.
+pub struct FinishedPods {
+    succeeded: PodIndex,
+    failed: PodIndex,
+    changes: broadcast::Sender<FinishedChange>,
+}
+
+impl Default for FinishedPods {
+    fn default() -> Self {
+        Self {
+            succeeded: PodIndex::default(),
+            failed: PodIndex::default(),
+            changes: broadcast::channel(FINISHED_CHANGES_BUFFER).0,
+        }
+    }
+}
+
+impl FinishedPods {
+    fn of(&self, phase: Finished) -> &PodIndex {
+        match phase {
+            Finished::Succeeded => &self.succeeded,
+            Finished::Failed => &self.failed,
+        }
+    }
+
+    /// The phase pod `name` of `namespace` has finished in, when it is
+    /// known finished with `uid` (a newer pod of the same name is another
+    /// pod).
+    pub fn phase_of(&self, namespace: &str, name: &str, uid: &str) -> Option<Finished> {
+        Finished::ALL
+            .into_iter()
+            .find(|&phase| self.of(phase).contains(namespace, name, uid))
+    }
+
+    /// How many finished pods are known.
+    pub fn len(&self) -> usize {
+        self.succeeded.len() + self.failed.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every finished pod known now.
+    pub fn snapshot(&self) -> Vec<FinishedPod> {
+        Finished::ALL
+            .into_iter()
+            .flat_map(|phase| {
+                self.of(phase)
+                    .entries()
+                    .into_iter()
+                    .map(move |(namespace, name, uid)| FinishedPod {
+                        namespace,
+                        name,
+                        uid,
+                        phase,
+                    })
+            })
+            .collect()
+    }
+
+    /// The changes from now on. Take the [`FinishedPods::snapshot`] after
+    /// subscribing, and again on [`FinishedChange::Relisted`] or when the
+    /// receiver reports that it lagged.
+    pub fn subscribe(&self) -> broadcast::Receiver<FinishedChange> {
+        self.changes.subscribe()
+    }
+
+    /// Tell the subscribers, if there are any (nothing is built for none).
+    fn notify(&self, change: impl FnOnce() -> Option<FinishedChange>) {
+        if self.changes.receiver_count() > 0
+            && let Some(change) = change()
+        {
+            // No receiver left in between: nobody to tell.
+            let _ = self.changes.send(change);
+        }
+    }
+}
+
+/// What one watch feeds: the index of every pod, or the finished pods of
+/// one phase.
+#[derive(Clone)]
+enum Feed {
+    Pods(Arc<PodIndex>),
+    Finished {
+        pods: Arc<FinishedPods>,
+        phase: Finished,
+    },
+}
+
+impl Feed {
+    fn index(&self) -> &PodIndex {
+        match self {
+            Self::Pods(index) => index,
+            Self::Finished { pods, phase } => pods.of(*phase),
+        }
+    }
+
+    /// What the watch is, in logs.
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Pods(_) => "pods",
+            Self::Finished {
+                phase: Finished::Succeeded,
+                ..
+            } => "Succeeded pods",
+            Self::Finished {
+                phase: Finished::Failed,
+                ..
+            } => "Failed pods",
+        }
+    }
+
+    /// The field selector of the watch: finished pods of one phase only.
+    fn field_selector(&self) -> Option<String> {
+        match self {
+            Self::Pods(_) => None,
+            Self::Finished { phase, .. } => Some(format!("status.phase={phase}")),
+        }
+    }
+
+    fn added(&self, metadata: &ObjectMeta) {
+        self.index().apply(metadata);
+        if let Self::Finished { pods, phase } = self {
+            pods.notify(|| FinishedPod::of(metadata, *phase).map(FinishedChange::Finished));
+        }
+    }
+
+    fn modified(&self, metadata: &ObjectMeta) {
+        self.index().apply(metadata);
+    }
+
+    fn deleted(&self, metadata: &ObjectMeta) {
+        self.index().delete(metadata);
+        if let Self::Finished { pods, phase } = self {
+            pods.notify(|| FinishedPod::of(metadata, *phase).map(FinishedChange::Gone));
+        }
+    }
+
+    fn replace(&self, scope: &Scope, relist: Relist) {
+        self.index().replace(scope, relist);
+        if let Self::Finished { pods, phase } = self {
+            pods.notify(|| {
+                Some(FinishedChange::Relisted {
+                    scope: scope.clone(),
+                    phase: *phase,
+                })
+            });
+        }
+    }
+
+    /// Set the size gauge of what this watch feeds.
+    fn report_size(&self, metrics: &Metrics) {
+        match self {
+            Self::Pods(index) => metrics.set_cache_pods(index.len()),
+            Self::Finished { pods, .. } => metrics.set_finished_pods(pods.len()),
+        }
     }
 }
 
@@ -364,20 +612,69 @@ impl WatchHealth {
     }
 }
 
-/// One watch per scope.
+/// The watches of one scope: every pod, then the finished pods of each
+/// phase. A hit is trusted only while all of them are.
+#[derive(Clone)]
+struct ScopeHealth {
+    watches: Vec<(&'static str, Arc<WatchHealth>)>,
+}
+
+impl ScopeHealth {
+    fn synced(&self) -> bool {
+        self.watches
+            .iter()
+            .all(|(_, health)| health.synced.load(Ordering::SeqCst))
+    }
+
+    fn trusted(&self, silence_limit: Duration) -> bool {
+        self.watches
+            .iter()
+            .all(|(_, health)| health.trusted(silence_limit))
+    }
+
+    /// Listed, and every watch spoke within the limit, failed or not.
+    fn recent(&self, silence_limit: Duration) -> bool {
+        self.synced()
+            && self
+                .watches
+                .iter()
+                .all(|(_, health)| health.silence() <= silence_limit)
+    }
+
+    /// The watches not trusted now, for the log.
+    fn untrusted(&self, silence_limit: Duration) -> Vec<&'static str> {
+        self.watches
+            .iter()
+            .filter(|(_, health)| !health.trusted(silence_limit))
+            .map(|(name, _)| *name)
+            .collect()
+    }
+
+    /// The longest silence of its watches.
+    fn silence(&self) -> Duration {
+        self.watches
+            .iter()
+            .map(|(_, health)| health.silence())
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+/// The watches of every scope: one of all pods, and one per finished phase.
 pub struct Watches {
     pub index: Arc<PodIndex>,
-    scopes: Vec<(Scope, Arc<WatchHealth>)>,
+    /// The pods that have finished, fed by their own watches.
+    pub finished: Arc<FinishedPods>,
+    scopes: Vec<(Scope, ScopeHealth)>,
     silence_limit: Duration,
 }
 
 impl Watches {
-    /// Whether every scope has listed its pods once: until then the index
-    /// would answer "not found" for owners that exist.
+    /// Whether every watch of every scope has listed once: until then the
+    /// index would answer "not found" for owners that exist, or "running"
+    /// for owners that have finished.
     pub fn is_synced(&self) -> bool {
-        self.scopes
-            .iter()
-            .all(|(_, health)| health.synced.load(Ordering::SeqCst))
+        self.scopes.iter().all(|(_, health)| health.synced())
     }
 
     /// Whether the index covers `namespace` at all.
@@ -385,9 +682,19 @@ impl Watches {
         self.scopes.iter().any(|(scope, _)| scope.covers(namespace))
     }
 
-    /// Whether a cache hit in `namespace` may answer alone (SPEC §4): the
-    /// watch covering it is synced, has not failed since it last spoke,
-    /// and spoke within the silence limit. Otherwise hits are checked live.
+    /// Pod `name` of `namespace` as the watches last saw it, when it has
+    /// `uid`: the index says whether it is being deleted, the set of
+    /// finished pods whether it has finished.
+    pub fn get(&self, namespace: &str, name: &str, uid: &str) -> Option<ObservedPod> {
+        let mut pod = self.index.get_matching(namespace, name, uid)?;
+        pod.finished = self.finished.phase_of(namespace, name, uid);
+        Some(pod)
+    }
+
+    /// Whether a cache hit in `namespace` may answer alone (SPEC §4): every
+    /// watch covering it (all pods, finished pods) is synced, has not
+    /// failed since it last spoke, and spoke within the silence limit.
+    /// Otherwise hits are checked live.
     pub fn trusted(&self, namespace: &str) -> bool {
         self.scopes
             .iter()
@@ -395,17 +702,15 @@ impl Watches {
             .is_some_and(|(_, health)| health.trusted(self.silence_limit))
     }
 
-    /// Whether the watch covering `namespace` spoke within the silence
-    /// limit, failed or not: its hit may still stand in for a live answer
+    /// Whether the watches covering `namespace` spoke within the silence
+    /// limit, failed or not: their hit may still stand in for a live answer
     /// that could not be had (the API server unreachable), so that the
     /// staleness of any answer stays within the limit.
     pub fn recent(&self, namespace: &str) -> bool {
         self.scopes
             .iter()
             .find(|(scope, _)| scope.covers(namespace))
-            .is_some_and(|(_, health)| {
-                health.synced.load(Ordering::SeqCst) && health.silence() <= self.silence_limit
-            })
+            .is_some_and(|(_, health)| health.recent(self.silence_limit))
     }
 
     /// Whether every watch may be trusted now (the health metric).
@@ -415,26 +720,39 @@ impl Watches {
             .all(|(_, health)| health.trusted(self.silence_limit))
     }
 
-    /// Start the watches on `client`, in the background.
+    /// Start the watches on `client`, in the background: per scope, one of
+    /// every pod and one per finished phase.
     pub fn spawn(client: kube::Client, settings: &WatchSettings, metrics: Arc<Metrics>) -> Self {
         let index = Arc::new(PodIndex::default());
+        let finished = Arc::new(FinishedPods::default());
         let mut scopes = Vec::new();
         for scope in settings.scopes() {
-            let health = Arc::new(WatchHealth::new());
-            let api: Api<PartialObjectMeta<Pod>> = match &scope {
-                Scope::All => Api::all(client.clone()),
-                Scope::Namespace(ns) => Api::namespaced(client.clone(), ns),
-            };
-            let watch = Watch {
-                api,
-                selector: settings.selector.clone(),
-                scope: scope.clone(),
-                index: index.clone(),
-                health: health.clone(),
-                metrics: metrics.clone(),
-            };
-            tokio::spawn(watch.run());
-            scopes.push((scope, health));
+            let feeds =
+                std::iter::once(Feed::Pods(index.clone())).chain(Finished::ALL.map(|phase| {
+                    Feed::Finished {
+                        pods: finished.clone(),
+                        phase,
+                    }
+                }));
+            let mut watches = Vec::new();
+            for feed in feeds {
+                let health = Arc::new(WatchHealth::new());
+                let api: Api<PartialObjectMeta<Pod>> = match &scope {
+                    Scope::All => Api::all(client.clone()),
+                    Scope::Namespace(ns) => Api::namespaced(client.clone(), ns),
+                };
+                watches.push((feed.name(), health.clone()));
+                let watch = Watch {
+                    api,
+                    selector: settings.selector.clone(),
+                    scope: scope.clone(),
+                    feed,
+                    health,
+                    metrics: metrics.clone(),
+                };
+                tokio::spawn(watch.run());
+            }
+            scopes.push((scope, ScopeHealth { watches }));
         }
         tokio::spawn(report_health(
             scopes.clone(),
@@ -443,23 +761,27 @@ impl Watches {
         ));
         Self {
             index,
+            finished,
             scopes,
             silence_limit: settings.silence_limit,
         }
     }
 }
 
-/// One list-then-watch loop feeding the index.
+/// One list-then-watch loop feeding the index, or the finished pods of
+/// one phase.
 ///
 /// Written on kube's `list_metadata` and `watch_metadata` rather than its
 /// `watcher`, because the watcher consumes bookmarks without a sign: the
 /// health of the watch is read from bookmarks (SPEC §4), so they must be
-/// seen here.
+/// seen here. The API server sends bookmarks to a field-selected watch as
+/// to any other, so a quiet watch of finished pods still shows life.
 struct Watch {
     api: Api<PartialObjectMeta<Pod>>,
+    /// `--owner-selector`.
     selector: Option<String>,
     scope: Scope,
-    index: Arc<PodIndex>,
+    feed: Feed,
     health: Arc<WatchHealth>,
     metrics: Arc<Metrics>,
 }
@@ -508,6 +830,9 @@ impl Watch {
         if let Some(selector) = &self.selector {
             params = params.labels(selector);
         }
+        if let Some(fields) = self.feed.field_selector() {
+            params = params.fields(&fields);
+        }
         let version = loop {
             let page = self.api.list_metadata(&params).await?;
             for pod in &page.items {
@@ -518,11 +843,11 @@ impl Watch {
                 None => break page.metadata.resource_version.unwrap_or_default(),
             }
         };
-        self.index.replace(&self.scope, relist);
-        self.metrics.set_cache_pods(self.index.len());
+        self.feed.replace(&self.scope, relist);
+        self.feed.report_size(&self.metrics);
         self.health.heard();
         if !self.health.synced.swap(true, Ordering::SeqCst) {
-            info!(scope = ?self.scope, pods = self.index.len(), "owner cache synced");
+            info!(scope = ?self.scope, watch = self.feed.name(), pods = self.feed.index().len(), "owner cache synced");
         }
         Ok(version)
     }
@@ -535,6 +860,9 @@ impl Watch {
         debug_assert!(params.bookmarks);
         if let Some(selector) = &self.selector {
             params = params.labels(selector);
+        }
+        if let Some(fields) = self.feed.field_selector() {
+            params = params.fields(&fields);
         }
         let stream = match self.api.watch_metadata(&params, &version).await {
             Ok(stream) => stream,
@@ -562,13 +890,19 @@ impl Watch {
                 }
                 Ok(Some(Ok(event))) => event,
             };
+            // On a field-selected watch, ADDED is also a pod that starts
+            // matching (it finished) and DELETED one that stops.
             let metadata = match &event {
-                WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
-                    self.index.apply(&pod.metadata);
+                WatchEvent::Added(pod) => {
+                    self.feed.added(&pod.metadata);
+                    &pod.metadata
+                }
+                WatchEvent::Modified(pod) => {
+                    self.feed.modified(&pod.metadata);
                     &pod.metadata
                 }
                 WatchEvent::Deleted(pod) => {
-                    self.index.delete(&pod.metadata);
+                    self.feed.deleted(&pod.metadata);
                     &pod.metadata
                 }
                 WatchEvent::Bookmark(bookmark) => {
@@ -588,7 +922,7 @@ impl Watch {
             if let Some(resource_version) = &metadata.resource_version {
                 version.clone_from(resource_version);
             }
-            self.metrics.set_cache_pods(self.index.len());
+            self.feed.report_size(&self.metrics);
             self.health.heard();
         }
     }
@@ -597,16 +931,16 @@ impl Watch {
         let was_failing = self.health.failing.swap(true, Ordering::SeqCst);
         self.metrics.count_watch_failure(self.scope.label());
         if !was_failing {
-            warn!(scope = ?self.scope, "{what}; cache hits are checked live until the watch recovers");
+            warn!(scope = ?self.scope, watch = self.feed.name(), "{what}; cache hits are checked live until the watch recovers");
         }
     }
 }
 
-/// Every few seconds, the health of each watch as a lookup would judge it
-/// now: the gauge `ownerguard_owner_watch_healthy`, and a log line when it
-/// changes (silence is a change that no event announces).
+/// Every few seconds, the health of each scope's watches as a lookup would
+/// judge it now: the gauge `ownerguard_owner_watch_healthy`, and a log line
+/// when it changes (silence is a change that no event announces).
 async fn report_health(
-    scopes: Vec<(Scope, Arc<WatchHealth>)>,
+    scopes: Vec<(Scope, ScopeHealth)>,
     silence_limit: Duration,
     metrics: Arc<Metrics>,
 ) {
@@ -617,11 +951,12 @@ async fn report_health(
         for ((scope, health), was) in scopes.iter().zip(trusted.iter_mut()) {
             let now = health.trusted(silence_limit);
             metrics.set_watch_healthy(scope.label(), now);
-            if health.synced.load(Ordering::SeqCst) && *was != Some(now) {
+            if health.synced() && *was != Some(now) {
                 if now {
-                    info!(?scope, "pod watch healthy: cache hits answer alone");
+                    info!(?scope, "pod watches healthy: cache hits answer alone");
                 } else {
-                    warn!(?scope, silent_for = ?health.silence(), "pod watch failing or silent: cache hits are checked live");
+                    let watches = health.untrusted(silence_limit).join(", ");
+                    warn!(?scope, %watches, silent_for = ?health.silence(), "pod watch failing or silent: cache hits are checked live");
                 }
                 *was = Some(now);
             }
@@ -689,13 +1024,7 @@ mod tests {
     fn apply_then_get_then_delete() {
         let index = PodIndex::default();
         index.apply(&meta("agents", "w-1", U1, false));
-        assert_eq!(
-            index.get("agents", "w-1"),
-            Some(ObservedPod {
-                uid: U1.into(),
-                terminating: false
-            })
-        );
+        assert_eq!(index.get("agents", "w-1"), Some(ObservedPod::running(U1)));
         assert!(index.get_matching("agents", "w-1", U1).is_some());
         assert!(index.get_matching("agents", "w-1", "other").is_none());
         assert_eq!(index.get("other", "w-1"), None);
@@ -732,5 +1061,144 @@ mod tests {
         relist.add(&meta("c", "only", U1, false));
         index.replace(&Scope::All, relist);
         assert_eq!(index.len(), 1);
+    }
+
+    fn finished_feed(pods: &Arc<FinishedPods>, phase: Finished) -> Feed {
+        Feed::Finished {
+            pods: pods.clone(),
+            phase,
+        }
+    }
+
+    #[test]
+    fn finished_pods_are_kept_by_phase_and_uid() {
+        let pods = Arc::new(FinishedPods::default());
+        let (succeeded, failed) = (
+            finished_feed(&pods, Finished::Succeeded),
+            finished_feed(&pods, Finished::Failed),
+        );
+        succeeded.added(&meta("agents", "done", U1, false));
+        failed.added(&meta("agents", "evicted", "uid-2", false));
+        assert_eq!(
+            pods.phase_of("agents", "done", U1),
+            Some(Finished::Succeeded)
+        );
+        assert_eq!(
+            pods.phase_of("agents", "evicted", "uid-2"),
+            Some(Finished::Failed)
+        );
+        // Another pod of the same name (another uid) has not finished.
+        assert_eq!(pods.phase_of("agents", "done", "uid-9"), None);
+        assert_eq!(pods.phase_of("other", "done", U1), None);
+        assert_eq!(pods.len(), 2);
+        // Leaving the selection (DELETED) takes it out of its phase only.
+        failed.deleted(&meta("agents", "evicted", "uid-2", false));
+        assert_eq!(pods.phase_of("agents", "evicted", "uid-2"), None);
+        assert_eq!(pods.len(), 1);
+        // A relist of one phase and one scope leaves the other phase alone.
+        let mut relist = Relist::default();
+        relist.add(&meta("agents", "later", "uid-3", false));
+        failed.replace(&Scope::All, relist);
+        assert_eq!(
+            pods.phase_of("agents", "done", U1),
+            Some(Finished::Succeeded)
+        );
+        assert_eq!(
+            pods.phase_of("agents", "later", "uid-3"),
+            Some(Finished::Failed)
+        );
+    }
+
+    #[test]
+    fn a_subscriber_hears_pods_finish_leave_and_relists() {
+        let pods = Arc::new(FinishedPods::default());
+        let failed = finished_feed(&pods, Finished::Failed);
+        // Nobody listens yet: nothing is built, nothing kept.
+        failed.added(&meta("agents", "before", "uid-0", false));
+        let mut changes = pods.subscribe();
+        failed.added(&meta("agents", "w-1", U1, false));
+        // A change inside the phase (a label, a deletionTimestamp) is not
+        // a pod that finished.
+        failed.modified(&meta("agents", "w-1", U1, true));
+        failed.deleted(&meta("agents", "w-1", U1, true));
+        failed.replace(&Scope::Namespace("agents".into()), Relist::default());
+        let pod = FinishedPod {
+            namespace: "agents".into(),
+            name: "w-1".into(),
+            uid: U1.into(),
+            phase: Finished::Failed,
+        };
+        assert_eq!(
+            changes.try_recv().unwrap(),
+            FinishedChange::Finished(pod.clone())
+        );
+        assert_eq!(changes.try_recv().unwrap(), FinishedChange::Gone(pod));
+        assert_eq!(
+            changes.try_recv().unwrap(),
+            FinishedChange::Relisted {
+                scope: Scope::Namespace("agents".into()),
+                phase: Finished::Failed
+            }
+        );
+        assert!(changes.try_recv().is_err());
+        assert!(pods.snapshot().is_empty());
+        failed.added(&meta("b", "w-2", "uid-2", false));
+        assert_eq!(
+            pods.snapshot(),
+            vec![FinishedPod {
+                namespace: "b".into(),
+                name: "w-2".into(),
+                uid: "uid-2".into(),
+                phase: Finished::Failed
+            }]
+        );
+    }
+
+    #[test]
+    fn a_hit_carries_the_phase_of_the_finished_set_and_trust_needs_every_watch() {
+        let health = || Arc::new(WatchHealth::new());
+        let (pods, succeeded, failed) = (health(), health(), health());
+        let watches = Watches {
+            index: Arc::new(PodIndex::default()),
+            finished: Arc::new(FinishedPods::default()),
+            scopes: vec![(
+                Scope::All,
+                ScopeHealth {
+                    watches: vec![
+                        ("pods", pods.clone()),
+                        ("Succeeded pods", succeeded.clone()),
+                        ("Failed pods", failed.clone()),
+                    ],
+                },
+            )],
+            silence_limit: DEFAULT_SILENCE_LIMIT,
+        };
+        watches.index.apply(&meta("agents", "w-1", U1, false));
+        finished_feed(&watches.finished, Finished::Succeeded)
+            .added(&meta("agents", "w-1", U1, false));
+        assert_eq!(
+            watches.get("agents", "w-1", U1).unwrap().finished,
+            Some(Finished::Succeeded)
+        );
+        assert_eq!(watches.get("agents", "w-1", "uid-9"), None);
+        // Ready and trusted only once all three have listed.
+        for health in [&pods, &succeeded] {
+            health.synced.store(true, Ordering::SeqCst);
+            health.heard();
+        }
+        assert!(!watches.is_synced());
+        assert!(!watches.trusted("agents"));
+        failed.synced.store(true, Ordering::SeqCst);
+        failed.heard();
+        assert!(watches.is_synced());
+        assert!(watches.trusted("agents"));
+        // One finished watch failing: hits are checked live.
+        failed.failing.store(true, Ordering::SeqCst);
+        assert!(!watches.trusted("agents"));
+        assert!(watches.recent("agents"));
+        assert_eq!(
+            watches.scopes[0].1.untrusted(DEFAULT_SILENCE_LIMIT),
+            vec!["Failed pods"]
+        );
     }
 }

@@ -302,6 +302,20 @@ pub enum Denial {
     )]
     OwnerTerminating { at: Subject, owner: String },
 
+    /// The owner pod has finished (phase `Succeeded` or `Failed`): its
+    /// object, and with it what it owns, stays until something deletes it.
+    #[error(
+        "{at}: owner pod '{owner}'{note} has finished (phase {phase}), so it will not run again, but the \
+         garbage collector keeps what it owns until the pod object is deleted: create this object from \
+         a running worker pod, and delete finished worker pods (or let their Job's \
+         ttlSecondsAfterFinished do it)", note = OwnerNote(&.at.owner, .owner)
+    )]
+    OwnerFinished {
+        at: Subject,
+        owner: String,
+        phase: crate::owner::Finished,
+    },
+
     /// The owner could not be checked in time; `--fail-open` is off.
     #[error(
         "{at}: owner pod '{owner}'{note} could not be checked ({reason}): retry the request; if this \
@@ -597,6 +611,7 @@ impl Denial {
             | Self::OwnerNotFound { .. }
             | Self::OwnerUidMismatch { .. }
             | Self::OwnerTerminating { .. }
+            | Self::OwnerFinished { .. }
             | Self::ClusterScoped { .. }
             | Self::OwnerLabelChanged { .. }
             | Self::OwnerLabelAdded { .. }

@@ -231,7 +231,13 @@ pub fn pods_yaml(pods: &[(String, String, ObservedPod)]) -> String {
             if pod.terminating {
                 metadata["deletionTimestamp"] = json!("1970-01-01T00:00:00Z");
             }
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata})
+            let mut pod_yaml = json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata});
+            // Only a finished phase is known (the watch of every pod
+            // carries none): a pod that may run is written without status.
+            if let Some(phase) = pod.finished {
+                pod_yaml["status"] = json!({"phase": phase.as_str()});
+            }
+            pod_yaml
         })
         .collect();
     let list = json!({"apiVersion": "v1", "kind": "PodList", "items": items});

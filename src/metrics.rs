@@ -39,6 +39,7 @@ pub struct Metrics {
     duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
     lookups: Family<LookupLabels, Counter>,
     cache_pods: Gauge,
+    finished_pods: Gauge,
     lookups_in_flight: Gauge,
     watch_healthy: Family<ScopeLabels, Gauge>,
     watch_failures: Family<ScopeLabels, Counter>,
@@ -95,7 +96,7 @@ impl Default for Metrics {
         let lookups = Family::<LookupLabels, Counter>::default();
         registry.register(
             "owner_lookups",
-            "Owner pod lookups, by source (cache, api, inventory) and result",
+            "Owner pod lookups, by source (cache, api, inventory) and result (found, not_found, uid_mismatch, terminating, finished, timeout, error, throttled)",
             lookups.clone(),
         );
         let cache_pods = Gauge::default();
@@ -103,6 +104,12 @@ impl Default for Metrics {
             "owner_cache_pods",
             "Pods in the owner index",
             cache_pods.clone(),
+        );
+        let finished_pods = Gauge::default();
+        registry.register(
+            "owner_cache_finished_pods",
+            "Finished pods (phase Succeeded or Failed) known to the owner cache: no owner while their objects stay",
+            finished_pods.clone(),
         );
         let lookups_in_flight = Gauge::default();
         registry.register(
@@ -113,7 +120,7 @@ impl Default for Metrics {
         let watch_healthy = Family::<ScopeLabels, Gauge>::default();
         registry.register(
             "owner_watch_healthy",
-            "1 while the pod watch of a scope is trusted (listed, not failed, heard from within --watch-silence-limit); 0 while its cache hits are checked live",
+            "1 while the pod watches of a scope (every pod, finished pods) are trusted (listed, not failed, heard from within --watch-silence-limit); 0 while its cache hits are checked live",
             watch_healthy.clone(),
         );
         let watch_failures = Family::<ScopeLabels, Counter>::default();
@@ -140,6 +147,7 @@ impl Default for Metrics {
             duration,
             lookups,
             cache_pods,
+            finished_pods,
             lookups_in_flight,
             watch_healthy,
             watch_failures,
@@ -193,6 +201,11 @@ impl Metrics {
 
     pub fn set_cache_pods(&self, pods: usize) {
         self.cache_pods.set(i64::try_from(pods).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_finished_pods(&self, pods: usize) {
+        self.finished_pods
+            .set(i64::try_from(pods).unwrap_or(i64::MAX));
     }
 
     pub fn set_lookups_in_flight(&self, in_flight: usize) {
@@ -266,6 +279,8 @@ mod tests {
         metrics.observe_request("mutate", "CREATE", "pods", "patched", 0.001);
         metrics.observe_lookup("inventory", "found");
         metrics.set_cache_pods(3);
+        metrics.set_finished_pods(2);
+        metrics.observe_lookup("cache", "finished");
         metrics.set_certificate_expiry(1_900_000_000);
         metrics.tls_reload_failures().inc();
         let text = metrics.encode();
@@ -274,6 +289,8 @@ mod tests {
             r#"ownerguard_admission_duration_seconds_count{webhook="mutate"} 1"#,
             r#"ownerguard_owner_lookups_total{source="inventory",result="found"} 1"#,
             "ownerguard_owner_cache_pods 3",
+            "ownerguard_owner_cache_finished_pods 2",
+            r#"ownerguard_owner_lookups_total{source="cache",result="finished"} 1"#,
             "ownerguard_tls_certificate_expiry_timestamp_seconds 1900000000",
             "ownerguard_tls_reload_failures_total 1",
         ] {

@@ -49,10 +49,8 @@ async fn review(args: &ReviewArgs) -> Result<(bool, String), String> {
             let requester = InventoryPod {
                 namespace,
                 name: name.clone(),
-                pod: ObservedPod {
-                    uid: uid.clone(),
-                    terminating: false,
-                },
+                // It sends the request, so it runs.
+                pod: ObservedPod::running(uid.clone()),
             };
             inventory = inventory.with(requester);
         }

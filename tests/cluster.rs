@@ -10,16 +10,18 @@ use std::time::Duration;
 
 use apiserver::{FakeApi, Faults, Running};
 use ownerguard::admit::{Policy, WebhookKind};
-use ownerguard::cache::{WatchSettings, Watches};
+use ownerguard::cache::{FinishedChange, WatchSettings, Watches};
 use ownerguard::client::without_retries;
 use ownerguard::metrics::Metrics;
-use ownerguard::owner::OwnerLookup;
 use ownerguard::owner::cluster::{ClusterLookup, LookupLimits};
+use ownerguard::owner::{Finished, OwnerLookup};
 use ownerguard::webhook::Webhook;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 const NS: &str = "agents";
+/// Every pod, and the finished pods of each phase (SPEC §3 rule 11).
+const WATCHES_PER_SCOPE: usize = 3;
 const U1: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000001";
 const U2: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000002";
 
@@ -392,7 +394,10 @@ async fn fail_open_allows_with_a_warning_when_the_api_is_down() {
 async fn dropped_watch_resumes_from_its_resource_version() {
     let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
     cluster.synced().await;
-    eventually("the watch", || cluster.api().open_watches() == 1).await;
+    eventually("the watch", || {
+        cluster.api().open_watches() == WATCHES_PER_SCOPE
+    })
+    .await;
     let lists_before = cluster
         .api()
         .calls_matching("GET /api/v1/pods?")
@@ -424,7 +429,10 @@ async fn dropped_watch_resumes_from_its_resource_version() {
 async fn watch_410_gone_relists_and_swaps_the_index() {
     let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
     cluster.synced().await;
-    eventually("the watch", || cluster.api().open_watches() == 1).await;
+    eventually("the watch", || {
+        cluster.api().open_watches() == WATCHES_PER_SCOPE
+    })
+    .await;
     // While the watch is down, etcd compacts past its resourceVersion.
     cluster.api().drop_watches();
     cluster.api().compact();
@@ -599,7 +607,10 @@ async fn a_silent_watch_is_not_trusted_a_lost_delete_is_caught_live() {
     };
     let cluster = Cluster::start(settings, running_workers).await;
     cluster.synced().await;
-    eventually("the watch", || cluster.api().open_watches() == 1).await;
+    eventually("the watch", || {
+        cluster.api().open_watches() == WATCHES_PER_SCOPE
+    })
+    .await;
     // The DELETED event is lost: the stream stays open and says nothing.
     cluster.api().update_faults(|f| f.mute_watches = true);
     cluster.api().remove(apiserver::Kind::Pod, NS, "w-1");
@@ -637,7 +648,10 @@ async fn a_silent_watch_is_not_trusted_a_lost_delete_is_caught_live() {
 async fn a_failing_watch_is_not_trusted_until_it_recovers() {
     let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
     cluster.synced().await;
-    eventually("the watch", || cluster.api().open_watches() == 1).await;
+    eventually("the watch", || {
+        cluster.api().open_watches() == WATCHES_PER_SCOPE
+    })
+    .await;
     cluster.api().update_faults(|f| f.watch_fails = true);
     cluster.api().drop_watches();
     eventually("the failure to be seen", || !cluster.watches.trusted(NS)).await;
@@ -667,7 +681,13 @@ async fn a_failing_watch_is_not_trusted_until_it_recovers() {
             .is_some_and(|p| p.uid == U2)
     })
     .await;
-    eventually("trust again", || cluster.watches.trusted(NS)).await;
+    // A quiet watch (the finished ones replay nothing here) shows life by
+    // the API server's bookmarks, about one a minute on a real one.
+    eventually("trust again", || {
+        cluster.api().bookmark();
+        cluster.watches.trusted(NS)
+    })
+    .await;
 }
 
 // Classes 2 and 11: nothing invalid reaches an API path.
@@ -842,4 +862,234 @@ async fn live_lookups_are_capped_in_rate_and_the_excess_fails_fast() {
             .encode()
             .contains(r#"ownerguard_owner_lookups_total{source="api",result="throttled"}"#)
     );
+}
+
+// SPEC §3 rule 11: a finished owner is no owner, whether the watch of
+// finished pods, its first list or only a live GET tells it.
+
+fn finished_message(response: &Value) -> &str {
+    let message = response["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("has finished"), "{response}");
+    message
+}
+
+#[tokio::test]
+async fn rule_11_a_pod_that_finishes_arrives_as_added_and_is_denied_from_the_cache() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    eventually("the watches", || {
+        cluster.api().open_watches() == WATCHES_PER_SCOPE
+    })
+    .await;
+    // The field-selected watches of finished pods, metadata only.
+    let finished_watches = cluster.api().calls_matching("fieldSelector=status.phase");
+    for phase in ["Succeeded", "Failed"] {
+        assert!(
+            finished_watches
+                .iter()
+                .any(|c| c.contains(&format!("status.phase%3D{phase}"))
+                    || c.contains(&format!("status.phase={phase}"))),
+            "no watch of {phase} pods: {finished_watches:?}"
+        );
+    }
+    let mut changes = cluster.watches.finished.subscribe();
+    assert_eq!(cluster.review("w-1", U1, None).await["allowed"], true);
+    // The kubelet reports the worker failed (evicted, a Job's failed try).
+    cluster.api().set_pod_phase(NS, "w-1", "Failed");
+    eventually("the ADDED event of the Failed watch", || {
+        cluster.watches.finished.phase_of(NS, "w-1", U1) == Some(Finished::Failed)
+    })
+    .await;
+    match changes.try_recv() {
+        Ok(FinishedChange::Finished(pod)) => {
+            assert_eq!((pod.name.as_str(), pod.phase), ("w-1", Finished::Failed));
+        }
+        other => panic!("the subscriber heard {other:?}"),
+    }
+    cluster.api().clear_calls();
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["code"], 403);
+    assert!(finished_message(&response).contains("(phase Failed)"));
+    assert!(cluster.gets().is_empty(), "answered from the cache");
+    let metrics = cluster.metrics.encode();
+    assert!(
+        metrics.contains(r#"ownerguard_owner_lookups_total{source="cache",result="finished"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ownerguard_owner_cache_finished_pods 1"),
+        "{metrics}"
+    );
+    // Another worker is not affected.
+    assert_eq!(cluster.review("w-2", U2, None).await["allowed"], true);
+}
+
+#[tokio::test]
+async fn rule_11_a_pod_finished_before_ownerguard_started_is_known_from_the_first_list() {
+    let cluster = Cluster::start(WatchSettings::default(), |api| {
+        running_workers(api);
+        api.put_pod_in_phase(NS, "w-done", U1, "Succeeded");
+    })
+    .await;
+    cluster.synced().await;
+    assert_eq!(
+        cluster.watches.finished.phase_of(NS, "w-done", U1),
+        Some(Finished::Succeeded)
+    );
+    assert_eq!(cluster.watches.finished.len(), 1);
+    let response = cluster.review("w-done", U1, None).await;
+    assert_eq!(response["status"]["code"], 403, "{response}");
+    assert!(finished_message(&response).contains("(phase Succeeded)"));
+    assert!(cluster.gets().is_empty());
+}
+
+#[tokio::test]
+async fn rule_11_a_finished_pod_only_the_live_get_sees_is_denied() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    // Not in the cache: the GET reads the whole pod, phase included (a
+    // metadata-only GET would carry no status and answer "running").
+    cluster
+        .api()
+        .put_pod_unannounced_in_phase(NS, "w-evicted", U1, "Failed");
+    let response = cluster.review("w-evicted", U1, None).await;
+    assert_eq!(response["status"]["code"], 403, "{response}");
+    assert!(finished_message(&response).contains("(phase Failed)"));
+    assert_eq!(
+        cluster.gets(),
+        vec!["GET /api/v1/namespaces/agents/pods/w-evicted".to_string()]
+    );
+    assert!(
+        cluster
+            .metrics
+            .encode()
+            .contains(r#"ownerguard_owner_lookups_total{source="api",result="finished"} 1"#)
+    );
+    // A running pod found by the same GET is allowed.
+    cluster.api().put_pod_unannounced(NS, "w-new", U2);
+    let response = cluster.review("w-new", U2, None).await;
+    assert_eq!(response["allowed"], true, "{response}");
+}
+
+#[tokio::test]
+async fn rule_11_a_pod_leaving_the_finished_selection_is_deleted_from_the_set() {
+    let cluster = Cluster::start(WatchSettings::default(), |api| {
+        running_workers(api);
+        api.put_pod_in_phase(NS, "w-done", U1, "Succeeded");
+        api.put_pod_in_phase(NS, "w-odd", U2, "Failed");
+    })
+    .await;
+    cluster.synced().await;
+    assert_eq!(cluster.watches.finished.len(), 2);
+    let mut changes = cluster.watches.finished.subscribe();
+    // Deleted: DELETED on the watch of every pod and on the Succeeded one.
+    cluster.api().remove(apiserver::Kind::Pod, NS, "w-done");
+    // A phase that leaves the selection (the test server allows what the
+    // real one's validation refuses, to pin the DELETED it would send).
+    cluster.api().set_pod_phase(NS, "w-odd", "Running");
+    eventually("the DELETED events", || cluster.watches.finished.is_empty()).await;
+    let mut gone = Vec::new();
+    while let Ok(change) = changes.try_recv() {
+        if let FinishedChange::Gone(pod) = change {
+            gone.push((pod.name, pod.phase));
+        }
+    }
+    gone.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        gone,
+        vec![
+            ("w-done".to_string(), Finished::Succeeded),
+            ("w-odd".to_string(), Finished::Failed)
+        ]
+    );
+    eventually("the gauge", || {
+        cluster
+            .metrics
+            .encode()
+            .contains("ownerguard_owner_cache_finished_pods 0")
+    })
+    .await;
+    assert_eq!(cluster.review("w-odd", U2, None).await["allowed"], true);
+}
+
+#[tokio::test]
+async fn rule_11_a_failing_watch_of_finished_pods_sends_hits_live() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    eventually("the watches", || {
+        cluster.api().open_watches() == WATCHES_PER_SCOPE
+    })
+    .await;
+    cluster
+        .api()
+        .update_faults(|f| f.field_selectors_fail = true);
+    cluster.api().drop_watches();
+    eventually("the failure to be seen", || !cluster.watches.trusted(NS)).await;
+    // The watch of every pod is back; only the finished ones fail.
+    eventually("the pod watch back", || cluster.api().open_watches() == 1).await;
+    // The worker fails while its phase cannot be watched.
+    cluster.api().set_pod_phase(NS, "w-1", "Failed");
+    cluster.api().clear_calls();
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(
+        response["allowed"], false,
+        "a finished owner was found running in a cache whose finished watch failed"
+    );
+    assert!(finished_message(&response).contains("(phase Failed)"));
+    assert_eq!(cluster.gets().len(), 1, "the hit was checked live once");
+    assert!(
+        cluster
+            .metrics
+            .encode()
+            .contains(r#"ownerguard_owner_watch_failures_total{scope="all"}"#)
+    );
+    // The finished watches resume, replay the change as ADDED, and the
+    // cache is trusted again.
+    cluster
+        .api()
+        .update_faults(|f| f.field_selectors_fail = false);
+    eventually("the replay", || {
+        cluster.watches.finished.phase_of(NS, "w-1", U1) == Some(Finished::Failed)
+    })
+    .await;
+    eventually("trust again", || {
+        cluster.api().bookmark();
+        cluster.watches.trusted(NS)
+    })
+    .await;
+    cluster.api().clear_calls();
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(response["status"]["code"], 403);
+    assert!(cluster.gets().is_empty(), "answered from the cache again");
+}
+
+#[tokio::test]
+async fn readiness_waits_for_the_lists_of_finished_pods_too() {
+    let server = FakeApi::start().await;
+    running_workers(&server.api);
+    server.api.set_faults(Faults {
+        field_selectors_fail: true,
+        ..Faults::default()
+    });
+    let client = lookup_client(&server);
+    let watches = Arc::new(Watches::spawn(
+        client.clone(),
+        &WatchSettings::default(),
+        Arc::new(Metrics::default()),
+    ));
+    let lookup = ClusterLookup::new(
+        client,
+        watches.clone(),
+        LookupLimits::default(),
+        Arc::new(Metrics::default()),
+    );
+    eventually("the list of every pod", || watches.index.len() == 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !lookup.is_ready(),
+        "ready before the finished pods were listed: a finished owner would pass as running"
+    );
+    server.api.set_faults(Faults::default());
+    eventually("readiness once every list succeeded", || lookup.is_ready()).await;
 }

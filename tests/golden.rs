@@ -298,6 +298,31 @@ fn every_rule_has_a_golden_case() {
             false,
             Some(403),
         ),
+        // Rule 11: a finished owner is no owner.
+        ("create-owner-finished-succeeded", false, Some(403)),
+        ("create-owner-finished-failed-evicted", false, Some(403)),
+        ("validate-create-owner-finished", false, Some(403)),
+        ("create-pod-reference-to-a-finished-pod", false, Some(403)),
+        (
+            "update-user-removes-the-reference-of-a-finished-owner",
+            true,
+            None,
+        ),
+        (
+            "validate-update-removes-the-reference-of-a-finished-owner",
+            true,
+            None,
+        ),
+        (
+            "update-replace-of-a-finished-owner-is-not-restored",
+            true,
+            None,
+        ),
+        (
+            "update-owner-labels-removed-after-the-owner-finished",
+            true,
+            None,
+        ),
     ];
     for (case, allowed, code) in expectations {
         let response = read_json(&common::fixtures().join(case).join(fixture::RESPONSE));

@@ -22,7 +22,7 @@ use ownerguard::admit::WebhookKind;
 use ownerguard::fixture::{CaseConfig, CaseLookup};
 use ownerguard::metrics::Metrics;
 use ownerguard::owner::inventory::{Inventory, InventoryPod};
-use ownerguard::owner::{ObservedPod, RequesterCheck};
+use ownerguard::owner::{Finished, ObservedPod, RequesterCheck};
 use ownerguard::webhook::Webhook;
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -44,6 +44,9 @@ const U_FLAKY: &str = "6f1f3d4e-0c1a-4b7e-9d2a-0000000000f1";
 const U_STALE: &str = "6f1f3d4e-0c1a-4b7e-9d2a-0000000000ee";
 /// The uid of a pod that is gone.
 const U_GONE: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000099";
+/// The uids of pods that have finished (rule 11): Succeeded, Failed.
+const U_DONE: &str = "6f1f3d4e-0c1a-4b7e-9d2a-0000000000d5";
+const U_FAILED: &str = "6f1f3d4e-0c1a-4b7e-9d2a-0000000000fa";
 
 fn long_name(len: usize) -> String {
     // A valid DNS-1123 subdomain of exactly `len` characters.
@@ -61,9 +64,11 @@ fn long_name(len: usize) -> String {
 
 fn world() -> Vec<Pod> {
     vec![
-        Pod::new(NS, "w-1", U1, false),
+        Pod::new(NS, "w-1", U1, false).in_phase("Running"),
         Pod::new(NS, "w-2", U2, false),
         Pod::new(NS, "w-dead", U_DEAD, true),
+        Pod::new(NS, "w-done", U_DONE, false).in_phase("Succeeded"),
+        Pod::new(NS, "w-failed", U_FAILED, false).in_phase("Failed"),
         Pod::new("other", "w-1", U_OTHER_NS, false),
         Pod::new(NS, &long_name(253), U_LONG, false),
         Pod::new(NS, "w.dotted", U_DOT, false),
@@ -121,6 +126,11 @@ impl Knobs {
             namespace: p.namespace,
             name: p.name,
             pod: ObservedPod {
+                finished: match p.phase.as_deref() {
+                    Some("Succeeded") => Some(Finished::Succeeded),
+                    Some("Failed") => Some(Finished::Failed),
+                    _ => None,
+                },
                 uid: p.uid,
                 terminating: p.terminating,
             },
@@ -176,6 +186,8 @@ fn pod_name() -> impl Strategy<Value = String> {
         "w-1".to_string(),
         "w-2".into(),
         "w-dead".into(),
+        "w-done".into(),
+        "w-failed".into(),
         "w.dotted".into(),
         "w-flaky".into(),
         long_name(253),
@@ -217,7 +229,7 @@ fn pod_name() -> impl Strategy<Value = String> {
 
 fn uid() -> impl Strategy<Value = String> {
     prop_oneof![
-        6 => select(vec![U1.to_string(), U2.into(), U_DEAD.into(), U_DOT.into(), U_LONG.into(), U_FLAKY.into()]),
+        6 => select(vec![U1.to_string(), U2.into(), U_DEAD.into(), U_DONE.into(), U_FAILED.into(), U_DOT.into(), U_LONG.into(), U_FLAKY.into()]),
         2 => select(vec![U_OTHER_NS.to_string(), U_STALE.into(), U_GONE.into(), "".into(), U1.to_uppercase(), format!(" {U1}")]),
     ]
 }
@@ -415,6 +427,8 @@ fn who() -> impl Strategy<Value = Who> {
         4 => Just(("w-1".to_string(), U1.to_string())),
         2 => Just(("w-2".to_string(), U2.to_string())),
         1 => Just(("w-dead".to_string(), U_DEAD.to_string())),
+        // A finished pod's token stays valid while its object exists.
+        1 => Just(("w-failed".to_string(), U_FAILED.to_string())),
         1 => Just(("w-9".to_string(), U_GONE.to_string())),
         1 => Just(("w-1".to_string(), U_STALE.to_string())),
     ];
@@ -831,8 +845,8 @@ fn apply_edit(object: &mut Value, edit: &Edit, prefix: &str) {
 /// (labelled before install, no reference).
 #[derive(Clone, Debug)]
 struct OldSpec {
-    /// The owner: a live pod, a terminating one, a gone one, one replaced
-    /// under the same name (stale uid).
+    /// The owner: a live pod, a terminating one, a finished one, a gone
+    /// one, one replaced under the same name (stale uid).
     owner: &'static str,
     stale_uid: bool,
     legacy: bool,
@@ -842,10 +856,10 @@ struct OldSpec {
 
 fn old_spec() -> impl Strategy<Value = OldSpec> {
     (
-        prop_oneof![4 => Just("w-1"), 2 => Just("w-dead"), 2 => Just("w-gone"), 1 => Just("w-flaky")],
+        prop_oneof![4 => Just("w-1"), 2 => Just("w-dead"), 1 => Just("w-done"), 1 => Just("w-failed"), 2 => Just("w-gone"), 1 => Just("w-flaky")],
         prop_oneof![5 => Just(false), 1 => Just(true)],
         prop_oneof![5 => Just(false), 1 => Just(true)],
-        prop_oneof![3 => Just(None), 1 => Just(Some("w-2")), 1 => Just(Some("w-dead")), 1 => Just(Some("w-gone"))],
+        prop_oneof![3 => Just(None), 1 => Just(Some("w-2")), 1 => Just(Some("w-dead")), 1 => Just(Some("w-failed")), 1 => Just(Some("w-gone"))],
         prop_oneof![8 => Just(false), 1 => Just(true)],
     )
         .prop_map(|(owner, stale_uid, legacy, other_ref, block)| OldSpec {
@@ -1014,9 +1028,21 @@ fn collector_updates() -> impl Strategy<Value = Case> {
 /// Creates the spec plainly allows: a real live pod, declared the way the
 /// README says, by itself, by a controller or by a person.
 fn sound_creates() -> impl Strategy<Value = Case> {
+    creates_owned_by(vec!["w-1", "w-2", "w.dotted"])
+}
+
+/// The creates of [`sound_creates`], owned by a pod that has finished
+/// (rule 11): every one must be denied.
+fn finished_owner_creates() -> impl Strategy<Value = Case> {
+    creates_owned_by(vec!["w-done", "w-failed"])
+}
+
+/// Creates that declare `owners` rightly (labels, uid, requester), in
+/// every shape: whether each is allowed depends on the owner alone.
+fn creates_owned_by(owners: Vec<&'static str>) -> impl Strategy<Value = Case> {
     (
         envelope(),
-        select(vec!["w-1", "w-2", "w.dotted"]),
+        select(owners),
         shape(),
         prop_oneof![Just(0u8), Just(1u8), Just(2u8)],
         prop_oneof![Just(0u8), Just(1u8), Just(3u8)],
@@ -1257,6 +1283,27 @@ fn sound_creates_are_allowed_with_the_reference() {
 }
 
 #[test]
+fn a_finished_owner_is_no_owner() {
+    check(
+        "finished owner",
+        100,
+        finished_owner_creates(),
+        true,
+        |_, answers| {
+            for answer in answers {
+                let response = &answer["response"];
+                if response["allowed"] != false || response["status"]["code"] != 403 {
+                    return Err(format!(
+                        "a create owned by a finished pod is not denied 403: {answer}"
+                    ));
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
 fn delete_and_connect_pass_unchanged() {
     check("others", 100, others(), false, |_, answers| {
         // A body the API server would not send (a reference with a
@@ -1438,6 +1485,23 @@ fn the_oracle_rejects_known_wrong_answers() {
         )
         .is_err()
     );
+    // Rule 11: a finished owner is no owner. Its reference in the final
+    // object is a wrong allow, on either webhook, for either phase.
+    for (name, uid) in [("w-done", U_DONE), ("w-failed", U_FAILED)] {
+        let finished_ref = json!([{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid, "controller": false, "blockOwnerDeletion": false}]);
+        let r = create(
+            json!({"ownerguard.io/owner-pod": name, "ownerguard.io/owner-uid": uid}),
+            finished_ref.clone(),
+        );
+        assert!(judge(&r, &allow(None), Hook::Validate).is_err(), "{name}");
+        assert!(judge(&r, &allow(None), Hook::Mutate).is_err(), "{name}");
+        let message =
+            format!("ConfigMap 'prompt-1' in namespace 'agents': owner pod '{name}' has finished");
+        judge(&r, &deny(403, &message), Hook::Validate).unwrap();
+        // A plain Pod reference to it, no labels: the same.
+        let r = create(json!({}), finished_ref);
+        assert!(judge(&r, &allow(None), Hook::Mutate).is_err(), "{name}");
+    }
     // Answered in another version.
     let mut v1beta1 = r.clone();
     v1beta1["apiVersion"] = json!("admission.k8s.io/v1beta1");

@@ -9,8 +9,8 @@ use std::time::Duration;
 use ownerguard::admit::{Policy, WebhookKind};
 use ownerguard::fixture::{self, CaseConfig};
 use ownerguard::metrics::Metrics;
-use ownerguard::owner::ObservedPod;
 use ownerguard::owner::inventory::{Inventory, InventoryPod};
+use ownerguard::owner::{Finished, ObservedPod};
 use ownerguard::record::Recorder;
 use ownerguard::webhook::Webhook;
 use serde_json::{Value, json};
@@ -36,17 +36,20 @@ async fn recorded_requests_replay_to_the_same_answer() {
         InventoryPod {
             namespace: "agents".into(),
             name: "w-1".into(),
-            pod: ObservedPod {
-                uid: UID.into(),
-                terminating: false,
-            },
+            pod: ObservedPod::running(UID),
         },
         InventoryPod {
             namespace: "agents".into(),
             name: "w-2".into(),
+            pod: ObservedPod::running("other"),
+        },
+        // Rule 11: a finished owner; its phase must survive the round trip.
+        InventoryPod {
+            namespace: "agents".into(),
+            name: "w-evicted".into(),
             pod: ObservedPod {
-                uid: "other".into(),
-                terminating: false,
+                finished: Some(Finished::Failed),
+                ..ObservedPod::running(UID)
             },
         },
     ]);
@@ -56,7 +59,7 @@ async fn recorded_requests_replay_to_the_same_answer() {
         Arc::new(Metrics::default()),
     )
     .with_recorder(Recorder::new(dir.path()).unwrap());
-    for owner in ["w-1", "w-9"] {
+    for owner in ["w-1", "w-9", "w-evicted"] {
         webhook
             .review(
                 WebhookKind::Mutate,
@@ -74,13 +77,13 @@ async fn recorded_requests_replay_to_the_same_answer() {
             .map(|e| e.unwrap().path())
             .filter(|p| p.join(fixture::RESPONSE).exists())
             .collect();
-        if cases.len() == 2 {
+        if cases.len() == 3 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cases.sort();
-    assert_eq!(cases.len(), 2, "{cases:?}");
+    assert_eq!(cases.len(), 3, "{cases:?}");
     assert!(
         cases[0]
             .file_name()
@@ -109,6 +112,23 @@ async fn recorded_requests_replay_to_the_same_answer() {
         // Only the pods looked up are written: w-2 was never asked for.
         let pods = std::fs::read_to_string(case.join(fixture::PODS)).unwrap();
         assert!(!pods.contains("w-2"), "{pods}");
+        let finished_owner = request["request"]["object"]["metadata"]["labels"]["ownerguard.io/owner-pod"]
+            == "w-evicted";
+        assert_eq!(
+            pods.contains("phase: Failed"),
+            finished_owner,
+            "the phase of a finished owner, and only of one, is written: {pods}"
+        );
+        if finished_owner {
+            assert_eq!(expected["response"]["status"]["code"], 403, "{expected}");
+            assert!(
+                expected["response"]["status"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("has finished (phase Failed)"),
+                "{expected}"
+            );
+        }
         let replay = Arc::new(common::case_webhook(case, &config));
         let (status, answer) = common::send(
             replay,

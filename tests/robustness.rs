@@ -129,10 +129,7 @@ async fn mutated_reviews_are_answered_or_refused_never_a_panic() {
     let pods = ["w-1", "w-2"].map(|name| InventoryPod {
         namespace: "agents".into(),
         name: name.into(),
-        pod: ObservedPod {
-            uid: "6f1f3d4e-0c1a-4b7e-9d2a-000000000001".into(),
-            terminating: false,
-        },
+        pod: ObservedPod::running("6f1f3d4e-0c1a-4b7e-9d2a-000000000001"),
     });
     let webhook = Arc::new(Webhook::new(
         Policy::default(),

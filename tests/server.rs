@@ -32,10 +32,7 @@ fn inventory() -> Inventory {
     Inventory::from_pods([InventoryPod {
         namespace: "agents".into(),
         name: "w-1".into(),
-        pod: ObservedPod {
-            uid: UID.into(),
-            terminating: false,
-        },
+        pod: ObservedPod::running(UID),
     }])
 }
 

@@ -13,7 +13,7 @@ use ownerguard::admit::WebhookKind;
 use ownerguard::fixture::{CaseConfig, CaseLookup};
 use ownerguard::metrics::Metrics;
 use ownerguard::owner::inventory::{Inventory, InventoryPod};
-use ownerguard::owner::{ObservedPod, RequesterCheck};
+use ownerguard::owner::{Finished, ObservedPod, RequesterCheck};
 use ownerguard::webhook::Webhook;
 use serde_json::{Value, json};
 
@@ -31,12 +31,17 @@ pub const U_DOT: &str = "6f1f3d4e-0c1a-4b7e-9d2a-0000000000c1";
 pub const U_FLAKY: &str = "6f1f3d4e-0c1a-4b7e-9d2a-0000000000f1";
 pub const U_STALE: &str = "6f1f3d4e-0c1a-4b7e-9d2a-0000000000ee";
 pub const U_GONE: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000099";
+/// Pods that have finished (rule 11): Succeeded, Failed.
+pub const U_DONE: &str = "6f1f3d4e-0c1a-4b7e-9d2a-0000000000d5";
+pub const U_FAILED: &str = "6f1f3d4e-0c1a-4b7e-9d2a-0000000000fa";
 
 pub fn world() -> Vec<Pod> {
     vec![
         Pod::new(NS, "w-1", U1, false),
         Pod::new(NS, "w-2", U2, false),
         Pod::new(NS, "w-dead", U_DEAD, true),
+        Pod::new(NS, "w-done", U_DONE, false).in_phase("Succeeded"),
+        Pod::new(NS, "w-failed", U_FAILED, false).in_phase("Failed"),
         Pod::new("other", "w-1", U_OTHER_NS, false),
         Pod::new(NS, "w.dotted", U_DOT, false),
         Pod::new(NS, "w-flaky", U_FLAKY, false),
@@ -48,6 +53,8 @@ pub fn uid_of(name: &str) -> &'static str {
         "w-1" => U1,
         "w-2" => U2,
         "w-dead" => U_DEAD,
+        "w-done" => U_DONE,
+        "w-failed" => U_FAILED,
         "w.dotted" => U_DOT,
         "w-flaky" => U_FLAKY,
         _ => U_GONE,
@@ -91,6 +98,11 @@ fn webhook(settings: &oracle::Settings) -> Webhook {
         namespace: p.namespace,
         name: p.name,
         pod: ObservedPod {
+            finished: match p.phase.as_deref() {
+                Some("Succeeded") => Some(Finished::Succeeded),
+                Some("Failed") => Some(Finished::Failed),
+                _ => None,
+            },
             uid: p.uid,
             terminating: p.terminating,
         },

@@ -14,11 +14,11 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value, json};
 
 const NAMES: &[&str] = &[
-    "w-1", "w-2", "w-dead", "w.dotted", "w-flaky", "w-gone", "w-1?x=1", "w-1/status", "w-1#x", "w 1",
+    "w-1", "w-2", "w-dead", "w-done", "w-failed", "w.dotted", "w-flaky", "w-gone", "w-1?x=1", "w-1/status", "w-1#x", "w 1",
     "W-1", "w_1", "", "-w", "w-", "../w-1", "%2e%2e", "w-1%2Fx", "w..1", "ｗ-1", "w-1\n",
 ];
 const UIDS: &[&str] = &[
-    common::U1, common::U2, common::U_DEAD, common::U_DOT, common::U_FLAKY, common::U_OTHER_NS, U_STALE, U_GONE, "",
+    common::U1, common::U2, common::U_DEAD, common::U_DONE, common::U_FAILED, common::U_DOT, common::U_FLAKY, common::U_OTHER_NS, U_STALE, U_GONE, "",
 ];
 
 #[derive(Arbitrary, Debug)]

@@ -59,10 +59,7 @@ fn pod_reference(name: &str, uid: &str, block: Option<bool>) -> Value {
 fn running(pods: &[(&str, &str)]) -> HashMap<String, Lookup> {
     pods.iter()
         .map(|(name, uid)| {
-            let pod = ObservedPod {
-                uid: uid.to_string(),
-                terminating: false,
-            };
+            let pod = ObservedPod::running(*uid);
             (
                 name.to_string(),
                 Lookup {
@@ -247,8 +244,8 @@ fn owner_with_another_uid_is_owner_uid_mismatch() {
 fn owner_being_deleted_is_owner_terminating() {
     let (req, _) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
     let pod = ObservedPod {
-        uid: "uid-1".into(),
         terminating: true,
+        ..ObservedPod::running("uid-1")
     };
     let lookups = HashMap::from([(
         "w-1".to_string(),
@@ -617,8 +614,8 @@ fn lookups(pods: &[(&str, Found<'_>)]) -> HashMap<String, Lookup> {
         .map(|(name, outcome)| {
             let outcome = match outcome {
                 Ok(Some((uid, terminating))) => Ok(Some(ObservedPod {
-                    uid: uid.to_string(),
                     terminating: *terminating,
+                    ..ObservedPod::running(*uid)
                 })),
                 Ok(None) => Ok(None),
                 Err(()) => Err(LookupError::TimedOut {
@@ -1327,6 +1324,11 @@ fn every_denial_names_object_namespace_owner_and_fix() {
             at: at.clone(),
             owner: owner.clone(),
         },
+        Denial::OwnerFinished {
+            at: at.clone(),
+            owner: owner.clone(),
+            phase: crate::owner::Finished::Failed,
+        },
         Denial::LookupFailed {
             at: at.clone(),
             owner: owner.clone(),
@@ -1456,6 +1458,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::OwnerNotFound { .. }
         | Denial::OwnerUidMismatch { .. }
         | Denial::OwnerTerminating { .. }
+        | Denial::OwnerFinished { .. }
         | Denial::LookupFailed { .. }
         | Denial::InvalidNamespace { .. }
         | Denial::MalformedIdentity { .. }
@@ -1478,7 +1481,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::OwnerLabelOmitted { .. } => true,
         Denial::ClusterScoped { .. } => false,
     };
-    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 31);
+    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 32);
     for denial in denials {
         let message = denial.to_string();
         assert!(message.contains("Job 'step-7'"), "no object: {message}");
@@ -1562,4 +1565,179 @@ fn a_template_update_leaves_an_old_incomplete_template_alone() {
         patched(&old, &allowed)["spec"]["template"]["metadata"]["labels"]["ownerguard.io/owner-uid"],
         "uid-1"
     );
+}
+
+// SPEC §3 rule 11: a finished owner is no owner.
+
+/// Pod `name` with `uid`, finished in `phase`.
+fn finished(name: &str, uid: &str, phase: crate::owner::Finished) -> HashMap<String, Lookup> {
+    let pod = ObservedPod {
+        finished: Some(phase),
+        ..ObservedPod::running(uid)
+    };
+    HashMap::from([(
+        name.to_string(),
+        Lookup {
+            source: Source::Api,
+            outcome: Ok(Some(pod)),
+        },
+    )])
+}
+
+#[test]
+fn rule_11_create_for_a_succeeded_or_failed_owner_is_denied_403_owner_finished() {
+    use crate::owner::Finished;
+    for phase in [Finished::Succeeded, Finished::Failed] {
+        // /mutate: the labels alone; /validate: the object /mutate made.
+        let cases = [
+            (
+                WebhookKind::Mutate,
+                object(owner_labels("w-1", "uid-1"), None),
+            ),
+            (WebhookKind::Validate, owned("w-1", "uid-1")),
+        ];
+        for (webhook, obj) in cases {
+            let (req, _) = request("CREATE", obj, None);
+            let err = run(
+                &req,
+                webhook,
+                &Policy::default(),
+                finished("w-1", "uid-1", phase),
+            )
+            .unwrap_err();
+            assert!(
+                matches!(err, Denial::OwnerFinished { phase: p, .. } if p == phase),
+                "{phase} {webhook:?}: {err:?}"
+            );
+            assert_eq!(err.code(), 403);
+            let message = err.to_string();
+            assert!(
+                message.contains(&format!("owner pod 'w-1' has finished (phase {phase})")),
+                "{message}"
+            );
+            assert!(message.contains("running worker pod"), "{message}");
+            // The uid the requester named is fine to repeat; no other is
+            // known to the message.
+            assert!(!message.contains("uid-"), "{message}");
+        }
+    }
+}
+
+#[test]
+fn rule_11_a_pod_reference_alone_to_a_finished_pod_is_denied() {
+    let obj = object(
+        json!({}),
+        Some(json!([pod_reference("w-2", "uid-2", Some(false))])),
+    );
+    let (req, _) = request("CREATE", obj, None);
+    let err = mutate(
+        &req,
+        finished("w-2", "uid-2", crate::owner::Finished::Failed),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Denial::OwnerFinished { .. }), "{err:?}");
+}
+
+#[test]
+fn rule_11_a_finished_pod_being_deleted_is_told_as_being_deleted() {
+    let (req, _) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
+    let pod = ObservedPod {
+        terminating: true,
+        finished: Some(crate::owner::Finished::Succeeded),
+        ..ObservedPod::running("uid-1")
+    };
+    let lookups = HashMap::from([(
+        "w-1".to_string(),
+        Lookup {
+            source: Source::Api,
+            outcome: Ok(Some(pod)),
+        },
+    )]);
+    let err = mutate(&req, lookups).unwrap_err();
+    assert!(matches!(err, Denial::OwnerTerminating { .. }), "{err:?}");
+}
+
+#[test]
+fn rule_11_update_removing_the_reference_of_a_finished_owner_is_allowed_not_restored() {
+    use crate::owner::Finished;
+    for phase in [Finished::Succeeded, Finished::Failed] {
+        // A deliberate removal, labels kept.
+        let new = object(owner_labels("w-1", "uid-1"), Some(json!([])));
+        let (req, _) = request("UPDATE", new, Some(owned("w-1", "uid-1")));
+        for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+            let lookups = finished("w-1", "uid-1", phase);
+            let allowed = run(&req, webhook, &Policy::default(), lookups).unwrap();
+            assert!(allowed.patch.is_empty(), "{phase} {webhook:?}");
+            assert!(allowed.warnings.is_empty(), "{:?}", allowed.warnings);
+        }
+        // A kubectl replace of the original manifest: neither the
+        // reference nor the uid label comes back for a finished owner.
+        let original = object(json!({"ownerguard.io/owner-pod": "w-1"}), None);
+        let (req, _) = request("UPDATE", original, Some(owned("w-1", "uid-1")));
+        let allowed = mutate(&req, finished("w-1", "uid-1", phase)).unwrap();
+        assert!(allowed.patch.is_empty(), "{phase}: {:?}", allowed.patch);
+        let allowed = validate(&req, finished("w-1", "uid-1", phase)).unwrap();
+        assert!(allowed.patch.is_empty());
+    }
+}
+
+#[test]
+fn rule_11_owner_labels_may_go_once_the_owner_has_finished() {
+    let (req, _) = request(
+        "UPDATE",
+        object(
+            json!({}),
+            Some(json!([pod_reference("w-1", "uid-1", Some(false))])),
+        ),
+        Some(owned("w-1", "uid-1")),
+    );
+    for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+        let lookups = finished("w-1", "uid-1", crate::owner::Finished::Failed);
+        assert!(run(&req, webhook, &Policy::default(), lookups).is_ok());
+    }
+    // The same while the owner runs: refused (the rule the finished owner
+    // is exempt from).
+    let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(matches!(err, Denial::OwnerLabelRemoved { .. }), "{err:?}");
+}
+
+#[test]
+fn rule_11_a_client_set_reference_to_a_finished_pod_may_be_removed() {
+    let old = object(
+        json!({}),
+        Some(json!([pod_reference("w-2", "uid-2", Some(false))])),
+    );
+    let (req, _) = request("UPDATE", object(json!({}), Some(json!([]))), Some(old));
+    let allowed = mutate(
+        &req,
+        finished("w-2", "uid-2", crate::owner::Finished::Succeeded),
+    )
+    .unwrap();
+    assert!(allowed.patch.is_empty());
+}
+
+#[test]
+fn rule_11_update_adding_a_reference_to_a_finished_pod_is_denied() {
+    let (req, _) = request(
+        "UPDATE",
+        object(
+            json!({}),
+            Some(json!([pod_reference("w-2", "uid-2", Some(false))])),
+        ),
+        Some(object(json!({}), None)),
+    );
+    for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+        let lookups = finished("w-2", "uid-2", crate::owner::Finished::Failed);
+        let err = run(&req, webhook, &Policy::default(), lookups).unwrap_err();
+        assert!(matches!(err, Denial::OwnerFinished { .. }), "{err:?}");
+    }
+}
+
+#[test]
+fn rule_11_the_lookup_metric_counts_a_finished_owner_as_finished() {
+    let lookup = finished("w-1", "uid-1", crate::owner::Finished::Succeeded)
+        .remove("w-1")
+        .unwrap();
+    assert_eq!(lookup.result_label("uid-1"), "finished");
+    assert_eq!(lookup.result_label("uid-2"), "uid_mismatch");
 }

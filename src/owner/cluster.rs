@@ -12,18 +12,23 @@
 //! Live GETs are bounded across all reviews by a [`Throttle`], retried at
 //! most once (on 429, 503 and 504, after `Retry-After` when it fits in the
 //! budget), and their path is built from validated, escaped segments.
+//!
+//! A live GET asks for the whole pod, not its metadata: only `status.phase`
+//! says whether it has finished (SPEC §3 rule 11). It is decoded into the
+//! three fields a decision reads; serde skips the rest (spec, the rest of
+//! status) without building it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use http_body_util::BodyExt;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::PartialObjectMeta;
 use kube::core::Status;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use tokio::time::Instant;
 
-use super::lookup::{Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
+use super::lookup::{Finished, Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
 use super::throttle::Throttle;
 use crate::cache::Watches;
 use crate::error::LookupError;
@@ -76,7 +81,7 @@ impl ClusterLookup {
         }
     }
 
-    /// One live GET of the pod's metadata, bounded by `deadline`.
+    /// One live GET of the pod, bounded by `deadline`.
     async fn get(&self, namespace: &str, name: &str, deadline: Instant) -> Lookup {
         let budget = deadline.saturating_duration_since(Instant::now());
         let outcome = match tokio::time::timeout_at(
@@ -140,10 +145,7 @@ impl ClusterLookup {
     /// One GET; what to do with its answer.
     async fn send(&self, path: &str) -> Answer {
         let request = http::Request::get(path)
-            .header(
-                http::header::ACCEPT,
-                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
-            )
+            .header(http::header::ACCEPT, "application/json")
             .body(kube::client::Body::from(Vec::new()));
         let request = match request {
             Ok(request) => request,
@@ -169,18 +171,9 @@ impl ClusterLookup {
             Err(source) => return Answer::Done(Err(LookupError::Api { source })),
         };
         if status.is_success() {
-            return Answer::Done(
-                serde_json::from_slice::<PartialObjectMeta<Pod>>(&body)
-                    .map(|pod| {
-                        Some(ObservedPod {
-                            uid: pod.metadata.uid.unwrap_or_default(),
-                            terminating: pod.metadata.deletion_timestamp.is_some(),
-                        })
-                    })
-                    .map_err(|error| LookupError::Api {
-                        source: kube::Error::SerdeError(error),
-                    }),
-            );
+            return Answer::Done(observed(&body).map(Some).map_err(|error| LookupError::Api {
+                source: kube::Error::SerdeError(error),
+            }));
         }
         if status == http::StatusCode::NOT_FOUND {
             return Answer::Done(Ok(None));
@@ -199,6 +192,49 @@ impl ClusterLookup {
     }
 }
 
+/// The fields of a pod a decision reads. Every other field of the body is
+/// skipped by serde ([`IgnoredAny`]), never built.
+#[derive(Deserialize)]
+struct PodHead {
+    #[serde(default)]
+    metadata: Option<PodHeadMeta>,
+    #[serde(default)]
+    status: Option<PodHeadStatus>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodHeadMeta {
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
+    deletion_timestamp: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct PodHeadStatus {
+    #[serde(default)]
+    phase: Option<String>,
+}
+
+/// What a GET of a pod says of it.
+fn observed(body: &[u8]) -> Result<ObservedPod, serde_json::Error> {
+    let pod: PodHead = serde_json::from_slice(body)?;
+    let metadata = pod.metadata;
+    Ok(ObservedPod {
+        uid: metadata
+            .as_ref()
+            .and_then(|m| m.uid.clone())
+            .unwrap_or_default(),
+        terminating: metadata.is_some_and(|m| m.deletion_timestamp.is_some()),
+        finished: pod
+            .status
+            .and_then(|status| status.phase)
+            .as_deref()
+            .and_then(Finished::from_phase),
+    })
+}
+
 enum Answer {
     Done(Result<Option<ObservedPod>, LookupError>),
     /// Worth one more try, after `Retry-After` if the server gave one.
@@ -213,11 +249,7 @@ impl OwnerLookup for ClusterLookup {
         Box::pin(async move {
             let (namespace, name) = (query.namespace, query.name);
             let hit = (!query.fresh && self.watches.covers(namespace))
-                .then(|| {
-                    self.watches
-                        .index
-                        .get_matching(namespace, name, query.expected_uid)
-                })
+                .then(|| self.watches.get(namespace, name, query.expected_uid))
                 .flatten();
             let Some(hit) = hit else {
                 return self.get(namespace, name, query.deadline).await;
@@ -229,7 +261,8 @@ impl OwnerLookup for ClusterLookup {
             if self.watches.trusted(namespace) {
                 return cached();
             }
-            // The watch failed or went silent: the hit is checked live, and
+            // A watch of the scope (of every pod, or of finished pods)
+            // failed or went silent: the hit is checked live, and
             // the live answer wins. When there is none (the API server
             // unreachable), a hit heard within the silence limit still
             // answers: staleness stays within that limit either way.
@@ -243,5 +276,59 @@ impl OwnerLookup for ClusterLookup {
 
     fn is_ready(&self) -> bool {
         self.watches.is_synced()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const U1: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000001";
+
+    #[test]
+    fn a_whole_pod_is_read_for_its_uid_deletion_and_phase() {
+        let spec = serde_json::json!({"containers": [{"name": "w", "image": "x", "args": vec!["a"; 1000]}]});
+        for (phase, finished) in [
+            (serde_json::json!("Succeeded"), Some(Finished::Succeeded)),
+            (serde_json::json!("Failed"), Some(Finished::Failed)),
+            (serde_json::json!("Running"), None),
+            (serde_json::json!("Pending"), None),
+            (serde_json::json!("Unknown"), None),
+            (serde_json::Value::Null, None),
+        ] {
+            let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "w-1", "namespace": "agents", "uid": U1,
+                    "labels": {"a": "b"}, "managedFields": [{"manager": "kubelet"}]},
+                "spec": spec,
+                "status": {"phase": phase, "reason": "Evicted", "containerStatuses": [{"name": "w"}]}});
+            let observed = observed(&serde_json::to_vec(&pod).unwrap()).unwrap();
+            assert_eq!(
+                observed,
+                ObservedPod {
+                    finished,
+                    ..ObservedPod::running(U1)
+                },
+                "{phase}"
+            );
+        }
+        let terminating = serde_json::json!({"metadata": {"uid": U1, "deletionTimestamp": "2026-11-29T12:00:00Z"}, "status": null});
+        let observed = observed(&serde_json::to_vec(&terminating).unwrap()).unwrap();
+        assert!(observed.terminating && observed.finished.is_none());
+        let not_deleted = serde_json::json!({"metadata": {"uid": U1, "deletionTimestamp": null}});
+        assert!(
+            !observed_of(&not_deleted).terminating,
+            "a null deletionTimestamp is no deletion"
+        );
+    }
+
+    fn observed_of(value: &serde_json::Value) -> ObservedPod {
+        observed(&serde_json::to_vec(value).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_body_that_is_not_a_pod_is_an_error_not_a_pod() {
+        assert!(observed(b"not json").is_err());
+        assert!(observed(br#"{"metadata": {"uid": 7}}"#).is_err());
+        assert!(observed(br#"{"status": {"phase": ["Failed"]}}"#).is_err());
     }
 }

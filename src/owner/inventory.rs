@@ -7,7 +7,7 @@ use std::path::Path;
 use futures::future::BoxFuture;
 use serde::Deserialize;
 
-use super::lookup::{Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
+use super::lookup::{Finished, Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
 
 /// Why an inventory file cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -36,13 +36,36 @@ pub enum InventoryError {
         index: usize,
         field: &'static str,
     },
+    /// A `status.phase` that is no pod phase (a `kubectl get` STATUS
+    /// column such as `Completed` is not one): guessing whether the pod
+    /// has finished could allow a finished owner.
+    #[error(
+        "pod inventory {path}: pod #{index} has status.phase '{phase}', which is not a pod phase \
+         (Pending, Running, Succeeded, Failed or Unknown)"
+    )]
+    UnknownPhase {
+        path: String,
+        index: usize,
+        phase: String,
+    },
 }
 
 #[derive(Debug, Deserialize)]
 struct PodDocument {
     #[serde(default)]
     metadata: PodMeta,
+    #[serde(default)]
+    status: Option<PodStatus>,
 }
+
+#[derive(Debug, Default, Deserialize)]
+struct PodStatus {
+    #[serde(default)]
+    phase: Option<String>,
+}
+
+/// The phases the API server writes (`core/v1` `PodPhase`).
+const POD_PHASES: [&str; 5] = ["Pending", "Running", "Succeeded", "Failed", "Unknown"];
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -75,12 +98,14 @@ impl Inventory {
     /// Read `path`: a `v1` `PodList` or `List` (`kubectl get pods -A -o json`
     /// or `-o yaml`), a single Pod, or a multi-document YAML stream of Pods.
     /// A pod without a namespace is in `default`, as `kubectl apply` would
-    /// put it.
+    /// put it; one whose `status.phase` is `Succeeded` or `Failed` has
+    /// finished (SPEC §3 rule 11).
     ///
     /// # Errors
     ///
     /// [`InventoryError`] when the file cannot be read or parsed, holds
-    /// something else than pods, or a pod has no name or uid.
+    /// something else than pods, or a pod has no name or uid, or a phase
+    /// that is no pod phase.
     pub fn from_file(path: &Path) -> Result<Self, InventoryError> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| InventoryError::Read {
@@ -134,7 +159,26 @@ impl Inventory {
                 .metadata
                 .deletion_timestamp
                 .is_some_and(|t| !t.is_null());
-            index.insert((namespace, name), ObservedPod { uid, terminating });
+            let phase = pod
+                .status
+                .and_then(|status| status.phase)
+                .filter(|phase| !phase.is_empty());
+            if let Some(phase) = phase.as_deref().filter(|p| !POD_PHASES.contains(p)) {
+                return Err(InventoryError::UnknownPhase {
+                    path: path.to_string(),
+                    index: position + 1,
+                    phase: phase.to_string(),
+                });
+            }
+            let finished = phase.as_deref().and_then(Finished::from_phase);
+            index.insert(
+                (namespace, name),
+                ObservedPod {
+                    uid,
+                    terminating,
+                    finished,
+                },
+            );
         }
         Ok(Self { pods: index })
     }
@@ -253,10 +297,7 @@ mod tests {
         assert_eq!(inventory.len(), 2);
         assert_eq!(
             inventory.get("agents", "w-1"),
-            Some(&ObservedPod {
-                uid: "u-1".into(),
-                terminating: false
-            })
+            Some(&ObservedPod::running("u-1"))
         );
         assert!(inventory.get("agents", "w-2").unwrap().terminating);
         assert_eq!(inventory.get("other", "w-1"), None);
@@ -282,6 +323,43 @@ mod tests {
         let text = "apiVersion: v1\nkind: PodList\nitems:\n- metadata:\n    name: w-1\n    namespace: a\n    uid: u-1\n";
         let inventory = Inventory::from_text(text, "pods.yaml").unwrap();
         assert_eq!(inventory.len(), 1);
+    }
+
+    #[test]
+    fn the_phase_is_read_from_json_and_yaml_lists_and_streams() {
+        let json = r#"{"apiVersion":"v1","kind":"PodList","items":[
+            {"metadata":{"name":"done","namespace":"a","uid":"u-1"},"status":{"phase":"Succeeded"}},
+            {"metadata":{"name":"evicted","namespace":"a","uid":"u-2"},"status":{"phase":"Failed","reason":"Evicted"}},
+            {"metadata":{"name":"runs","namespace":"a","uid":"u-3"},"status":{"phase":"Running"}},
+            {"metadata":{"name":"new","namespace":"a","uid":"u-4"},"status":{}},
+            {"metadata":{"name":"bare","namespace":"a","uid":"u-5"},"status":null}]}"#;
+        let yaml_list = "apiVersion: v1\nkind: PodList\nitems:\n\
+                         - metadata: {name: done, namespace: a, uid: u-1}\n  status: {phase: Succeeded}\n\
+                         - metadata: {name: evicted, namespace: a, uid: u-2}\n  status: {phase: Failed}\n\
+                         - metadata: {name: runs, namespace: a, uid: u-3}\n  status: {phase: Running}\n";
+        let yaml_stream = "kind: Pod\nmetadata: {name: done, namespace: a, uid: u-1}\nstatus: {phase: Succeeded}\n\
+                           ---\nkind: Pod\nmetadata: {name: evicted, namespace: a, uid: u-2}\nstatus: {phase: Failed}\n\
+                           ---\nkind: Pod\nmetadata: {name: runs, namespace: a, uid: u-3}\nstatus: {phase: Pending}\n";
+        for text in [json, yaml_list, yaml_stream] {
+            let inventory = Inventory::from_text(text, "pods").unwrap();
+            let phase = |name| inventory.get("a", name).unwrap().finished;
+            assert_eq!(phase("done"), Some(Finished::Succeeded), "{text}");
+            assert_eq!(phase("evicted"), Some(Finished::Failed), "{text}");
+            assert_eq!(phase("runs"), None, "{text}");
+        }
+        let inventory = Inventory::from_text(json, "pods.json").unwrap();
+        assert_eq!(inventory.get("a", "new").unwrap().finished, None);
+        assert_eq!(inventory.get("a", "bare").unwrap().finished, None);
+    }
+
+    #[test]
+    fn a_phase_that_is_not_a_pod_phase_is_refused() {
+        let text = "kind: Pod\nmetadata: {name: w-1, uid: u-1}\nstatus: {phase: Completed}\n";
+        let err = Inventory::from_text(text, "x.yaml").unwrap_err();
+        assert!(
+            matches!(&err, InventoryError::UnknownPhase { phase, .. } if phase == "Completed"),
+            "{err}"
+        );
     }
 
     #[test]

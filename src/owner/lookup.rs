@@ -38,12 +38,63 @@ impl fmt::Display for Source {
     }
 }
 
+/// A phase after which no container of the pod runs again (SPEC §3 rule
+/// 11). The pod object stays until something deletes it (trap 4), and the
+/// garbage collector keeps what it owns until then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Finished {
+    Succeeded,
+    Failed,
+}
+
+impl Finished {
+    pub const ALL: [Self; 2] = [Self::Succeeded, Self::Failed];
+
+    /// `status.phase` as the API server writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+        }
+    }
+
+    /// The finished phase `phase` names; `None` for `Pending`, `Running`,
+    /// `Unknown` (or anything else): a pod that may still run.
+    pub fn from_phase(phase: &str) -> Option<Self> {
+        match phase {
+            "Succeeded" => Some(Self::Succeeded),
+            "Failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Finished {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What is known of a pod that exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedPod {
     pub uid: String,
     /// `deletionTimestamp` is set: the pod is going away.
     pub terminating: bool,
+    /// `status.phase` is `Succeeded` or `Failed`: the pod will not run
+    /// again, though its object stays.
+    pub finished: Option<Finished>,
+}
+
+impl ObservedPod {
+    /// A pod that may run: not being deleted, not finished.
+    pub fn running(uid: impl Into<String>) -> Self {
+        Self {
+            uid: uid.into(),
+            terminating: false,
+            finished: None,
+        }
+    }
 }
 
 /// The answer to one lookup.
@@ -61,6 +112,7 @@ impl Lookup {
             Ok(None) => "not_found",
             Ok(Some(pod)) if pod.uid != expected_uid => "uid_mismatch",
             Ok(Some(pod)) if pod.terminating => "terminating",
+            Ok(Some(pod)) if pod.finished.is_some() => "finished",
             Ok(Some(_)) => "found",
             Err(LookupError::TimedOut { .. }) => "timeout",
             Err(LookupError::Api { .. }) => "error",

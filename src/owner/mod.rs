@@ -8,5 +8,5 @@ pub mod lookup;
 pub mod resolve;
 pub mod throttle;
 
-pub use lookup::{Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
+pub use lookup::{Finished, Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
 pub use resolve::{Claim, Delegate, Origin, OwnerLabels, Requester, RequesterCheck};

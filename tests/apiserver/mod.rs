@@ -3,10 +3,18 @@
 //! faults a real one has.
 //!
 //! - list with `resourceVersion` (metadata-only when the client asks with
-//!   `as=PartialObjectMetadataList`), label selectors of `k=v` terms;
+//!   `as=PartialObjectMetadataList`), label selectors of `k=v` terms, field
+//!   selectors of `=`, `==` and `!=` terms on the fields the real one
+//!   serves for pods (`metadata.name`, `metadata.namespace`,
+//!   `status.phase`, `spec.nodeName`; any other is 400, as there);
 //! - watch streams of ADDED, MODIFIED, DELETED, BOOKMARK, replayed from the
-//!   requested `resourceVersion`, and ERROR 410 Gone on demand;
-//! - GET (404 when missing), DELETE (with preconditions and
+//!   requested `resourceVersion`, and ERROR 410 Gone on demand. A change is
+//!   filtered as the API server's watch cache filters it (cacher
+//!   `convertToWatchEvent`): old and new object against the selectors, so
+//!   an object that starts matching arrives as ADDED and one that stops
+//!   matching as DELETED (the old object);
+//! - GET of the whole object (of its metadata only when asked with
+//!   `as=PartialObjectMetadata`; 404 when missing), DELETE (with preconditions and
 //!   propagationPolicy recorded; pods can linger before they go);
 //! - faults: down (503), slow GETs, Jobs forbidden (403), dropped watches.
 //!
@@ -76,6 +84,9 @@ pub struct Faults {
     pub throttled: Option<Option<u64>>,
     /// Watch requests answer 500: the watch keeps failing.
     pub watch_fails: bool,
+    /// Lists and watches with a field selector answer 500: the watches of
+    /// finished pods keep failing, the others work.
+    pub field_selectors_fail: bool,
     /// Changes are not sent to open watches, which stay open: a stream that
     /// lost its events, or went silent.
     pub mute_watches: bool,
@@ -84,10 +95,44 @@ pub struct Faults {
     pub delete_fails: Option<(Kind, Option<String>, u16)>,
 }
 
+/// One term of a field selector: `field=value` or `field!=value`.
+#[derive(Debug, Clone)]
+struct FieldTerm {
+    field: String,
+    value: String,
+    equal: bool,
+}
+
+/// The fields the API server lets a client select pods on (a subset of
+/// `pod.ToSelectableFields`), and their value in `object`.
+fn field_value(object: &Value, field: &str) -> Option<String> {
+    let text = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    match field {
+        "metadata.name" => Some(text("/metadata/name")),
+        "metadata.namespace" => Some(text("/metadata/namespace")),
+        "status.phase" => Some(text("/status/phase")),
+        "spec.nodeName" => Some(text("/spec/nodeName")),
+        _ => None,
+    }
+}
+
+fn fields_select(terms: &[FieldTerm], object: &Value) -> bool {
+    terms.iter().all(|term| {
+        field_value(object, &term.field).is_some_and(|value| (value == term.value) == term.equal)
+    })
+}
+
 struct Watcher {
     kind: Kind,
     namespace: Option<String>,
     selector: Vec<(String, String)>,
+    fields: Vec<FieldTerm>,
     metadata_only: bool,
     sender: mpsc::UnboundedSender<Result<Bytes, Infallible>>,
 }
@@ -96,8 +141,8 @@ struct Watcher {
 struct Inner {
     resource_version: u64,
     objects: BTreeMap<(Kind, String, String), Value>,
-    /// (resourceVersion, type, kind, object) of every change, for replay.
-    history: Vec<(u64, &'static str, Kind, Value)>,
+    /// Every change, for replay.
+    history: Vec<Change>,
     calls: Vec<String>,
     watchers: Vec<Watcher>,
     faults: Faults,
@@ -107,6 +152,51 @@ struct Inner {
     /// GETs of one object being answered now, and the most at once.
     gets_in_flight: usize,
     max_gets_in_flight: usize,
+}
+
+/// One change of an object, as the watch cache keeps it: the object
+/// before (MODIFIED) for filtering.
+struct Change {
+    resource_version: u64,
+    event: &'static str,
+    kind: Kind,
+    object: Value,
+    previous: Option<Value>,
+}
+
+impl Change {
+    /// The event a watcher of `namespace` with these selectors receives,
+    /// if any.
+    fn seen_by(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        selector: &[(String, String)],
+        fields: &[FieldTerm],
+    ) -> Option<(&'static str, &Value)> {
+        let passes = |object: &Value| {
+            namespace.is_none_or(|ns| object["metadata"]["namespace"] == ns)
+                && selects(selector, object)
+                && fields_select(fields, object)
+        };
+        if self.kind != kind {
+            return None;
+        }
+        let now = self.event != "DELETED" && passes(&self.object);
+        let before = match (self.event, &self.previous) {
+            ("DELETED", _) => passes(&self.object),
+            (_, Some(previous)) => passes(previous),
+            (_, None) => false,
+        };
+        match (now, before) {
+            (true, true) => Some(("MODIFIED", &self.object)),
+            (true, false) => Some(("ADDED", &self.object)),
+            // The old object, at the change's resourceVersion.
+            (false, true) if self.event == "DELETED" => Some(("DELETED", &self.object)),
+            (false, true) => self.previous.as_ref().map(|previous| ("DELETED", previous)),
+            (false, false) => None,
+        }
+    }
 }
 
 #[derive(Clone, Default)]
@@ -280,6 +370,42 @@ impl FakeApi {
         self.store(Kind::Pod, object, true);
     }
 
+    /// Set a pod's `status.phase` (as the kubelet does through the status
+    /// subresource), as MODIFIED: the watches of that phase see it ADDED,
+    /// those of its old phase DELETED.
+    pub fn set_pod_phase(&self, namespace: &str, name: &str, phase: &str) {
+        let inner = self.inner.lock().unwrap();
+        let key = (Kind::Pod, namespace.to_string(), name.to_string());
+        if let Some(mut object) = inner.objects.get(&key).cloned() {
+            object["status"] = json!({"phase": phase});
+            drop(inner);
+            self.store(Kind::Pod, object, true);
+        }
+    }
+
+    /// A pod in `phase` from its creation on (as seen by a list: finished
+    /// before ownerguard started).
+    pub fn put_pod_in_phase(&self, namespace: &str, name: &str, uid: &str, phase: &str) {
+        let object = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "creationTimestamp": "2026-11-29T12:00:00Z"},
+            "status": {"phase": phase}});
+        self.store(Kind::Pod, object, true);
+    }
+
+    /// A pod in `phase` that no watch has told about: only a GET sees it.
+    pub fn put_pod_unannounced_in_phase(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        phase: &str,
+    ) {
+        let object = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "creationTimestamp": "2026-11-29T12:00:00Z"},
+            "status": {"phase": phase}});
+        self.store(Kind::Pod, object, false);
+    }
+
     /// Mark a pod terminating (deletionTimestamp set), as MODIFIED.
     pub fn terminate_pod(&self, namespace: &str, name: &str) {
         let inner = self.inner.lock().unwrap();
@@ -300,9 +426,15 @@ impl FakeApi {
         {
             inner.resource_version += 1;
             let rv = inner.resource_version;
-            let object = with_rv(object, rv);
-            inner.history.push((rv, "DELETED", kind, object.clone()));
-            broadcast(&mut inner, "DELETED", kind, &object);
+            let change = Change {
+                resource_version: rv,
+                event: "DELETED",
+                kind,
+                object: with_rv(object, rv),
+                previous: None,
+            };
+            broadcast(&mut inner, &change);
+            inner.history.push(change);
         }
     }
 
@@ -370,15 +502,22 @@ impl FakeApi {
                 .to_string(),
             object["metadata"]["name"].as_str().unwrap().to_string(),
         );
-        let event = if inner.objects.contains_key(&key) {
+        let previous = inner.objects.insert(key, object.clone());
+        let event = if previous.is_some() {
             "MODIFIED"
         } else {
             "ADDED"
         };
-        inner.objects.insert(key, object.clone());
         if announce {
-            inner.history.push((rv, event, kind, object.clone()));
-            broadcast(&mut inner, event, kind, &object);
+            let change = Change {
+                resource_version: rv,
+                event,
+                kind,
+                object,
+                previous,
+            };
+            broadcast(&mut inner, &change);
+            inner.history.push(change);
         }
     }
 }
@@ -407,27 +546,24 @@ fn event_line(event: &str, object: &Value, metadata_only: bool) -> Bytes {
     Bytes::from(format!("{}\n", json!({"type": event, "object": object})))
 }
 
-fn broadcast(inner: &mut Inner, event: &'static str, kind: Kind, object: &Value) {
+fn broadcast(inner: &mut Inner, change: &Change) {
     if inner.faults.mute_watches {
         return;
     }
-    let namespace = object["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
     inner.watchers.retain(|watcher| {
-        if watcher.kind != kind
-            || watcher
-                .namespace
-                .as_ref()
-                .is_some_and(|ns| *ns != namespace)
-            || !selects(&watcher.selector, object)
-        {
+        let seen = change.seen_by(
+            watcher.kind,
+            watcher.namespace.as_deref(),
+            &watcher.selector,
+            &watcher.fields,
+        );
+        let Some((event, object)) = seen else {
             return !watcher.sender.is_closed();
-        }
+        };
+        let object = with_rv(object.clone(), change.resource_version);
         watcher
             .sender
-            .send(Ok(event_line(event, object, watcher.metadata_only)))
+            .send(Ok(event_line(event, &object, watcher.metadata_only)))
             .is_ok()
     });
 }
@@ -605,13 +741,30 @@ async fn handle(
                 None => status(404, "NotFound", &format!("pods \"{name}\" not found")),
             }
         }
+        (Method::GET, None)
+            if faults.field_selectors_fail && query.contains_key("fieldSelector") =>
+        {
+            status(
+                500,
+                "InternalError",
+                "injected failure of field-selected requests",
+            )
+        }
         (Method::GET, None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
             if faults.watch_fails {
                 return status(500, "InternalError", "injected watch failure");
             }
-            watch(&api, kind, namespace, &query, metadata_only)
+            let fields = match parse_fields(kind, &query) {
+                Ok(fields) => fields,
+                Err(response) => return response,
+            };
+            watch(&api, kind, namespace, &query, fields, metadata_only)
         }
         (Method::GET, None) => {
+            let fields = match parse_fields(kind, &query) {
+                Ok(fields) => fields,
+                Err(response) => return response,
+            };
             let inner = api.inner.lock().unwrap();
             let selector = parse_selector(&query);
             // Pages of `limit`, the `continue` token being the offset.
@@ -628,6 +781,7 @@ async fn handle(
                 *k == kind
                     && namespace.as_ref().is_none_or(|n| n == ns)
                     && selects(&selector, object)
+                    && fields_select(&fields, object)
             });
             let items: Vec<Value> = matching
                 .by_ref()
@@ -686,11 +840,51 @@ fn parse_selector(query: &BTreeMap<String, String>) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// The field selector of a request; 400 for a field the API server does
+/// not serve (or a term it cannot parse), as the real one answers.
+fn parse_fields(kind: Kind, query: &BTreeMap<String, String>) -> Result<Vec<FieldTerm>, Response> {
+    let Some(selector) = query.get("fieldSelector").filter(|s| !s.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let mut terms = Vec::new();
+    for term in selector.split(',') {
+        let (field, value, equal) = if let Some((field, value)) = term.split_once("!=") {
+            (field, value, false)
+        } else if let Some((field, value)) = term.split_once("==") {
+            (field, value, true)
+        } else if let Some((field, value)) = term.split_once('=') {
+            (field, value, true)
+        } else {
+            return Err(status(
+                400,
+                "BadRequest",
+                &format!("invalid selector: '{selector}'"),
+            ));
+        };
+        let known = kind == Kind::Pod && field_value(&json!({}), field).is_some()
+            || matches!(field, "metadata.name" | "metadata.namespace");
+        if !known {
+            return Err(status(
+                400,
+                "BadRequest",
+                &format!("field label not supported: {field}"),
+            ));
+        }
+        terms.push(FieldTerm {
+            field: field.to_string(),
+            value: value.to_string(),
+            equal,
+        });
+    }
+    Ok(terms)
+}
+
 fn watch(
     api: &FakeApi,
     kind: Kind,
     namespace: Option<String>,
     query: &BTreeMap<String, String>,
+    fields: Vec<FieldTerm>,
     metadata_only: bool,
 ) -> Response {
     let mut inner = api.inner.lock().unwrap();
@@ -701,7 +895,7 @@ fn watch(
     let oldest = inner
         .history
         .first()
-        .map_or(inner.resource_version, |(rv, ..)| rv - 1);
+        .map_or(inner.resource_version, |change| change.resource_version - 1);
     let (sender, receiver) = mpsc::unbounded_channel();
     if inner.faults.gone_on_next_watch || since < oldest {
         inner.faults.gone_on_next_watch = false;
@@ -711,21 +905,19 @@ fn watch(
         drop(sender);
     } else {
         let selector = parse_selector(query);
-        for (rv, event, k, object) in &inner.history {
-            if *rv > since
-                && *k == kind
-                && namespace
-                    .as_ref()
-                    .is_none_or(|ns| object["metadata"]["namespace"] == **ns)
-                && selects(&selector, object)
+        for change in inner.history.iter().filter(|c| c.resource_version > since) {
+            if let Some((event, object)) =
+                change.seen_by(kind, namespace.as_deref(), &selector, &fields)
             {
-                let _ = sender.send(Ok(event_line(event, object, metadata_only)));
+                let object = with_rv(object.clone(), change.resource_version);
+                let _ = sender.send(Ok(event_line(event, &object, metadata_only)));
             }
         }
         inner.watchers.push(Watcher {
             kind,
             namespace,
             selector,
+            fields,
             metadata_only,
             sender,
         });

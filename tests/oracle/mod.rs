@@ -17,7 +17,9 @@
 //!   API server would: a patch that does not apply is a 500 for the user)
 //!   and the final object judged as the garbage collector sees it: every
 //!   Pod reference resolvable (`v1`, `Pod`, name, uid of an existing pod of
-//!   the namespace, not terminating) and non-blocking, one reference per
+//!   the namespace, not terminating, not finished: rule 11, the collector
+//!   keeps what a finished pod owns until its object is deleted) and
+//!   non-blocking, one reference per
 //!   owner label, no entry contradicting a pod it names by uid, the uid
 //!   label the owner's uid.
 //!
@@ -68,6 +70,8 @@ pub struct Pod {
     pub uid: String,
     /// `deletionTimestamp` set.
     pub terminating: bool,
+    /// `status.phase`, when known.
+    pub phase: Option<String>,
 }
 
 impl Pod {
@@ -77,7 +81,20 @@ impl Pod {
             name: name.into(),
             uid: uid.into(),
             terminating,
+            phase: None,
         }
+    }
+
+    /// This pod in `phase` (`Running`, `Succeeded`, `Failed`...).
+    pub fn in_phase(mut self, phase: &str) -> Self {
+        self.phase = Some(phase.into());
+        self
+    }
+
+    /// Rule 11: phase `Succeeded` or `Failed`, no container runs again,
+    /// but the object (and what it owns) stays until it is deleted.
+    pub fn finished(&self) -> bool {
+        matches!(self.phase.as_deref(), Some("Succeeded" | "Failed"))
     }
 }
 
@@ -482,6 +499,8 @@ enum State {
     Missing,
     OtherUid,
     Terminating,
+    /// Phase Succeeded or Failed (rule 11): no owner.
+    Finished,
     Failed,
 }
 
@@ -586,6 +605,7 @@ impl<'a> World<'a> {
             None => State::Missing,
             Some(p) if p.uid != uid => State::OtherUid,
             Some(p) if p.terminating => State::Terminating,
+            Some(p) if p.finished() => State::Finished,
             Some(_) => State::Live,
         }
     }
@@ -757,6 +777,11 @@ impl Expect {
                 &[403],
                 false,
                 format!("{what} pod '{name}' is being deleted"),
+            ),
+            State::Finished => self.deny(
+                &[403],
+                false,
+                format!("{what} pod '{name}' has finished (rule 11): the collector keeps what it owns until the pod object is deleted"),
             ),
             State::Failed => self.lookup_failed(w, name),
         }
@@ -2070,6 +2095,10 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
                 State::Missing => Some(format!("no pod '{}' in namespace '{}'", r.name(), w.ns())),
                 State::OtherUid => Some(format!("pod '{}' has another uid", r.name())),
                 State::Terminating => Some(format!("pod '{}' is being deleted", r.name())),
+                State::Finished => Some(format!(
+                    "pod '{}' has finished: the collector keeps this object until the pod object is deleted (rule 11)",
+                    r.name()
+                )),
             }
         };
         // An object without owner label whose entry merely looks like a
@@ -2287,6 +2316,7 @@ pub fn pods_of(documents: &[Value]) -> Vec<Pod> {
                 name: name.to_string(),
                 uid: uid.to_string(),
                 terminating: !m["deletionTimestamp"].is_null(),
+                phase: item["status"]["phase"].as_str().map(str::to_string),
             });
         }
     };
