@@ -742,6 +742,10 @@ enum Edit {
     SetUidLabel(String),
     /// `kubectl replace` of the original manifest: no list, no uid label.
     Replace,
+    /// A replace whose manifest carries another uid label: the denial
+    /// may not quote the uid the object had (which only the stored object
+    /// holds then).
+    ReplaceWithUid(String),
     DropList,
     EmptyList,
     RemoveRef(usize),
@@ -765,6 +769,7 @@ fn edit() -> impl Strategy<Value = Edit> {
         1 => pod_name().prop_map(Edit::SetOwnerLabel),
         1 => uid().prop_map(Edit::SetUidLabel),
         3 => Just(Edit::Replace),
+        1 => uid().prop_map(Edit::ReplaceWithUid),
         1 => Just(Edit::DropList),
         1 => Just(Edit::EmptyList),
         3 => (0usize..3).prop_map(Edit::RemoveRef),
@@ -818,6 +823,11 @@ fn apply_edit(object: &mut Value, edit: &Edit, prefix: &str) {
             refs.clear();
             refs_present = false;
             replace_templates = true;
+        }
+        Edit::ReplaceWithUid(u) => {
+            l.insert(uk.clone(), json!(u));
+            refs.clear();
+            refs_present = false;
         }
         Edit::DropList => {
             refs.clear();
@@ -1805,6 +1815,118 @@ fn the_oracle_rejects_known_wrong_answers() {
     let mut v1beta1 = r.clone();
     v1beta1["apiVersion"] = json!("admission.k8s.io/v1beta1");
     assert!(judge(&v1beta1, &right, Hook::Mutate).is_err());
+
+    // Issue 14. A pod adding itself to another worker's object, allowed.
+    let update = |who: &Who, old: Value, new: Value| {
+        let object =
+            |meta: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta});
+        review(
+            &env,
+            "UPDATE",
+            &Place::Agents,
+            who,
+            object(new),
+            object(old),
+        )
+    };
+    let owned =
+        json!({"name": "prompt-1", "namespace": NS, "labels": labels, "ownerReferences": good_ref});
+    let mut adopted = owned.clone();
+    adopted["ownerReferences"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"apiVersion": "v1", "kind": "Pod", "name": "w-2", "uid": U2, "controller": false, "blockOwnerDeletion": false}));
+    let adoption = update(&Who::Pod("w-2".into(), U2.into()), owned.clone(), adopted);
+    assert!(
+        judge(&adoption, &allow(None), Hook::Mutate)
+            .unwrap_err()
+            .contains("wrong allow")
+    );
+    // The ephemeral-volume controller's claim refused by /validate-all
+    // for its blocking reference (still right on /validate).
+    let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "w-1-scratch", "namespace": NS,
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "w-1", "uid": U1, "controller": true, "blockOwnerDeletion": true}]}});
+    let claim = review(
+        &env,
+        "CREATE",
+        &Place::Agents,
+        &Who::EphemeralVolumeController,
+        claim,
+        Value::Null,
+    );
+    let blocked = deny(
+        403,
+        "PersistentVolumeClaim 'w-1-scratch' in namespace 'agents': the ownerReference to pod 'w-1' has blockOwnerDeletion: true",
+    );
+    assert!(
+        judge(&claim, &blocked, Hook::ValidateAll)
+            .unwrap_err()
+            .contains("wrong denial")
+    );
+    judge(&claim, &blocked, Hook::Validate).unwrap();
+    judge(&claim, &allow(None), Hook::ValidateAll).unwrap();
+    // The collector's removal over a lowered limit, refused.
+    let refs: Vec<Value> = (0..4)
+        .map(|i| json!({"apiVersion": "v1", "kind": "Pod", "name": format!("p-{i}"), "uid": format!("6f1f3d4e-0c1a-4b7e-9d2a-10000000000{i}")}))
+        .collect();
+    let many =
+        json!({"name": "prompt-1", "namespace": NS, "labels": labels, "ownerReferences": refs});
+    let mut fewer = many.clone();
+    fewer["ownerReferences"].as_array_mut().unwrap().remove(0);
+    let orphaning = update(&Who::Collector, many, fewer);
+    let limited = oracle::Settings {
+        max_pod_references: Some(2),
+        ..oracle::Settings::default()
+    };
+    let over = deny(
+        400,
+        "ConfigMap 'prompt-1' in namespace 'agents': the object carries 3 Pod ownerReferences (first: pod 'p-1'), more than the 2 ownerguard checks per object: give w-1's only",
+    );
+    assert!(
+        oracle::judge(&orphaning, &pods, Hook::Mutate, &limited, 200, &over)
+            .unwrap_err()
+            .contains("wrong denial")
+    );
+    // A homoglyph of Pod beside the owner's reference, allowed.
+    let homoglyph = create(
+        labels.clone(),
+        json!([good_ref[0], {"apiVersion": "v1", "kind": "P\u{43e}d", "name": "w-2", "uid": U2}]),
+    );
+    assert!(
+        judge(&homoglyph, &allow(None), Hook::Validate)
+            .unwrap_err()
+            .contains("wrong allow")
+    );
+    // The owner's reference under /v1, refused.
+    let mut slash = good_ref.clone();
+    slash[0]["apiVersion"] = json!("/v1");
+    let slash = create(labels.clone(), slash);
+    let refused = deny(
+        400,
+        "ConfigMap 'prompt-1' in namespace 'agents': ownerReference #0 to pod 'w-1' has apiVersion '/v1'",
+    );
+    assert!(
+        judge(&slash, &refused, Hook::Mutate)
+            .unwrap_err()
+            .contains("wrong denial")
+    );
+    judge(&slash, &allow(None), Hook::Mutate).unwrap();
+    // The uid the old object's label had, quoted to a replace that names
+    // it nowhere.
+    let replaced = json!({"name": "prompt-1", "namespace": NS,
+        "labels": {"ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": U_STALE}});
+    let replace = update(&Who::Person, owned, replaced);
+    let quoted = deny(
+        403,
+        &format!(
+            "ConfigMap 'prompt-1' in namespace 'agents': the update changes label ownerguard.io/owner-uid of owner pod 'w-1' from '{U1}' to '{U_STALE}'"
+        ),
+    );
+    assert!(
+        judge(&replace, &quoted, Hook::Mutate)
+            .unwrap_err()
+            .contains("reveals")
+    );
 }
 
 /// Not a test of CI: a survey of every class of wrong answer, with no
