@@ -43,8 +43,13 @@ pub enum WebhookKind {
     /// `/validate-all`: the chart's cluster-wide opt-in
     /// (`validation.allPodOwnerReferences`), for the objects that carry no
     /// owner label. It refuses only what the garbage collector cannot
-    /// resolve to a live pod (SPEC §3 rule 13): never a blocking reference,
-    /// never by the requester check. A failed lookup is allowed with a
+    /// resolve to a live pod (SPEC §3 rule 13): a reference not exactly
+    /// `v1`/`Pod` (rules 6, 15), malformed or with a name no pod can have,
+    /// to a pod that is missing, has another uid or is being deleted (the
+    /// same liveness as `/validate`: an owner on its way out takes the
+    /// object with it, and the ephemeral-volume controller skips such pods
+    /// itself). Never a blocking reference, never by the requester check
+    /// ([`Self::judges_policy`]). A failed lookup is allowed with a
     /// warning, as its webhook's `failurePolicy: Ignore` allows an outage.
     #[serde(rename = "validate-all")]
     ValidateAll,
