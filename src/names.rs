@@ -85,7 +85,7 @@ pub fn reads_as_any(text: &str, words: &[&str]) -> bool {
 fn read(text: &str, lowercase_first: bool) -> String {
     let visible: String = text
         .chars()
-        .filter(|c| !(c.is_ascii() && !c.is_ascii_alphanumeric()))
+        .filter(|c| !c.is_ascii() || c.is_ascii_alphanumeric())
         .collect();
     let prepared = if lowercase_first {
         visible.to_lowercase()

@@ -1617,7 +1617,7 @@ fn update_requester_check_a_pod_adding_itself_to_another_workers_object_is_denie
         object
     };
     for old in [labelled, orphan, unlabelled, legacy, self_object] {
-        let new = with_references(old.clone(), &[own.clone()]);
+        let new = with_references(old.clone(), std::slice::from_ref(&own));
         let req = update_from_pod(new, old.clone(), "w-2", "uid-2");
         for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
             let err = run(&req, webhook, &Policy::default(), alive()).unwrap_err();
@@ -1645,7 +1645,7 @@ fn update_requester_check_a_pod_adding_itself_to_another_workers_object_is_denie
         &[json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "uid-2"})],
     );
     let mut rewritten = owned("w-1", "uid-1");
-    rewritten = with_references(rewritten, &[own.clone()]);
+    rewritten = with_references(rewritten, std::slice::from_ref(&own));
     let req = update_from_pod(rewritten, old, "w-2", "uid-2");
     let err = mutate(&req, alive()).unwrap_err();
     assert!(
@@ -1667,7 +1667,7 @@ fn update_requester_check_a_pod_adding_itself_to_another_workers_object_is_denie
         object(json!({}), Some(json!([]))),
         &[pod_reference("w-3", "uid-3", Some(false))],
     );
-    let new = with_references(co_owned.clone(), &[own.clone()]);
+    let new = with_references(co_owned.clone(), std::slice::from_ref(&own));
     let req = update_from_pod(new, co_owned, "w-2", "uid-2");
     let err = mutate(&req, alive()).unwrap_err();
     assert!(
