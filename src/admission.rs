@@ -14,6 +14,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use crate::error::DecodeError;
+use crate::names::{is_core_v1, reads_as_any};
 
 pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
 pub const ADMISSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
@@ -469,26 +470,26 @@ pub struct OwnerReference {
 }
 
 impl OwnerReference {
-    /// Whether this reference is exactly a core/v1 Pod reference: the only
-    /// form the garbage collector resolves to a pod.
+    /// Whether this reference is a core/v1 Pod reference as the garbage
+    /// collector resolves one: kind exactly `Pod`, apiVersion `v1` (or
+    /// `/v1`, which the collector parses as `v1`: [`is_core_v1`]). The
+    /// only form it resolves to a pod.
     pub fn is_pod(&self) -> bool {
-        self.api_version == "v1" && self.kind == "Pod"
+        is_core_v1(&self.api_version) && self.kind == "Pod"
     }
 
-    /// Whether this reference means a pod, in any spelling (`pod`, `POD`,
-    /// `Pods`, `apps/v1` `Pod`...): those that are not exactly
-    /// [`Self::is_pod`] are references the collector cannot resolve.
+    /// Whether this reference means a pod: its kind reads as `Pod` or
+    /// `Pods` to a person, in any case, with invisible characters or
+    /// Unicode confusables ([`reads_as_any`]: `pod`, `POD`, `Pod\u{200b}`,
+    /// Cyrillic `Роd`...). Whatever its apiVersion: those that are not
+    /// exactly [`Self::is_pod`] are references the collector cannot resolve,
+    /// and so never deletes the object by (SPEC §3 rules 6 and 15). Only
+    /// the kind is read: any apiVersion beside a pod-like kind but the
+    /// collector's `v1` is already a reference it cannot resolve, so an
+    /// apiVersion a person reads as `v1` (`V1`, `v１`) needs no rule of its
+    /// own.
     pub fn means_pod(&self) -> bool {
-        // The kind as a person would read it: letters and digits only, any
-        // case. `Pod `, `pods`, `Pod\u{200b}` are all a pod to the writer
-        // and nothing to the collector's RESTMapper.
-        let letters: String = self
-            .kind
-            .chars()
-            .filter(char::is_ascii_alphanumeric)
-            .map(|c| c.to_ascii_lowercase())
-            .collect();
-        letters == "pod" || letters == "pods"
+        reads_as_any(&self.kind, &["pod", "pods"])
     }
 }
 

@@ -40,6 +40,19 @@ pub enum WebhookKind {
     /// `/validate`: the same checks, never a patch; guarantees the final
     /// object, after every mutating webhook ran.
     Validate,
+    /// `/validate-all`: the chart's cluster-wide opt-in
+    /// (`validation.allPodOwnerReferences`), for the objects that carry no
+    /// owner label. It refuses only what the garbage collector cannot
+    /// resolve to a live pod (SPEC §3 rule 13): a reference not exactly
+    /// `v1`/`Pod` (rules 6, 15), malformed or with a name no pod can have,
+    /// to a pod that is missing, has another uid or is being deleted (the
+    /// same liveness as `/validate`: an owner on its way out takes the
+    /// object with it, and the ephemeral-volume controller skips such pods
+    /// itself). Never a blocking reference, never by the requester check
+    /// ([`Self::judges_policy`]). A failed lookup is allowed with a
+    /// warning, as its webhook's `failurePolicy: Ignore` allows an outage.
+    #[serde(rename = "validate-all")]
+    ValidateAll,
 }
 
 impl WebhookKind {
@@ -47,7 +60,27 @@ impl WebhookKind {
         match self {
             Self::Mutate => "mutate",
             Self::Validate => "validate",
+            Self::ValidateAll => "validate-all",
         }
+    }
+
+    /// Whether this webhook may patch (the others only allow or deny).
+    pub fn mutates(self) -> bool {
+        self == Self::Mutate
+    }
+
+    /// Whether this webhook judges what only ownerguard's policy asks of
+    /// an object, beyond what the collector can resolve: a blocking
+    /// reference and the requester check. `/validate-all` leaves the first
+    /// to the API server's permission check (`update` on `pods/finalizers`
+    /// under `OwnerReferencesPermissionEnforcement`): the ephemeral-volume
+    /// and resource-claim controllers write `blockOwnerDeletion: true` and
+    /// hold that permission. It leaves the second to RBAC: the objects it
+    /// sees never opted in by the owner label, and which pod a client names
+    /// as owner of an object it may create is not a claim made to
+    /// ownerguard; the collector only needs the reference to resolve.
+    pub fn judges_policy(self) -> bool {
+        self != Self::ValidateAll
     }
 }
 
@@ -81,9 +114,15 @@ impl Default for Policy {
 }
 
 impl Policy {
-    fn requester_policy(&self) -> RequesterPolicy<'_> {
+    /// The requester check as `webhook` applies it: `/validate-all` does
+    /// not ([`WebhookKind::judges_policy`]).
+    fn requester_policy(&self, webhook: WebhookKind) -> RequesterPolicy<'_> {
         RequesterPolicy {
-            mode: self.requester_check,
+            mode: if webhook.judges_policy() {
+                self.requester_check
+            } else {
+                RequesterCheck::Off
+            },
             delegates: &self.delegates,
             labels: &self.labels,
         }
@@ -538,7 +577,9 @@ impl Unblock<'_> {
     ///
     /// # Errors
     ///
-    /// [`Denial::BlockingReference`] on `/validate`.
+    /// [`Denial::BlockingReference`] on `/validate`. `/validate-all`
+    /// leaves a blocking reference to the API server's permission check
+    /// (SPEC §3 rule 13): allowed, unchanged.
     fn blocking(
         &self,
         index: usize,
@@ -546,12 +587,16 @@ impl Unblock<'_> {
         patch: &mut MetadataPatch,
         warnings: &mut Vec<String>,
     ) -> Result<(), Denial> {
-        if self.webhook == WebhookKind::Validate {
-            return Err(Denial::BlockingReference {
-                at: self.at.clone(),
-                owner: owner.to_string(),
-                labelled: self.labelled,
-            });
+        match self.webhook {
+            WebhookKind::Mutate => {}
+            WebhookKind::Validate => {
+                return Err(Denial::BlockingReference {
+                    at: self.at.clone(),
+                    owner: owner.to_string(),
+                    labelled: self.labelled,
+                });
+            }
+            WebhookKind::ValidateAll => return Ok(()),
         }
         warnings.push(format!(
             "blockOwnerDeletion set to false on the ownerReference to pod '{owner}': true needs pods/finalizers update"

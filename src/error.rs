@@ -136,6 +136,29 @@ impl fmt::Display for Shown<'_> {
     }
 }
 
+/// An apiVersion or kind the client wrote, shown so that what differs from
+/// `v1`/`Pod` can be seen: as [`Shown`], with every character outside
+/// printable ASCII written as its code point (a Cyrillic `о` in `Pоd`
+/// shows as `P\u{43e}d`, a zero-width space as `\u{200b}`).
+pub struct Spelled<'a>(pub &'a str);
+
+impl fmt::Display for Spelled<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const MAX_CHARS: usize = 64;
+        for (count, c) in self.0.chars().enumerate() {
+            if count == MAX_CHARS {
+                return f.write_str("...");
+            }
+            if c.is_ascii_graphic() || c == ' ' {
+                write!(f, "{c}")?;
+            } else {
+                write!(f, "{}", c.escape_unicode())?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// ` (the object's owner is pod '...')` after a pod that is not the
 /// object's owner; nothing when it is, or when the object declares none.
 pub struct OwnerNote<'a>(pub &'a Option<String>, pub &'a str);
@@ -240,6 +263,30 @@ pub enum Denial {
         /// `namespace/name` of the requester's service account.
         service_account: String,
         key: String,
+    },
+
+    /// An UPDATE from a pod adds or changes a Pod reference on an object
+    /// that another pod owns (SPEC §3 UPDATE).
+    #[error(
+        "{at}: the update from pod '{requester}' adds an ownerReference to pod '{}' on an object \
+         owned by pod '{}'{}: ownership is set at creation, so a worker cannot make itself owner of \
+         another worker's object, even an orphaned one; create an object of its own instead (a pod \
+         that manages objects for other pods of its namespace needs its service account \
+         '{service_account}' on ownerguard's delegate list, --delegate {service_account})",
+        Shown(.reference), Shown(.owner),
+        if *.same_name { " (an earlier pod of that name)" } else { "" }
+    )]
+    RequesterAdoptsObject {
+        at: Subject,
+        /// The owner that is not the requester.
+        owner: String,
+        requester: String,
+        /// The pod the first added reference names (the requester's).
+        reference: String,
+        /// The owner has the requester's name under another uid.
+        same_name: bool,
+        /// `namespace/name` of the requester's service account.
+        service_account: String,
     },
 
     /// `Self` declared by a request that carries no pod identity.
@@ -393,7 +440,7 @@ pub enum Denial {
     #[error(
         "{at}: ownerReference #{index} to pod '{}'{} has apiVersion '{}' and kind '{}': the garbage \
          collector resolves an owner by its exact apiVersion and kind, so write apiVersion v1 and kind \
-         Pod", Shown(.reference), OwnedBy(.owner, .reference), Shown(.api_version), Shown(.kind)
+         Pod", Shown(.reference), OwnedBy(.owner, .reference), Spelled(.api_version), Spelled(.kind)
     )]
     InexactPodReference {
         at: Subject,
@@ -411,7 +458,7 @@ pub enum Denial {
         "{at}: ownerReference #{index} ({}, {}, '{}') carries the uid of the reference to pod \
          '{owner}' but is not that reference: a reference is the whole tuple (apiVersion: v1, kind: \
          Pod, name, uid), so remove or correct entry #{index}",
-        Shown(.api_version), Shown(.kind), Shown(.name)
+        Spelled(.api_version), Spelled(.kind), Shown(.name)
     )]
     ContradictingReference {
         at: Subject,
@@ -512,8 +559,8 @@ pub enum Denial {
     #[error(
         "{at}: the update changes the ownerReference to pod '{owner}'{note} to ({}, {}, '{}') with \
          the same uid: a reference is the whole tuple and ownership cannot change, so keep the \
-         reference as it was (apiVersion v1, kind Pod, name {owner})", Shown(.api_version),
-        Shown(.kind), Shown(.name), note = OwnerNote(&.at.owner, .owner)
+         reference as it was (apiVersion v1, kind Pod, name {owner})", Spelled(.api_version),
+        Spelled(.kind), Shown(.name), note = OwnerNote(&.at.owner, .owner)
     )]
     OwnerReferenceChanged {
         at: Subject,
@@ -608,6 +655,7 @@ impl Denial {
             Self::LookupFailed { .. } => 503,
             Self::UidDisagreesWithRequester { .. }
             | Self::RequesterNotOwner { .. }
+            | Self::RequesterAdoptsObject { .. }
             | Self::OwnerNotFound { .. }
             | Self::OwnerUidMismatch { .. }
             | Self::OwnerTerminating { .. }

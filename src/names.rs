@@ -53,6 +53,66 @@ pub fn is_uid(uid: &str) -> bool {
     !uid.is_empty() && is_label_value(uid)
 }
 
+/// Whether a person reads `text` as `word` (lowercase ASCII letters):
+/// `Pod`, `POD`, ` pod `, `p-o-d`, `Pod\u{200b}`, Cyrillic `Роd`, fullwidth
+/// `Ｐｏｄ`, `P0d` all read as `pod` (SPEC §3 rule 15).
+///
+/// Read as the Unicode confusable skeleton (UTS #39, `unicode-security`)
+/// sees it, in any case: ASCII punctuation is dropped first (it only
+/// separates: `p-o-d`; UTS #39 would expand `%` into `°/₀`), then the text
+/// is lowercased, skeletonised (which drops default-ignorable characters
+/// such as U+200B and maps each homoglyph to its prototype: Cyrillic `о`
+/// and the digit `0` to `o`), lowercased again, and only its letters and
+/// digits are kept (whitespace, format characters, punctuation of any
+/// script and the combining marks the skeleton's decomposition leaves,
+/// as in `Ṗod`). The skeleton of the text as written is tried too: a
+/// homoglyph of a capital may have no lowercase that is one.
+pub fn reads_as(text: &str, word: &str) -> bool {
+    reads_as_any(text, &[word])
+}
+
+/// Whether a person reads `text` as any of `words`: [`reads_as`], with
+/// `text` read once.
+pub fn reads_as_any(text: &str, words: &[&str]) -> bool {
+    // The skeleton of each word asked here is the word itself; reading it
+    // the same way keeps the comparison right for any other.
+    let targets: Vec<String> = words.iter().map(|word| read(word, true)).collect();
+    let matches = |reading: String| targets.contains(&reading);
+    matches(read(text, true)) || matches(read(text, false))
+}
+
+/// `text` as a person reads it: see [`reads_as`].
+fn read(text: &str, lowercase_first: bool) -> String {
+    let visible: String = text
+        .chars()
+        .filter(|c| !c.is_ascii() || c.is_ascii_alphanumeric())
+        .collect();
+    let prepared = if lowercase_first {
+        visible.to_lowercase()
+    } else {
+        visible
+    };
+    let skeleton: String = unicode_security::skeleton(&prepared).collect();
+    skeleton
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric())
+        .collect()
+}
+
+/// Whether `api_version` is the core group's `v1` to the garbage
+/// collector. The collector resolves an owner with
+/// `schema.FromAPIVersionAndKind` (garbagecollector.go, `apiResource`),
+/// whose `ParseGroupVersion` (apimachinery
+/// pkg/runtime/schema/group_version.go) reads a string with no `/` as the
+/// version of group "" and one with a single `/` as `group/version`: so
+/// `/v1` is group "", version `v1`, the same as `v1` (SPEC §3 rule 15).
+/// `""` and `"/"` are the empty (internal) version, and ` v1` or `V1` a
+/// version no API serves.
+pub fn is_core_v1(api_version: &str) -> bool {
+    matches!(api_version, "v1" | "/v1")
+}
+
 /// `segment` percent-encoded for a URL path: everything but RFC 3986's
 /// unreserved characters. Names are validated before any lookup, so this
 /// changes nothing for a name that gets here; it is the second lock on the
@@ -119,6 +179,67 @@ mod tests {
         }
         for bad in ["_a", "a_", "a/b", "a b", &"a".repeat(64)] {
             assert!(!is_label_value(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn what_a_person_reads_as_pod_is_pod() {
+        for pod in [
+            "Pod",
+            "pod",
+            "POD",
+            " pod ",
+            "p-o-d",
+            "\"Pod\"",
+            "Pod\u{200b}",
+            "\u{feff}Pod",
+            "P\u{00ad}od",
+            "P0d",
+            "\u{420}\u{43e}d",
+            "P\u{43e}d",
+            "P\u{3bf}d",
+            "\u{3a1}od",
+            "\u{ff30}\u{ff4f}\u{ff44}",
+            "\u{1d40f}\u{1d428}\u{1d41d}",
+            "\u{1e56}od",
+            "Po\u{301}d",
+            "Pod\u{2003}",
+        ] {
+            assert!(reads_as(pod, "pod"), "{pod:?}");
+        }
+        for pods in ["Pods", "PODS", "P\u{43e}ds", "pod s", "Pod\u{17f}"] {
+            // The long s reads as f to UTS #39: `Pod\u{17f}` is `Podf`.
+            let expected = !pods.contains('\u{17f}');
+            assert_eq!(reads_as(pods, "pods"), expected, "{pods:?}");
+        }
+        for other in [
+            "Podx",
+            "Pod1",
+            "Pod2",
+            "Po\u{212a}d",
+            "v1/Pod",
+            "pod.v1",
+            "Pod Template",
+            "PodTemplate",
+            "ReplicaSet",
+            "",
+            "Pd",
+            "Poood",
+        ] {
+            assert!(
+                !reads_as(other, "pod") && !reads_as(other, "pods"),
+                "{other:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_collector_reads_slash_v1_as_v1() {
+        assert!(is_core_v1("v1") && is_core_v1("/v1"));
+        for other in [
+            "", "/", "V1", " v1", "v1 ", "v1/", "/v1/", "core/v1", "apps/v1", "v1beta1",
+        ] {
+            assert!(!is_core_v1(other), "{other:?}");
         }
     }
 

@@ -52,12 +52,13 @@ impl Endpoint {
     };
     /// `/validate-all`: the chart's cluster-wide switch
     /// (`validation.allPodOwnerReferences`), whose webhook has
-    /// `failurePolicy: Ignore`. It decides as `/validate`, but a lookup
+    /// `failurePolicy: Ignore`. It refuses only what the collector cannot
+    /// resolve to a live pod ([`WebhookKind::ValidateAll`]), and a lookup
     /// that fails is allowed with a warning, as an unreachable ownerguard
     /// would be: an API hiccup must not stop every pod creation that names
     /// a pod as owner (Spark executors, for one).
     pub const VALIDATE_ALL: Self = Self {
-        kind: WebhookKind::Validate,
+        kind: WebhookKind::ValidateAll,
         name: "validate-all",
         fail_open: true,
     };
@@ -66,6 +67,7 @@ impl Endpoint {
         match kind {
             WebhookKind::Mutate => Self::MUTATE,
             WebhookKind::Validate => Self::VALIDATE,
+            WebhookKind::ValidateAll => Self::VALIDATE_ALL,
         }
     }
 }
@@ -279,8 +281,8 @@ pub fn respond(
 ) -> AdmissionResponse {
     match verdict {
         Ok(allowed) => {
-            let patch = (webhook == WebhookKind::Mutate && !allowed.patch.is_empty())
-                .then(|| allowed.patch.to_json());
+            let patch =
+                (webhook.mutates() && !allowed.patch.is_empty()).then(|| allowed.patch.to_json());
             let mut audit_annotations = std::collections::BTreeMap::new();
             if let Some(owner) = &allowed.owner {
                 audit_annotations.insert("owner".to_string(), owner.annotation());

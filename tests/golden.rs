@@ -323,6 +323,61 @@ fn every_rule_has_a_golden_case() {
             true,
             None,
         ),
+        // Issue 14: a pod adopting another worker's object, Kubernetes'
+        // own controllers under the cluster-wide switch, the collector
+        // first, homoglyphs and `/v1`, no uid the requester did not name.
+        (
+            "update-requester-adds-itself-to-another-workers-object",
+            false,
+            Some(403),
+        ),
+        (
+            "validate-update-requester-adopts-an-orphan",
+            false,
+            Some(403),
+        ),
+        (
+            "update-requester-adds-itself-beside-another-pods-reference-warn",
+            true,
+            None,
+        ),
+        (
+            "validate-all-ephemeral-volume-claim-with-a-blocking-reference-allowed",
+            true,
+            None,
+        ),
+        (
+            "validate-all-resource-claim-of-the-dra-controller-allowed",
+            true,
+            None,
+        ),
+        (
+            "validate-all-reference-to-a-missing-pod-denied",
+            false,
+            Some(403),
+        ),
+        (
+            "update-garbage-collector-orphans-over-the-reference-limit",
+            true,
+            None,
+        ),
+        (
+            "validate-update-garbage-collector-orphans-over-the-reference-limit",
+            true,
+            None,
+        ),
+        (
+            "update-uid-label-changed-denial-keeps-the-owners-uid-to-itself",
+            false,
+            Some(403),
+        ),
+        (
+            "create-reference-kind-with-a-cyrillic-o-denied",
+            false,
+            Some(400),
+        ),
+        ("validate-all-fullwidth-pod-kind-denied", false, Some(400)),
+        ("create-reference-api-version-slash-v1-is-v1", true, None),
     ];
     for (case, allowed, code) in expectations {
         let response = read_json(&common::fixtures().join(case).join(fixture::RESPONSE));

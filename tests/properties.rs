@@ -85,14 +85,20 @@ struct Knobs {
     fail_open: bool,
     key_prefix: Option<&'static str>,
     lookup_failures: Vec<&'static str>,
+    /// `--max-pod-references` when not the default.
+    max_pod_references: Option<usize>,
 }
 
 impl fmt::Debug for Knobs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "requesterCheck {:?}, failOpen {}, keyPrefix {:?}, lookupFailures {:?}",
-            self.requester_check, self.fail_open, self.key_prefix, self.lookup_failures
+            "requesterCheck {:?}, failOpen {}, keyPrefix {:?}, lookupFailures {:?}, maxPodReferences {:?}",
+            self.requester_check,
+            self.fail_open,
+            self.key_prefix,
+            self.lookup_failures,
+            self.max_pod_references
         )
     }
 }
@@ -107,6 +113,7 @@ impl Knobs {
             requester_check: self.requester_check,
             fail_open: self.fail_open,
             lookup_failures: self.lookup_failures.iter().map(|s| s.to_string()).collect(),
+            max_pod_references: self.max_pod_references,
             ..oracle::Settings::default()
         }
     }
@@ -120,6 +127,7 @@ impl Knobs {
             fail_open: self.fail_open,
             key_prefix: self.key_prefix.map(str::to_string),
             lookup_failures: self.lookup_failures.iter().map(|s| s.to_string()).collect(),
+            max_pod_references: self.max_pod_references,
             ..CaseConfig::default()
         };
         let inventory = Inventory::from_pods(world().into_iter().map(|p| InventoryPod {
@@ -172,6 +180,7 @@ fn knobs() -> impl Strategy<Value = Knobs> {
                 fail_open,
                 key_prefix,
                 lookup_failures,
+                max_pod_references: None,
             },
         )
 }
@@ -279,6 +288,11 @@ enum Twist {
     ApiV1beta1,
     ApiApps,
     ApiEmpty,
+    /// A kind a person reads as `Pod`/`Pods` that no RESTMapper resolves:
+    /// a Unicode confusable (issue 14 item 7).
+    KindHomoglyph(&'static str),
+    /// `/v1`: the collector's `v1` (apimachinery's ParseGroupVersion).
+    ApiSlashV1,
     OtherName(String),
     OtherUid(String),
     NoUid,
@@ -295,12 +309,35 @@ fn twist() -> impl Strategy<Value = Twist> {
         1 => Just(Twist::ApiV1beta1),
         1 => Just(Twist::ApiApps),
         1 => Just(Twist::ApiEmpty),
+        2 => homoglyph().prop_map(Twist::KindHomoglyph),
+        1 => Just(Twist::ApiSlashV1),
         2 => pod_name().prop_map(Twist::OtherName),
         2 => uid().prop_map(Twist::OtherUid),
         1 => Just(Twist::NoUid),
         1 => Just(Twist::NoName),
         1 => Just(Twist::NumberUid),
     ]
+}
+
+/// Kinds a person reads as `Pod` (or `Pods`): Cyrillic, Greek, fullwidth,
+/// mathematical, a digit zero, combining marks, invisible characters.
+/// The collector resolves none of them.
+fn homoglyph() -> impl Strategy<Value = &'static str> {
+    select(vec![
+        "P\u{43e}d",
+        "\u{420}\u{43e}d",
+        "P\u{3bf}d",
+        "\u{3a1}od",
+        "\u{ff30}\u{ff4f}\u{ff44}",
+        "\u{1d40f}\u{1d428}\u{1d41d}",
+        "P0d",
+        "\u{1e56}od",
+        "Po\u{301}d",
+        "P\u{43e}ds",
+        "Pod\u{200b}",
+        "\u{feff}Pod",
+        "p\u{43e}\u{501}",
+    ])
 }
 
 /// An `ownerReferences` entry: the tuple of a pod name, twisted.
@@ -345,6 +382,8 @@ impl RefSpec {
             Twist::ApiV1beta1 => api = json!("v1beta1"),
             Twist::ApiApps => api = json!("apps/v1"),
             Twist::ApiEmpty => api = json!(""),
+            Twist::KindHomoglyph(homoglyph) => kind = json!(homoglyph),
+            Twist::ApiSlashV1 => api = json!("/v1"),
             Twist::OtherName(other) => name = json!(other),
             Twist::OtherUid(other) => uid = json!(other),
             Twist::NoUid => uid = Value::Null,
@@ -418,6 +457,10 @@ enum Who {
     Node(String, String),
     Collector,
     JobController,
+    /// Kubernetes' controllers that write `controller: true,
+    /// blockOwnerDeletion: true` references to a pod (SPEC §3 rule 13).
+    EphemeralVolumeController,
+    ResourceClaimController,
     /// Extras that are not one non-empty string each.
     Malformed(u8),
 }
@@ -439,6 +482,7 @@ fn who() -> impl Strategy<Value = Who> {
         1 => pod.prop_map(|(n, u)| Who::Node(n, u)),
         1 => Just(Who::Collector),
         1 => Just(Who::JobController),
+        1 => Just(Who::EphemeralVolumeController),
         2 => (0u8..6).prop_map(Who::Malformed),
     ]
 }
@@ -464,6 +508,12 @@ impl Who {
             }
             Who::Collector => json!({"username": oracle::GC_USER}),
             Who::JobController => json!({"username": sa("kube-system", "job-controller")}),
+            Who::EphemeralVolumeController => {
+                json!({"username": sa("kube-system", "ephemeral-volume-controller")})
+            }
+            Who::ResourceClaimController => {
+                json!({"username": sa("kube-system", "resource-claim-controller")})
+            }
             Who::Malformed(k) => {
                 let (pn, pu) = (
                     "authentication.kubernetes.io/pod-name",
@@ -546,7 +596,8 @@ struct ObjectSpec {
     owner: Owner,
     refs: Vec<RefSpec>,
     /// Give the owner's exact reference too (0 no, 1 non-blocking, 2
-    /// blocking, 3 without blockOwnerDeletion).
+    /// blocking, 3 without blockOwnerDeletion, 4 non-blocking under
+    /// apiVersion `/v1`, the collector's `v1`).
     owner_ref: u8,
     generate_name: bool,
     /// Use the default prefix even when the settings have another.
@@ -558,7 +609,7 @@ fn object_spec() -> impl Strategy<Value = ObjectSpec> {
         shape(),
         owner(),
         prop::collection::vec(ref_spec(), 0..3),
-        prop_oneof![3 => Just(0u8), 2 => Just(1u8), 1 => Just(2u8), 1 => Just(3u8)],
+        prop_oneof![3 => Just(0u8), 2 => Just(1u8), 1 => Just(2u8), 1 => Just(3u8), 1 => Just(4u8)],
         prop_oneof![4 => Just(false), 1 => Just(true)],
         prop_oneof![8 => Just(false), 1 => Just(true)],
     )
@@ -596,7 +647,7 @@ impl ObjectSpec {
         let mut refs: Vec<Value> = Vec::new();
         if let Some(name) = self.owner_name() {
             let block = match self.owner_ref {
-                1 => Some(Flag::False),
+                1 | 4 => Some(Flag::False),
                 2 => Some(Flag::True),
                 3 => Some(Flag::Absent),
                 _ => None,
@@ -605,6 +656,9 @@ impl ObjectSpec {
                 let mut r = RefSpec::exact(name, block).render();
                 if let Owner::NameUid(_, u) = &self.owner {
                     r["uid"] = json!(u);
+                }
+                if self.owner_ref == 4 {
+                    r["apiVersion"] = json!("/v1");
                 }
                 refs.push(r);
             }
@@ -702,11 +756,17 @@ enum Edit {
     SetUidLabel(String),
     /// `kubectl replace` of the original manifest: no list, no uid label.
     Replace,
+    /// A replace whose manifest carries another uid label: the denial
+    /// may not quote the uid the object had (which only the stored object
+    /// holds then).
+    ReplaceWithUid(String),
     DropList,
     EmptyList,
     RemoveRef(usize),
     RenameRef(usize, String),
     RekindRef(usize),
+    /// Re-kinded to a kind a person reads as Pod.
+    RekindHomoglyph(usize, &'static str),
     ReversionRef(usize),
     BlockRef(usize),
     UnblockRef(usize),
@@ -723,11 +783,13 @@ fn edit() -> impl Strategy<Value = Edit> {
         1 => pod_name().prop_map(Edit::SetOwnerLabel),
         1 => uid().prop_map(Edit::SetUidLabel),
         3 => Just(Edit::Replace),
+        1 => uid().prop_map(Edit::ReplaceWithUid),
         1 => Just(Edit::DropList),
         1 => Just(Edit::EmptyList),
         3 => (0usize..3).prop_map(Edit::RemoveRef),
         1 => ((0usize..3), pod_name()).prop_map(|(i, n)| Edit::RenameRef(i, n)),
         1 => (0usize..3).prop_map(Edit::RekindRef),
+        1 => ((0usize..3), homoglyph()).prop_map(|(i, k)| Edit::RekindHomoglyph(i, k)),
         1 => (0usize..3).prop_map(Edit::ReversionRef),
         2 => (0usize..3).prop_map(Edit::BlockRef),
         1 => (0usize..3).prop_map(Edit::UnblockRef),
@@ -776,6 +838,11 @@ fn apply_edit(object: &mut Value, edit: &Edit, prefix: &str) {
             refs_present = false;
             replace_templates = true;
         }
+        Edit::ReplaceWithUid(u) => {
+            l.insert(uk.clone(), json!(u));
+            refs.clear();
+            refs_present = false;
+        }
         Edit::DropList => {
             refs.clear();
             refs_present = false;
@@ -797,6 +864,11 @@ fn apply_edit(object: &mut Value, edit: &Edit, prefix: &str) {
         Edit::RekindRef(i) => {
             if let Some(i) = at(&refs, *i) {
                 refs[i]["kind"] = json!("pod");
+            }
+        }
+        Edit::RekindHomoglyph(i, kind) => {
+            if let Some(i) = at(&refs, *i) {
+                refs[i]["kind"] = json!(kind);
             }
         }
         Edit::ReversionRef(i) => {
@@ -1045,7 +1117,7 @@ fn creates_owned_by(owners: Vec<&'static str>) -> impl Strategy<Value = Case> {
         select(owners),
         shape(),
         prop_oneof![Just(0u8), Just(1u8), Just(2u8)],
-        prop_oneof![Just(0u8), Just(1u8), Just(3u8)],
+        prop_oneof![Just(0u8), Just(1u8), Just(3u8), Just(4u8)],
     )
         .prop_map(|(envelope, name, shape, how, owner_ref)| {
             let knobs = Knobs {
@@ -1053,6 +1125,7 @@ fn creates_owned_by(owners: Vec<&'static str>) -> impl Strategy<Value = Case> {
                 fail_open: false,
                 key_prefix: None,
                 lookup_failures: vec![],
+                max_pod_references: None,
             };
             let (owner, who) = match how {
                 // The worker itself, no uid label: the token says who it is.
@@ -1096,6 +1169,220 @@ fn creates_owned_by(owners: Vec<&'static str>) -> impl Strategy<Value = Case> {
         })
 }
 
+/// Issue 14 item 1: a pod adds its own Pod reference to an object that
+/// another worker owns (SPEC §3 UPDATE), in every form the object and the
+/// addition can take.
+fn adoptions() -> impl Strategy<Value = Case> {
+    (
+        knobs(),
+        envelope(),
+        // The owner: running, being deleted, gone.
+        select(vec!["w-1", "w-dead", "w-gone"]),
+        // The adopter and the one it must not be.
+        select(vec!["w-2", "w.dotted"]),
+        shape(),
+        0u8..6,
+        0u8..4,
+    )
+        .prop_map(|(knobs, envelope, owner, adopter, shape, form, how)| {
+            let prefix = knobs.prefix();
+            let (pod_key, uid_key) = (format!("{prefix}/owner-pod"), format!("{prefix}/owner-uid"));
+            let owner_uid = uid_of(owner);
+            let spec = ObjectSpec {
+                shape,
+                owner: Owner::NameUid(owner.into(), owner_uid.clone()),
+                refs: vec![],
+                owner_ref: 1,
+                generate_name: false,
+                default_prefix: false,
+            };
+            let mut old = spec.render(&knobs, Some(NS));
+            let metadata = old["metadata"].as_object_mut().unwrap();
+            match form {
+                // Labelled, with its owner's reference.
+                0 => {}
+                // Orphaned: the reference removed, the labels kept.
+                1 => drop(metadata.insert("ownerReferences".into(), json!([]))),
+                // Unlabelled: only the owner's reference says whose it is.
+                2 => {
+                    let labels = metadata["labels"].as_object_mut().unwrap();
+                    labels.remove(&pod_key);
+                    labels.remove(&uid_key);
+                }
+                // Labelled before install: no reference.
+                3 => drop(metadata.remove("ownerReferences")),
+                // `Self`, the owner's name in the annotation.
+                4 => {
+                    metadata["labels"][&pod_key] = json!("Self");
+                    metadata.insert(
+                        "annotations".into(),
+                        json!({format!("{prefix}/owner-pod-name"): owner}),
+                    );
+                }
+                // Co-owned by the adopter already, under another uid.
+                _ => {
+                    let mut r = RefSpec::exact(adopter, Flag::False).render();
+                    r["uid"] = json!(U_STALE);
+                    metadata["ownerReferences"].as_array_mut().unwrap().push(r);
+                }
+            }
+            let mut new = old.clone();
+            let mut own = RefSpec::exact(adopter, Flag::False).render();
+            match how {
+                0 => {}
+                1 => drop(own.as_object_mut().unwrap().remove("blockOwnerDeletion")),
+                2 => own["blockOwnerDeletion"] = json!(true),
+                // An entry of another kind, rewritten into the adopter's
+                // reference under its uid.
+                _ => {
+                    let entry = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs-1", "uid": uid_of(adopter), "controller": false});
+                    old["metadata"]
+                        .as_object_mut()
+                        .unwrap()
+                        .entry("ownerReferences")
+                        .or_insert_with(|| json!([]))
+                        .as_array_mut()
+                        .unwrap()
+                        .push(entry);
+                }
+            }
+            new["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .entry("ownerReferences")
+                .or_insert_with(|| json!([]))
+                .as_array_mut()
+                .unwrap()
+                .push(own);
+            let who = Who::Pod(adopter.into(), uid_of(adopter));
+            Case {
+                review: review(&envelope, "UPDATE", &Place::Agents, &who, new, old),
+                knobs,
+            }
+        })
+}
+
+/// Issue 14 item 2: what Kubernetes' own controllers create for a pod (a
+/// generic ephemeral volume's claim, a DRA ResourceClaim), and any other
+/// unlabelled object naming a pod by a blocking controller reference.
+fn controller_creates() -> impl Strategy<Value = Case> {
+    (
+        knobs(),
+        envelope(),
+        prop_oneof![
+            3 => Just(Who::EphemeralVolumeController),
+            3 => Just(Who::ResourceClaimController),
+            1 => Just(Who::JobController),
+            1 => Just(Who::Person),
+            1 => Just(Who::Pod("w-2".into(), U2.into())),
+        ],
+        prop_oneof![4 => select(vec!["w-1", "w-2", "w.dotted", "w-flaky"]), 1 => select(vec!["w-dead", "w-gone"])],
+        0u8..3,
+        prop_oneof![4 => Just(Twist::None), 1 => twist()],
+    )
+        .prop_map(|(knobs, envelope, who, owner, kind, twist)| {
+            let reference = RefSpec {
+                name: owner.into(),
+                twist,
+                block: Flag::True,
+                controller: Flag::True,
+            }
+            .render();
+            let metadata = json!({"name": format!("{owner}-scratch"), "namespace": NS, "ownerReferences": [reference]});
+            let object = match kind {
+                0 => json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata,
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+                1 => json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": metadata,
+                    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}),
+                _ => json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+                    "spec": {"containers": [{"name": "a", "image": "agent:1"}]}}),
+            };
+            Case {
+                review: review(&envelope, "CREATE", &Place::Agents, &who, object, Value::Null),
+                knobs,
+            }
+        })
+}
+
+/// Issue 14 item 5: the collector orphaning an object that holds more
+/// Pod references than `--max-pod-references` (made before install, or
+/// before the limit was lowered), and keeps more than that after.
+fn collector_over_the_limit() -> impl Strategy<Value = Case> {
+    (
+        knobs(),
+        envelope(),
+        old_spec(),
+        shape(),
+        1usize..4,
+        prop::collection::vec(0usize..8, 1..3),
+    )
+        .prop_map(|(mut knobs, envelope, old, shape, limit, removals)| {
+            knobs.max_pod_references = Some(limit);
+            let mut old = old.render(&knobs, &shape);
+            let metadata = old["metadata"].as_object_mut().unwrap();
+            let list = metadata
+                .entry("ownerReferences")
+                .or_insert_with(|| json!([]))
+                .as_array_mut()
+                .unwrap();
+            for i in 0..limit + 3 {
+                let mut r = RefSpec::exact("w-2", Flag::False).render();
+                r["name"] = json!(format!("p-{i}"));
+                r["uid"] = json!(format!("6f1f3d4e-0c1a-4b7e-9d2a-1000000000{i:02}"));
+                list.push(r);
+            }
+            let mut new = old.clone();
+            for i in removals {
+                apply_edit(&mut new, &Edit::RemoveRef(i), knobs.prefix());
+            }
+            Case {
+                review: review(
+                    &envelope,
+                    "UPDATE",
+                    &Place::Agents,
+                    &Who::Collector,
+                    new,
+                    old,
+                ),
+                knobs,
+            }
+        })
+}
+
+/// Issue 14 item 7: a labelled object whose extra reference has a kind a
+/// person reads as Pod, created by anyone.
+fn homoglyph_creates() -> impl Strategy<Value = Case> {
+    (knobs(), envelope(), who(), shape(), homoglyph(), pod_name()).prop_map(
+        |(knobs, envelope, who, shape, kind, name)| {
+            let spec = ObjectSpec {
+                shape,
+                owner: Owner::Both("w-1".into()),
+                refs: vec![RefSpec {
+                    name,
+                    twist: Twist::KindHomoglyph(kind),
+                    block: Flag::False,
+                    controller: Flag::False,
+                }],
+                owner_ref: 1,
+                generate_name: false,
+                default_prefix: false,
+            };
+            let object = spec.render(&knobs, Some(NS));
+            Case {
+                review: review(
+                    &envelope,
+                    "CREATE",
+                    &Place::Agents,
+                    &who,
+                    object,
+                    Value::Null,
+                ),
+                knobs,
+            }
+        },
+    )
+}
+
 fn others() -> impl Strategy<Value = Case> {
     (
         knobs(),
@@ -1122,13 +1409,15 @@ async fn ask(webhook: &Arc<Webhook>, hook: Hook, review: &Value) -> (u16, Value)
     let kind = match hook {
         Hook::Mutate => WebhookKind::Mutate,
         Hook::Validate => WebhookKind::Validate,
+        Hook::ValidateAll => WebhookKind::ValidateAll,
     };
     let (status, answer) =
         common::send(webhook.clone(), kind, serde_json::to_vec(review).unwrap()).await;
     (status.as_u16(), answer)
 }
 
-/// Both webhooks' answers, judged; with `follow_up`, also what the API
+/// Every endpoint's answer (`/mutate`, `/validate`, `/validate-all`, in
+/// that order), judged; with `follow_up`, also what the API
 /// server does next with an allowed mutation: reinvoke the mutating webhook
 /// on its output (it must add nothing), then call the validating one (it
 /// must accept what the mutating one made).
@@ -1137,7 +1426,7 @@ async fn judge_case(case: &Case, follow_up: bool) -> Result<Vec<Value>, String> 
     let settings = case.knobs.oracle();
     let pods = world();
     let mut answers = Vec::new();
-    for hook in [Hook::Mutate, Hook::Validate] {
+    for hook in [Hook::Mutate, Hook::Validate, Hook::ValidateAll] {
         let (status, answer) = ask(&webhook, hook, &case.review).await;
         oracle::judge(&case.review, &pods, hook, &settings, status, &answer)
             .map_err(|wrong| format!("/{}: {wrong}\n  answer: {answer}", hook.as_str()))?;
@@ -1268,6 +1557,89 @@ fn the_collectors_removals_are_never_denied_nor_restored() {
 }
 
 #[test]
+fn a_pod_never_adopts_another_workers_object() {
+    check("adoptions", 150, adoptions(), false, |case, answers| {
+        // The oracle judges every answer; here the plain statement: under
+        // enforce, neither labelled webhook lets the adopter in.
+        let enforce = case.knobs.requester_check == oracle::RequesterCheck::Enforce;
+        for answer in &answers[..2] {
+            if enforce && answer["response"]["allowed"] == true {
+                return Err(format!("an adoption is allowed: {answer}"));
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn kubernetes_controllers_creates_pass_validate_all() {
+    check(
+        "controllers",
+        150,
+        controller_creates(),
+        false,
+        |case, answers| {
+            // A claim for a live pod, exact reference: /validate-all allows it.
+            let reference = &case.review["request"]["object"]["metadata"]["ownerReferences"][0];
+            let live = ["w-1", "w-2", "w.dotted"]
+                .contains(&reference["name"].as_str().unwrap_or(""))
+                && reference["uid"] == json!(uid_of(reference["name"].as_str().unwrap_or("")))
+                && reference["apiVersion"] == "v1"
+                && reference["kind"] == "Pod";
+            if live && answers[2]["response"]["allowed"] != true {
+                return Err(format!(
+                    "/validate-all refuses what a Kubernetes controller makes: {}",
+                    answers[2]
+                ));
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn the_collectors_removals_pass_over_the_reference_limit() {
+    check(
+        "collector-over-limit",
+        100,
+        collector_over_the_limit(),
+        false,
+        |_, answers| {
+            for answer in answers {
+                if answer["response"]["allowed"] != true
+                    || answer["response"].get("patch").is_some()
+                {
+                    return Err(format!(
+                        "the collector's removal is not allowed unchanged: {answer}"
+                    ));
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn a_kind_a_person_reads_as_pod_is_refused_beside_the_owner() {
+    check(
+        "homoglyphs",
+        100,
+        homoglyph_creates(),
+        false,
+        |_, answers| {
+            // Whatever else is wrong with the request, it is never allowed:
+            // the collector would never resolve that reference.
+            for answer in &answers[..2] {
+                if answer["response"]["allowed"] == true {
+                    return Err(format!("a homoglyph of Pod is allowed: {answer}"));
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
 fn sound_creates_are_allowed_with_the_reference() {
     check("sound", 150, sound_creates(), true, |_, answers| {
         // /validate sees the object before mutation here: only /mutate
@@ -1326,6 +1698,7 @@ fn thousands_of_references_are_refused_400() {
         fail_open: false,
         key_prefix: None,
         lookup_failures: vec![],
+        max_pod_references: None,
     };
     let refs: Vec<Value> = (0..2000)
         .map(|i| json!({"apiVersion": "v1", "kind": "Pod", "name": format!("w-{i}"), "uid": format!("u-{i}")}))
@@ -1506,6 +1879,118 @@ fn the_oracle_rejects_known_wrong_answers() {
     let mut v1beta1 = r.clone();
     v1beta1["apiVersion"] = json!("admission.k8s.io/v1beta1");
     assert!(judge(&v1beta1, &right, Hook::Mutate).is_err());
+
+    // Issue 14. A pod adding itself to another worker's object, allowed.
+    let update = |who: &Who, old: Value, new: Value| {
+        let object =
+            |meta: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta});
+        review(
+            &env,
+            "UPDATE",
+            &Place::Agents,
+            who,
+            object(new),
+            object(old),
+        )
+    };
+    let owned =
+        json!({"name": "prompt-1", "namespace": NS, "labels": labels, "ownerReferences": good_ref});
+    let mut adopted = owned.clone();
+    adopted["ownerReferences"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"apiVersion": "v1", "kind": "Pod", "name": "w-2", "uid": U2, "controller": false, "blockOwnerDeletion": false}));
+    let adoption = update(&Who::Pod("w-2".into(), U2.into()), owned.clone(), adopted);
+    assert!(
+        judge(&adoption, &allow(None), Hook::Mutate)
+            .unwrap_err()
+            .contains("wrong allow")
+    );
+    // The ephemeral-volume controller's claim refused by /validate-all
+    // for its blocking reference (still right on /validate).
+    let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "w-1-scratch", "namespace": NS,
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "w-1", "uid": U1, "controller": true, "blockOwnerDeletion": true}]}});
+    let claim = review(
+        &env,
+        "CREATE",
+        &Place::Agents,
+        &Who::EphemeralVolumeController,
+        claim,
+        Value::Null,
+    );
+    let blocked = deny(
+        403,
+        "PersistentVolumeClaim 'w-1-scratch' in namespace 'agents': the ownerReference to pod 'w-1' has blockOwnerDeletion: true",
+    );
+    assert!(
+        judge(&claim, &blocked, Hook::ValidateAll)
+            .unwrap_err()
+            .contains("wrong denial")
+    );
+    judge(&claim, &blocked, Hook::Validate).unwrap();
+    judge(&claim, &allow(None), Hook::ValidateAll).unwrap();
+    // The collector's removal over a lowered limit, refused.
+    let refs: Vec<Value> = (0..4)
+        .map(|i| json!({"apiVersion": "v1", "kind": "Pod", "name": format!("p-{i}"), "uid": format!("6f1f3d4e-0c1a-4b7e-9d2a-10000000000{i}")}))
+        .collect();
+    let many =
+        json!({"name": "prompt-1", "namespace": NS, "labels": labels, "ownerReferences": refs});
+    let mut fewer = many.clone();
+    fewer["ownerReferences"].as_array_mut().unwrap().remove(0);
+    let orphaning = update(&Who::Collector, many, fewer);
+    let limited = oracle::Settings {
+        max_pod_references: Some(2),
+        ..oracle::Settings::default()
+    };
+    let over = deny(
+        400,
+        "ConfigMap 'prompt-1' in namespace 'agents': the object carries 3 Pod ownerReferences (first: pod 'p-1'), more than the 2 ownerguard checks per object: give w-1's only",
+    );
+    assert!(
+        oracle::judge(&orphaning, &pods, Hook::Mutate, &limited, 200, &over)
+            .unwrap_err()
+            .contains("wrong denial")
+    );
+    // A homoglyph of Pod beside the owner's reference, allowed.
+    let homoglyph = create(
+        labels.clone(),
+        json!([good_ref[0], {"apiVersion": "v1", "kind": "P\u{43e}d", "name": "w-2", "uid": U2}]),
+    );
+    assert!(
+        judge(&homoglyph, &allow(None), Hook::Validate)
+            .unwrap_err()
+            .contains("wrong allow")
+    );
+    // The owner's reference under /v1, refused.
+    let mut slash = good_ref.clone();
+    slash[0]["apiVersion"] = json!("/v1");
+    let slash = create(labels.clone(), slash);
+    let refused = deny(
+        400,
+        "ConfigMap 'prompt-1' in namespace 'agents': ownerReference #0 to pod 'w-1' has apiVersion '/v1'",
+    );
+    assert!(
+        judge(&slash, &refused, Hook::Mutate)
+            .unwrap_err()
+            .contains("wrong denial")
+    );
+    judge(&slash, &allow(None), Hook::Mutate).unwrap();
+    // The uid the old object's label had, quoted to a replace that names
+    // it nowhere.
+    let replaced = json!({"name": "prompt-1", "namespace": NS,
+        "labels": {"ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": U_STALE}});
+    let replace = update(&Who::Person, owned, replaced);
+    let quoted = deny(
+        403,
+        &format!(
+            "ConfigMap 'prompt-1' in namespace 'agents': the update changes label ownerguard.io/owner-uid of owner pod 'w-1' from '{U1}' to '{U_STALE}'"
+        ),
+    );
+    assert!(
+        judge(&replace, &quoted, Hook::Mutate)
+            .unwrap_err()
+            .contains("reveals")
+    );
 }
 
 /// Not a test of CI: a survey of every class of wrong answer, with no
@@ -1533,6 +2018,10 @@ fn survey() {
         ("update", updates().boxed()),
         ("collector", collector_updates().boxed()),
         ("sound", sound_creates().boxed()),
+        ("adoptions", adoptions().boxed()),
+        ("controllers", controller_creates().boxed()),
+        ("collector-over-limit", collector_over_the_limit().boxed()),
+        ("homoglyphs", homoglyph_creates().boxed()),
     ];
     for (label, strategy) in &strategies {
         for _ in 0..cases {

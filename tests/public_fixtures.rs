@@ -37,7 +37,7 @@ fn documents() -> Vec<(PathBuf, Value)> {
 }
 
 #[tokio::test]
-async fn every_public_review_is_allowed_unchanged_by_both_webhooks() {
+async fn every_public_review_is_allowed_unchanged_by_every_webhook() {
     let documents = documents();
     assert_eq!(documents.len(), 21, "the public fixtures changed");
     let webhook = Arc::new(common::case_webhook(
@@ -45,7 +45,11 @@ async fn every_public_review_is_allowed_unchanged_by_both_webhooks() {
         &CaseConfig::default(),
     ));
     for (path, review) in &documents {
-        for kind in [WebhookKind::Mutate, WebhookKind::Validate] {
+        for kind in [
+            WebhookKind::Mutate,
+            WebhookKind::Validate,
+            WebhookKind::ValidateAll,
+        ] {
             let (status, answer) =
                 common::send(webhook.clone(), kind, serde_json::to_vec(review).unwrap()).await;
             let name = path.file_name().unwrap().to_string_lossy();

@@ -141,7 +141,11 @@ async fn mutated_reviews_are_answered_or_refused_never_a_panic() {
     for input in &inputs {
         for _ in 0..150 {
             let body = mutate(input, &mut rng);
-            for kind in [WebhookKind::Mutate, WebhookKind::Validate] {
+            for kind in [
+                WebhookKind::Mutate,
+                WebhookKind::Validate,
+                WebhookKind::ValidateAll,
+            ] {
                 match webhook.review(kind, &body, None).await {
                     Err(_) => refused += 1,
                     Ok(answer) => {

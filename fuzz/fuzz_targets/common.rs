@@ -135,6 +135,7 @@ pub fn decide(index: usize, hook: Hook, body: &[u8]) -> Option<Value> {
     let kind = match hook {
         Hook::Mutate => WebhookKind::Mutate,
         Hook::Validate => WebhookKind::Validate,
+        Hook::ValidateAll => WebhookKind::ValidateAll,
     };
     let webhook = &webhooks()[index % SETTINGS];
     let answer = runtime().block_on(webhook.review(kind, body, None)).ok()?;
@@ -149,7 +150,7 @@ fn wrong(review: &Value, index: usize, what: String) -> ! {
     );
 }
 
-/// Decide `review` on both webhooks and judge every answer; panic (a
+/// Decide `review` on every endpoint and judge every answer; panic (a
 /// finding for libFuzzer) on the first wrong one. `strict`: the review is
 /// one the API server could send, so refusing its body is wrong too.
 pub fn check(review: &Value, index: usize, strict: bool) {
@@ -157,7 +158,7 @@ pub fn check(review: &Value, index: usize, strict: bool) {
     let settings = settings(index);
     let pods = world();
     let mut mutated = None;
-    for hook in [Hook::Mutate, Hook::Validate] {
+    for hook in [Hook::Mutate, Hook::Validate, Hook::ValidateAll] {
         let answer = decide(index, hook, &body);
         if answer.is_none() && !strict {
             return;

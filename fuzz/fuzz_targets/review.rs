@@ -73,6 +73,8 @@ enum Api {
     V1beta1,
     Apps,
     Empty,
+    /// `/v1`: the collector's `v1`.
+    SlashV1,
     Text(String),
 }
 
@@ -82,8 +84,13 @@ enum Kind {
     Lower,
     Pods,
     ReplicaSet,
+    /// A homoglyph of Pod (issue 14 item 7), by index.
+    Homoglyph(u8),
     Text(String),
 }
+
+/// Kinds a person reads as Pod that the collector cannot resolve.
+const HOMOGLYPHS: [&str; 6] = ["P\u{43e}d", "\u{420}od", "\u{ff30}\u{ff4f}\u{ff44}", "P0d", "Po\u{301}d", "P\u{3bf}ds"];
 
 #[derive(Arbitrary, Debug)]
 struct Ref {
@@ -103,6 +110,7 @@ impl Ref {
             Api::V1beta1 => "v1beta1".into(),
             Api::Apps => "apps/v1".into(),
             Api::Empty => String::new(),
+            Api::SlashV1 => "/v1".into(),
             Api::Text(s) => s.clone(),
         };
         let kind = match &self.kind {
@@ -110,6 +118,7 @@ impl Ref {
             Kind::Lower => "pod".into(),
             Kind::Pods => "Pods".into(),
             Kind::ReplicaSet => "ReplicaSet".into(),
+            Kind::Homoglyph(i) => HOMOGLYPHS[*i as usize % HOMOGLYPHS.len()].into(),
             Kind::Text(s) => s.clone(),
         };
         map.insert("apiVersion".into(), json!(api));
@@ -211,6 +220,8 @@ enum Who {
     Node { name: Name, uid: Uid },
     Collector,
     Controller,
+    /// Writes `controller: true, blockOwnerDeletion: true` to a pod.
+    EphemeralVolumeController,
     Extras { service_account: bool, names: Vec<String>, uids: Vec<String>, which: u8 },
 }
 
@@ -227,6 +238,9 @@ impl Who {
             Who::Node { name, uid } => json!({"username": "system:node:node-a", "extra": extras(name, uid)}),
             Who::Collector => json!({"username": common::oracle::GC_USER}),
             Who::Controller => json!({"username": "system:serviceaccount:kube-system:job-controller"}),
+            Who::EphemeralVolumeController => {
+                json!({"username": "system:serviceaccount:kube-system:ephemeral-volume-controller"})
+            }
             Who::Extras { service_account, names, uids, which } => {
                 let mut extra = Map::new();
                 if which % 3 != 2 {

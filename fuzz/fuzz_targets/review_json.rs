@@ -16,7 +16,11 @@ fuzz_target!(|data: &[u8]| {
         None => (0, data),
     };
     // Bodies the webhook refuses must not panic either.
-    for hook in [common::oracle::Hook::Mutate, common::oracle::Hook::Validate] {
+    for hook in [
+        common::oracle::Hook::Mutate,
+        common::oracle::Hook::Validate,
+        common::oracle::Hook::ValidateAll,
+    ] {
         let _ = common::decide(index, hook, body);
     }
     let Ok(review) = serde_json::from_slice::<Value>(body) else {

@@ -49,7 +49,7 @@ pub(super) fn plan(
     let requester = requester_of(request, &at, &declared)?;
     let requester = requester.as_ref();
 
-    let owner = label_owner(meta, &at, requester, policy.requester_policy())?;
+    let owner = label_owner(meta, &at, requester, policy.requester_policy(webhook))?;
     if let Some(owner) = &owner {
         // `Self` resolved to the pod's name.
         at.owner = Some(owner.claim.name.clone());
@@ -68,11 +68,11 @@ pub(super) fn plan(
             claim,
             &at,
             requester,
-            policy.requester_policy(),
+            policy.requester_policy(webhook),
         )?);
     }
 
-    let mutate = webhook == WebhookKind::Mutate;
+    let mutate = webhook.mutates();
     let mut patch = MetadataPatch::default();
     if let Some(owner) = &owner {
         let (name, uid) = (&owner.claim.name, &owner.claim.uid);

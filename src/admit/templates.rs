@@ -42,7 +42,7 @@ pub(super) fn complete(
     webhook: WebhookKind,
     patch: &mut MetadataPatch,
 ) -> Result<(), Denial> {
-    let mutate = webhook == WebhookKind::Mutate;
+    let mutate = webhook.mutates();
     let old_templates = old.map(ObjectHead::templates).unwrap_or_default();
     let owner_keys = |meta: &TemplateMeta| {
         (

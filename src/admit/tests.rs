@@ -1296,6 +1296,14 @@ fn every_denial_names_object_namespace_owner_and_fix() {
             service_account: "agents/worker".into(),
             key: key.clone(),
         },
+        Denial::RequesterAdoptsObject {
+            at: at.clone(),
+            owner: owner.clone(),
+            requester: "w-2".into(),
+            reference: "w-2".into(),
+            same_name: false,
+            service_account: "agents/worker".into(),
+        },
         Denial::SelfWithoutPodIdentity {
             at: at.clone(),
             key: "ownerguard.io/owner-pod (w-1 unknown)".into(),
@@ -1452,6 +1460,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::MissingOwnerUid { .. }
         | Denial::UidDisagreesWithRequester { .. }
         | Denial::RequesterNotOwner { .. }
+        | Denial::RequesterAdoptsObject { .. }
         | Denial::SelfWithoutPodIdentity { .. }
         | Denial::StrayOwnerAnnotation { .. }
         | Denial::HalfClaim { .. }
@@ -1481,7 +1490,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::OwnerLabelOmitted { .. } => true,
         Denial::ClusterScoped { .. } => false,
     };
-    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 32);
+    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 33);
     for denial in denials {
         let message = denial.to_string();
         assert!(message.contains("Job 'step-7'"), "no object: {message}");
@@ -1740,4 +1749,433 @@ fn rule_11_the_lookup_metric_counts_a_finished_owner_as_finished() {
         .unwrap();
     assert_eq!(lookup.result_label("uid-1"), "finished");
     assert_eq!(lookup.result_label("uid-2"), "uid_mismatch");
+}
+
+// Issue 14 (SPEC §3 UPDATE): no pod makes itself co-owner of another
+// worker's object, nor adopts an orphaned one.
+
+/// An UPDATE from pod `name` (uid `uid`) of `old` into `new`.
+fn update_from_pod(new: Value, old: Value, name: &str, uid: &str) -> AdmissionRequest {
+    let (_, review) = request("UPDATE", new, Some(old));
+    from_pod(review, name, uid)
+}
+
+/// `meta` with `references` added to its `ownerReferences`.
+fn with_references(mut object: Value, references: &[Value]) -> Value {
+    let list = object["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .entry("ownerReferences")
+        .or_insert_with(|| json!([]));
+    list.as_array_mut()
+        .unwrap()
+        .extend(references.iter().cloned());
+    object
+}
+
+#[test]
+fn update_requester_check_a_pod_adding_itself_to_another_workers_object_is_denied() {
+    let own = pod_reference("w-2", "uid-2", Some(false));
+    let alive = || running(&[("w-1", "uid-1"), ("w-2", "uid-2")]);
+    // Every way an update adds a reference of its own to an object whose
+    // owner is w-1: labelled and referenced, orphaned (no reference left,
+    // the label kept), only w-1's reference (no label), only the owner
+    // label (made before install).
+    let labelled = owned("w-1", "uid-1");
+    let orphan = object(owner_labels("w-1", "uid-1"), Some(json!([])));
+    let unlabelled = object(
+        json!({}),
+        Some(json!([pod_reference("w-1", "uid-1", None)])),
+    );
+    let legacy = object(json!({"ownerguard.io/owner-pod": "w-1"}), None);
+    let self_object = {
+        let mut object = owned("w-1", "uid-1");
+        object["metadata"]["labels"]["ownerguard.io/owner-pod"] = json!("Self");
+        object["metadata"]["annotations"] = json!({"ownerguard.io/owner-pod-name": "w-1"});
+        object
+    };
+    for old in [labelled, orphan, unlabelled, legacy, self_object] {
+        let new = with_references(old.clone(), std::slice::from_ref(&own));
+        let req = update_from_pod(new, old.clone(), "w-2", "uid-2");
+        for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+            let err = run(&req, webhook, &Policy::default(), alive()).unwrap_err();
+            assert!(
+                matches!(&err, Denial::RequesterAdoptsObject { owner, requester, .. } if owner == "w-1" && requester == "w-2"),
+                "{old}: {err:?}"
+            );
+            assert_eq!(err.code(), 403);
+            let message = err.to_string();
+            for part in [
+                "prompt-1",
+                "'agents'",
+                "w-1",
+                "w-2",
+                "--delegate agents/worker",
+            ] {
+                assert!(message.contains(part), "{part}: {message}");
+            }
+        }
+    }
+    // An entry of another kind rewritten into the requester's reference
+    // under its uid, and the requester's reference under another uid.
+    let old = with_references(
+        owned("w-1", "uid-1"),
+        &[json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "uid-2"})],
+    );
+    let mut rewritten = owned("w-1", "uid-1");
+    rewritten = with_references(rewritten, std::slice::from_ref(&own));
+    let req = update_from_pod(rewritten, old, "w-2", "uid-2");
+    let err = mutate(&req, alive()).unwrap_err();
+    assert!(
+        matches!(err, Denial::RequesterAdoptsObject { .. }),
+        "{err:?}"
+    );
+    let other_uid = with_references(
+        owned("w-1", "uid-1"),
+        &[pod_reference("w-2", "uid-9", Some(false))],
+    );
+    let req = update_from_pod(other_uid, owned("w-1", "uid-1"), "w-2", "uid-2");
+    let err = mutate(&req, alive()).unwrap_err();
+    assert!(
+        matches!(err, Denial::RequesterAdoptsObject { .. }),
+        "{err:?}"
+    );
+    // A co-owner's object: w-2 may not add itself beside w-3 either.
+    let co_owned = with_references(
+        object(json!({}), Some(json!([]))),
+        &[pod_reference("w-3", "uid-3", Some(false))],
+    );
+    let new = with_references(co_owned.clone(), std::slice::from_ref(&own));
+    let req = update_from_pod(new, co_owned, "w-2", "uid-2");
+    let err = mutate(&req, alive()).unwrap_err();
+    assert!(
+        matches!(&err, Denial::RequesterAdoptsObject { owner, .. } if owner == "w-3"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn update_requester_check_a_new_pod_of_the_owners_name_is_another_worker() {
+    // The object belongs to w-1 under uid-1; a pod named w-1 with another
+    // uid (the worker replaced) adds itself under its own uid.
+    let old = object(
+        json!({}),
+        Some(json!([pod_reference("w-1", "uid-1", None)])),
+    );
+    let new = with_references(old.clone(), &[pod_reference("w-1", "uid-new", Some(false))]);
+    let req = update_from_pod(new, old, "w-1", "uid-new");
+    let err = mutate(&req, running(&[("w-1", "uid-new")])).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Denial::RequesterAdoptsObject {
+                same_name: true,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(message.contains("an earlier pod of that name"), "{message}");
+    assert!(!message.contains("uid-1"), "{message}");
+}
+
+#[test]
+fn update_requester_check_what_still_passes() {
+    // The owner completing its own object made before install.
+    let legacy = object(json!({"ownerguard.io/owner-pod": "w-1"}), None);
+    let new = with_references(
+        legacy.clone(),
+        &[pod_reference("w-1", "uid-1", Some(false))],
+    );
+    let req = update_from_pod(new.clone(), legacy.clone(), "w-1", "uid-1");
+    assert!(mutate(&req, running(&[("w-1", "uid-1")])).is_ok());
+    // The owner itself, adding nothing new: its own object, any edit.
+    let mut edited = owned("w-1", "uid-1");
+    edited["data"]["a"] = json!("c");
+    let req = update_from_pod(edited, owned("w-1", "uid-1"), "w-1", "uid-1");
+    assert!(
+        mutate(&req, running(&[("w-1", "uid-1")]))
+            .unwrap()
+            .patch
+            .is_empty()
+    );
+    // A pod adding its reference to an object nobody owns: as on CREATE.
+    let nobodys = object(json!({"app": "x"}), None);
+    let new = with_references(
+        nobodys.clone(),
+        &[pod_reference("w-2", "uid-2", Some(false))],
+    );
+    let req = update_from_pod(new, nobodys, "w-2", "uid-2");
+    assert!(mutate(&req, running(&[("w-2", "uid-2")])).is_ok());
+    // A controller or a person (no pod identity) is not checked; the
+    // reference is still looked up.
+    let new = with_references(
+        legacy.clone(),
+        &[pod_reference("w-1", "uid-1", Some(false))],
+    );
+    let (req, _) = request("UPDATE", new, Some(legacy.clone()));
+    assert!(mutate(&req, running(&[("w-1", "uid-1")])).is_ok());
+    let orphan = object(owner_labels("w-1", "uid-1"), Some(json!([])));
+    let adopted = with_references(
+        orphan.clone(),
+        &[pod_reference("w-2", "uid-2", Some(false))],
+    );
+    let (_, review) = request("UPDATE", adopted.clone(), Some(orphan.clone()));
+    let req = as_user(review, "system:serviceaccount:kube-system:job-controller");
+    assert!(mutate(&req, running(&[("w-2", "uid-2")])).is_ok());
+    // A kubectl replace by the owner: what ownerguard added comes back.
+    let replaced = object(json!({"ownerguard.io/owner-pod": "w-1"}), None);
+    let req = update_from_pod(replaced, owned("w-1", "uid-1"), "w-1", "uid-1");
+    let allowed = mutate(&req, lookups(&[("w-1", Ok(Some(("uid-1", false))))])).unwrap();
+    assert!(!allowed.patch.is_empty());
+}
+
+#[test]
+fn update_requester_check_warn_off_and_delegates() {
+    let orphan = object(owner_labels("w-1", "uid-1"), Some(json!([])));
+    let adopted = with_references(
+        orphan.clone(),
+        &[pod_reference("w-2", "uid-2", Some(false))],
+    );
+    let req = update_from_pod(adopted, orphan, "w-2", "uid-2");
+    let alive = || running(&[("w-2", "uid-2")]);
+    let warn = Policy {
+        requester_check: RequesterCheck::Warn,
+        ..Policy::default()
+    };
+    let allowed = run(&req, WebhookKind::Mutate, &warn, alive()).unwrap();
+    assert!(
+        allowed
+            .warnings
+            .iter()
+            .any(|w| w.contains("owned by pod 'w-1'")),
+        "{:?}",
+        allowed.warnings
+    );
+    let off = Policy {
+        requester_check: RequesterCheck::Off,
+        ..Policy::default()
+    };
+    let allowed = run(&req, WebhookKind::Mutate, &off, alive()).unwrap();
+    assert!(allowed.warnings.is_empty(), "{:?}", allowed.warnings);
+    let delegates = Policy {
+        delegates: vec!["agents/worker".parse().unwrap()],
+        ..Policy::default()
+    };
+    assert!(run(&req, WebhookKind::Mutate, &delegates, alive()).is_ok());
+    // Still looked up.
+    let err = run(
+        &req,
+        WebhookKind::Mutate,
+        &delegates,
+        lookups(&[("w-2", Ok(None))]),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Denial::OwnerNotFound { .. }), "{err:?}");
+}
+
+// Issue 14 (SPEC §3 rule 13): /validate-all refuses only what the
+// collector cannot resolve to a live pod.
+
+/// A claim the ephemeral-volume controller makes for pod w-1.
+fn ephemeral_claim(reference: Value) -> AdmissionRequest {
+    let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "w-1-scratch", "namespace": NS, "ownerReferences": [reference]}});
+    let (_, review) = request("CREATE", claim, None);
+    as_user(
+        review,
+        "system:serviceaccount:kube-system:ephemeral-volume-controller",
+    )
+}
+
+fn controller_reference(name: &str, uid: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid,
+        "controller": true, "blockOwnerDeletion": true})
+}
+
+#[test]
+fn validate_all_leaves_a_blocking_reference_to_the_api_server() {
+    let req = ephemeral_claim(controller_reference("w-1", "uid-1"));
+    let all =
+        |req: &AdmissionRequest, pods| run(req, WebhookKind::ValidateAll, &Policy::default(), pods);
+    let allowed = all(&req, running(&[("w-1", "uid-1")])).unwrap();
+    assert!(
+        allowed.patch.is_empty() && allowed.warnings.is_empty(),
+        "{allowed:?}"
+    );
+    // /validate still denies it: the labelled objects' policy.
+    let err = validate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(matches!(err, Denial::BlockingReference { .. }), "{err:?}");
+    // The requester check is not /validate-all's: a pod of the namespace
+    // naming another pod is RBAC's business there.
+    let (_, review) = request(
+        "CREATE",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "exec-1", "namespace": NS,
+            "ownerReferences": [controller_reference("w-1", "uid-1")]}}),
+        None,
+    );
+    let from_driver = from_pod(review, "driver-0", "uid-d");
+    assert!(all(&from_driver, running(&[("w-1", "uid-1")])).is_ok());
+}
+
+#[test]
+fn validate_all_refuses_what_the_collector_cannot_resolve() {
+    let all =
+        |req: &AdmissionRequest, pods| run(req, WebhookKind::ValidateAll, &Policy::default(), pods);
+    let gone = ephemeral_claim(controller_reference("w-1", "uid-1"));
+    for (found, code) in [
+        (Ok(None), 403),
+        (Ok(Some(("uid-other", false))), 403),
+        // A pod being deleted: its claims would go with it (the
+        // ephemeral-volume controller skips such pods itself).
+        (Ok(Some(("uid-1", true))), 403),
+    ] {
+        let err = all(&gone, lookups(&[("w-1", found)])).unwrap_err();
+        assert_eq!(err.code(), code, "{found:?}: {err:?}");
+    }
+    // (A failed lookup is allowed with a warning there, as its webhook's
+    // failurePolicy Ignore allows an outage: the endpoint's, in webhook.rs,
+    // pinned by the golden test validate_all_fails_open_where_validate_fails_closed.)
+    for reference in [
+        json!({"apiVersion": "v1", "kind": "P\u{43e}d", "name": "w-1", "uid": "uid-1"}),
+        json!({"apiVersion": "apps/v1", "kind": "Pod", "name": "w-1", "uid": "uid-1"}),
+        json!({"apiVersion": "v1", "kind": "Pod", "name": "w-1?x=1", "uid": "uid-1"}),
+        json!({"apiVersion": "v1", "kind": "Pod", "name": "w-1"}),
+    ] {
+        let err = all(&ephemeral_claim(reference.clone()), HashMap::new()).unwrap_err();
+        assert_eq!(err.code(), 400, "{reference}: {err:?}");
+    }
+}
+
+// Issue 14 (SPEC §3 rule 14): the collector first.
+
+#[test]
+fn the_collectors_removal_is_recognised_before_the_limit() {
+    let refs: Vec<Value> = (0..40)
+        .map(|i| pod_reference(&format!("p-{i}"), &format!("uid-p{i}"), Some(false)))
+        .collect();
+    let old = with_references(owned("w-1", "uid-1"), &refs);
+    // The owner w-1 is being deleted with propagationPolicy Orphan: the
+    // collector removes its reference, 40 others left.
+    let mut new = old.clone();
+    new["metadata"]["ownerReferences"]
+        .as_array_mut()
+        .unwrap()
+        .remove(0);
+    let (_, review) = request("UPDATE", new.clone(), Some(old.clone()));
+    let collector = as_user(
+        review.clone(),
+        "system:serviceaccount:kube-system:generic-garbage-collector",
+    );
+    for webhook in [
+        WebhookKind::Mutate,
+        WebhookKind::Validate,
+        WebhookKind::ValidateAll,
+    ] {
+        let allowed = run(&collector, webhook, &Policy::default(), HashMap::new()).unwrap();
+        assert!(allowed.patch.is_empty(), "{webhook:?}");
+    }
+    // Anyone else making that update is refused before any lookup.
+    let (person, _) = request("UPDATE", new, Some(old));
+    let err = mutate(&person, HashMap::new()).unwrap_err();
+    assert!(matches!(err, Denial::TooManyReferences { .. }), "{err:?}");
+    // The collector with malformed pod extras (it never has any) still
+    // removes: identity is not checked before it.
+    let odd = with_extras(
+        review,
+        "system:serviceaccount:kube-system:generic-garbage-collector",
+        json!({EXTRA_POD_NAME: ["w-1"]}),
+    );
+    assert!(mutate(&odd, HashMap::new()).is_ok());
+}
+
+// Issue 14 item 7: no uid the requester did not name; homoglyphs; `/v1`.
+
+#[test]
+fn a_changed_uid_label_is_refused_without_quoting_the_owners_uid() {
+    let mut new = owned("w-1", "uid-secret-1");
+    new["metadata"]["labels"]["ownerguard.io/owner-uid"] = json!("uid-mine");
+    let (req, _) = request("UPDATE", new, Some(owned("w-1", "uid-secret-1")));
+    let err = mutate(&req, HashMap::new()).unwrap_err();
+    assert!(matches!(err, Denial::OwnerLabelChanged { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(!message.contains("uid-secret-1"), "{message}");
+    assert!(
+        message.contains("uid-mine") && message.contains("w-1"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_kind_a_person_reads_as_pod_must_be_exactly_v1_pod() {
+    // Each a homoglyph of Pod the collector cannot resolve: beside the
+    // owner's reference it would make the object immortal.
+    for kind in [
+        "P\u{43e}d",                // Cyrillic o
+        "\u{420}od",                // Cyrillic Er
+        "P\u{3bf}d",                // Greek omicron
+        "\u{ff30}\u{ff4f}\u{ff44}", // fullwidth
+        "P0d",
+        "Pod\u{200b}",
+        "Po\u{301}d",
+        "P\u{43e}ds",
+    ] {
+        let obj = owned("w-1", "uid-1");
+        let obj = with_references(
+            obj,
+            &[json!({"apiVersion": "v1", "kind": kind, "name": "w-2", "uid": "uid-2"})],
+        );
+        let (req, _) = request("CREATE", obj, None);
+        let err = mutate(&req, running(&[("w-1", "uid-1"), ("w-2", "uid-2")])).unwrap_err();
+        assert!(
+            matches!(err, Denial::InexactPodReference { .. }),
+            "{kind:?}: {err:?}"
+        );
+        assert_eq!(err.code(), 400);
+    }
+}
+
+#[test]
+fn a_homoglyph_kind_is_spelt_out_in_the_denial() {
+    // "kind 'Pod' ... write kind Pod" would read as nonsense: the message
+    // shows the code point that differs.
+    let obj = with_references(
+        owned("w-1", "uid-1"),
+        &[json!({"apiVersion": "v1", "kind": "P\u{43e}d\u{200b}", "name": "w-2", "uid": "uid-2"})],
+    );
+    let (req, _) = request("CREATE", obj, None);
+    let message = mutate(&req, HashMap::new()).unwrap_err().to_string();
+    assert!(message.contains("kind 'P\\u{43e}d\\u{200b}'"), "{message}");
+}
+
+#[test]
+fn slash_v1_is_v1_to_the_collector() {
+    // `/v1` is group "", version v1 to the collector: the owner's own
+    // reference, not a contradiction, and nothing to add.
+    let reference = json!({"apiVersion": "/v1", "kind": "Pod", "name": "w-1", "uid": "uid-1",
+        "controller": false, "blockOwnerDeletion": false});
+    let obj = object(owner_labels("w-1", "uid-1"), Some(json!([reference])));
+    let (req, _) = request("CREATE", obj, None);
+    let allowed = mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
+    assert!(allowed.patch.is_empty(), "{:?}", allowed.patch);
+    assert!(validate(&req, running(&[("w-1", "uid-1")])).is_ok());
+    // Rewritten to `v1` on an UPDATE, it is the same reference.
+    let (req, _) = request("UPDATE", owned("w-1", "uid-1"), Some(obj_with_slash_v1()));
+    assert!(mutate(&req, running(&[("w-1", "uid-1")])).is_ok());
+    // Anything else is not v1.
+    for api_version in ["/", "", "v1/", "/v1/", " v1"] {
+        let reference =
+            json!({"apiVersion": api_version, "kind": "Pod", "name": "w-1", "uid": "uid-1"});
+        let obj = object(owner_labels("w-1", "uid-1"), Some(json!([reference])));
+        let (req, _) = request("CREATE", obj, None);
+        let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+        assert_eq!(err.code(), 400, "{api_version:?}: {err:?}");
+    }
+}
+
+fn obj_with_slash_v1() -> Value {
+    let reference = json!({"apiVersion": "/v1", "kind": "Pod", "name": "w-1", "uid": "uid-1",
+        "controller": false, "blockOwnerDeletion": false});
+    object(owner_labels("w-1", "uid-1"), Some(json!([reference])))
 }

@@ -9,7 +9,9 @@
 //!   long as its pod runs; once the pod is gone, has another uid or is
 //!   being deleted, it may be removed (the garbage collector orphaning).
 //!   The collector's own UPDATEs are never refused nor undone.
-//! - A Pod reference the update adds is checked as on CREATE.
+//! - A Pod reference the update adds is checked as on CREATE; and a pod
+//!   adds one only to an object it owns already: no pod makes itself
+//!   co-owner of another worker's object, nor adopts an orphaned one.
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,8 +20,8 @@ use crate::error::{Denial, Shown, Subject};
 use crate::names::is_pod_name;
 use crate::owner::Claim;
 use crate::owner::resolve::{
-    GARBAGE_COLLECTOR, OwnerLabels, REQUESTING_POD, annotation, check_requester, label,
-    reference_owners, references,
+    GARBAGE_COLLECTOR, NamedOwner, OwnerLabels, REQUESTING_POD, annotation, check_adoption,
+    check_requester, label, reference_owners, references,
 };
 use crate::patch::MetadataPatch;
 
@@ -82,9 +84,19 @@ pub(super) fn plan(
     webhook: WebhookKind,
     policy: &Policy,
 ) -> Result<Option<Checks>, Denial> {
-    let (object, head) = object_of(request, &policy.labels)?;
-    let meta = &head.metadata;
     let labels = &policy.labels;
+    // The collector removing references (orphaning, or stripping dangling
+    // ones) is recognised before any other check, limits, namespace and
+    // identity included (SPEC §3 rule 14): refusing it leaves the owner
+    // stuck in Terminating, and an object may hold more references than
+    // --max-pod-references (made before install, or before the limit was
+    // lowered). It is never denied nor undone, whatever else the object
+    // carries.
+    if is_collectors_removal(request, labels) {
+        return Ok(None);
+    }
+    let (object, head) = object_of(request, labels)?;
+    let meta = &head.metadata;
     let old = request.old_object.as_ref().map(|o| &o.metadata);
     if !labels.declared_in(meta) && !old.is_some_and(|old| labels.declared_in(old)) {
         return Ok(None);
@@ -113,14 +125,10 @@ pub(super) fn plan(
     };
     check_reference_count(meta, &at, policy)?;
     let requester = requester_of(request, &at, &declared)?;
-    let mutate = webhook == WebhookKind::Mutate;
+    let mutate = webhook.mutates();
+    // Any other update of the collector's (it makes none) is judged, but
+    // what it removes is never put back.
     let garbage_collector = request.user_info.username == GARBAGE_COLLECTOR;
-    // The collector removing references (orphaning, or stripping dangling
-    // ones) is never denied nor undone, whatever else the object carries:
-    // refusing it leaves the owner stuck in Terminating.
-    if garbage_collector && only_removes_references(old, meta, labels) {
-        return Ok(None);
-    }
 
     let written = owner_as_written(old, labels);
     // Looked up, restored, checked against: only an owner whose name can
@@ -261,8 +269,20 @@ pub(super) fn plan(
             claim,
             &at,
             requester.as_ref(),
-            policy.requester_policy(),
+            policy.requester_policy(webhook),
         )?);
+    }
+    // Every reference the update adds names the requester itself by now
+    // (or the requester check is off or warns): it must own the object
+    // already.
+    warnings.extend(check_adoption(
+        &owners_of_record(old, labels, written.as_ref()),
+        &claims,
+        &at,
+        requester.as_ref(),
+        policy.requester_policy(webhook),
+    )?);
+    for claim in &claims {
         let crate::owner::Origin::Reference(index) = claim.origin else {
             continue;
         };
@@ -403,6 +423,18 @@ fn tuple(reference: &OwnerReference) -> (&str, &str, &str, &str) {
     )
 }
 
+/// Whether `request` is the garbage collector's own UPDATE that only
+/// removes references (SPEC §3 rule 14).
+fn is_collectors_removal(request: &AdmissionRequest, labels: &OwnerLabels) -> bool {
+    match (&request.object, &request.old_object) {
+        (Some(new), Some(old)) => {
+            request.user_info.username == GARBAGE_COLLECTOR
+                && only_removes_references(&old.metadata, &new.metadata, labels)
+        }
+        _ => false,
+    }
+}
+
 /// Whether the update keeps the owner keys and every reference it keeps is
 /// one the old object had, unchanged: it only removes references.
 fn only_removes_references(old: &ObjectMeta, meta: &ObjectMeta, labels: &OwnerLabels) -> bool {
@@ -488,11 +520,19 @@ fn label_changes(
             (None, Some(value)) if !is_annotation && owner_uid == Some(value) => {}
             _ => {
                 let what = if is_annotation { "annotation" } else { "label" };
+                // The uid the object had is its owner's, which this
+                // requester need not know: a message never reveals it
+                // (SPEC §3 "Messages"). The name annotation holds a name,
+                // which the owner label shows anyway.
+                let old = match before {
+                    Some(_) if !is_annotation => "its value at creation".to_string(),
+                    _ => shown(before),
+                };
                 return Err(Denial::OwnerLabelChanged {
                     at: at.clone(),
                     owner,
                     key: format!("{what} {key}"),
-                    old: shown(before),
+                    old,
                     new: shown(after),
                 });
             }
@@ -509,6 +549,36 @@ fn label_changes(
         }
     }
     Ok((label_removed, omitted))
+}
+
+/// The pods that own the old object, as it was written: the one its owner
+/// label names (`Self`: its name annotation, or nobody known), with the
+/// uid its labels give it, and every pod its Pod references name, with
+/// theirs. Whether they live does not matter: an orphan still belongs to
+/// the worker it was made for.
+fn owners_of_record(
+    old: &ObjectMeta,
+    labels: &OwnerLabels,
+    written: Option<&OwnerOfRecord>,
+) -> Vec<NamedOwner> {
+    let by_label = label(old, &labels.pod)
+        .map(|value| match value {
+            REQUESTING_POD => annotation(old, &labels.pod_name).unwrap_or(REQUESTING_POD),
+            name => name,
+        })
+        .filter(|name| !name.is_empty())
+        .map(|name| NamedOwner {
+            name: name.to_string(),
+            uid: written.filter(|w| w.name == name).map(|w| w.uid.clone()),
+        });
+    let by_reference = references(old)
+        .iter()
+        .filter(|r| r.means_pod() && !r.name.is_empty())
+        .map(|r| NamedOwner {
+            name: r.name.clone(),
+            uid: Some(r.uid.clone()).filter(|uid| !uid.is_empty()),
+        });
+    by_label.into_iter().chain(by_reference).collect()
 }
 
 /// The owner the old object's labels name, as written, when they name one

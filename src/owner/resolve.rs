@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID, ObjectMeta, OwnerReference, UserInfo};
-use crate::error::{Denial, Subject};
+use crate::error::{Denial, Shown, Subject};
 use crate::names::{is_pod_name, is_uid};
 
 /// The owner-pod label value that means "the pod that sends this request",
@@ -500,6 +500,65 @@ pub fn check_requester(
             requester: requester.name.clone(),
             service_account: format!("{}/{}", requester.namespace, requester.service_account),
             key: policy.labels.pod.clone(),
+        }),
+    }
+}
+
+/// A pod that owns an object, as the object names it: the name, and the
+/// uid when the object gives one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedOwner {
+    pub name: String,
+    pub uid: Option<String>,
+}
+
+/// Compare a pod-bound requester that adds or changes Pod references
+/// (`added`, not empty) with the pods that own the object already
+/// (`owners`: its owner label's, as written, and its Pod references'),
+/// SPEC §3 UPDATE: no pod makes itself co-owner of another worker's
+/// object, nor adopts an orphaned one (an orphan's owner is gone, but the
+/// object still names it). The requester is one of the owners when it has
+/// that owner's name and, where the object gives one, its uid: a new pod
+/// of the same name is another worker.
+///
+/// Returns the warning to give under `--requester-check warn`.
+///
+/// # Errors
+///
+/// [`Denial::RequesterAdoptsObject`] under `enforce`, unless the
+/// requester's service account is a delegate.
+pub fn check_adoption(
+    owners: &[NamedOwner],
+    added: &[Claim],
+    at: &Subject,
+    requester: Option<&Requester>,
+    policy: RequesterPolicy<'_>,
+) -> Result<Option<String>, Denial> {
+    let (Some(requester), Some(first)) = (requester, added.first()) else {
+        return Ok(None);
+    };
+    if policy.mode == RequesterCheck::Off || requester.is_delegate(policy.delegates) {
+        return Ok(None);
+    }
+    let is_requester = |owner: &&NamedOwner| {
+        owner.name == requester.name && owner.uid.as_ref().is_none_or(|uid| uid == &requester.uid)
+    };
+    let Some(owner) = owners.iter().find(|owner| !is_requester(owner)) else {
+        return Ok(None);
+    };
+    match policy.mode {
+        RequesterCheck::Warn => Ok(Some(format!(
+            "request from pod '{}' adds an ownerReference to an object owned by pod '{}'",
+            requester.name,
+            Shown(&owner.name)
+        ))),
+        _ => Err(Denial::RequesterAdoptsObject {
+            at: at.clone(),
+            owner: owner.name.clone(),
+            requester: requester.name.clone(),
+            reference: first.name.clone(),
+            same_name: owner.name == requester.name,
+            service_account: format!("{}/{}", requester.namespace, requester.service_account),
         }),
     }
 }

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""The labelled webhooks' matchCondition, compared with ownerguard's answers.
+"""The chart's matchConditions, compared with ownerguard's answers.
 
 The chart's labelled webhooks (mutate.*, validate.*) carry a CEL
 matchCondition that lets the API server skip UPDATEs that touch nothing
-ownerguard judges. An UPDATE skipped on which ownerguard would have denied,
-patched or warned is a hole. This differential run, deterministic for a seed:
+ownerguard judges; the cluster-wide one (validate-all.*) one that skips
+CREATEs naming no pod-like kind. A review skipped on which ownerguard would
+have denied, patched or warned is a hole. This differential run,
+deterministic for a seed:
 
   1. makes UPDATE pairs: --cases random old/new objects (ConfigMap, Job,
      CronJob, Deployment, a custom resource; owner labels, pod-like and
@@ -19,6 +21,10 @@ patched or warned is a hole. This differential run, deterministic for a seed:
   3. asks the built ownerguard (`ownerguard review --webhook mutate|validate`)
      about every pair a labelled webhook's condition skips while the object
      carries the owner-pod label on either side;
+  4. makes CREATEs of an unlabelled pod whose reference has a kind spelt
+     from the letters of pod and pods, digits, separators and non-ASCII
+     look-alikes (every string of up to 3 of them), and asks ownerguard
+     (`--webhook validate-all`) about each the cluster-wide condition skips;
 
 and fails (exit 1), listing the smallest examples (the review, ownerguard's
 answer, the condition's verdict), when a condition errors on any pair
@@ -58,8 +64,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 PREFIX = "ownerguard.io"  # the chart's default keyPrefix, as rendered by .ci/chart-check
 P, U, N = f"{PREFIX}/owner-pod", f"{PREFIX}/owner-uid", f"{PREFIX}/owner-pod-name"
-# ownerguard's pod-like kind (OwnerReference::means_pod), as the chart spells it.
-POD_KIND = re.compile(r"^[^A-Za-z0-9]*[Pp][^A-Za-z0-9]*[Oo][^A-Za-z0-9]*[Dd][^A-Za-z0-9]*([Ss][^A-Za-z0-9]*)?$")
+# The kinds ownerguard may read as pod-like (OwnerReference::means_pod), as
+# the chart spells them (ownerguard.cel.podKindRegex): a superset, every kind
+# with a character outside printable ASCII included.
+POD_KIND = re.compile(r"^[^A-Za-z0-9]*[Pp][^A-Za-z0-9]*[Oo0][^A-Za-z0-9]*[Dd][^A-Za-z0-9]*([Ss][^A-Za-z0-9]*)?$|[^ -~]")
+# Kinds a person reads as Pod that the collector cannot resolve (issue 14).
+HOMOGLYPHS = ["P\u043ed", "\u0420od", "\uff30\uff4f\uff44", "P0d", "Po\u0301d", "Pod\u200b"]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PODS = {
@@ -107,8 +117,9 @@ class Random:
 
     def ref(self):
         ch = self.ch
-        r = {"apiVersion": ch("v1", "v1", "apps/v1", "example.com/v1"),
-             "kind": ch("Pod", "Pod", "Pod", "pod", "Pods", "p-o-d", "ConfigMap", "Deployment", "Podx"),
+        r = {"apiVersion": ch("v1", "v1", "apps/v1", "example.com/v1", "/v1"),
+             "kind": ch("Pod", "Pod", "Pod", "pod", "Pods", "p-o-d", "ConfigMap", "Deployment", "Podx",
+                        ch(*HOMOGLYPHS), "\u03a9mega"),
              "name": ch("w-1", "w-1", "w-2", "w-3", "w-t", "c", "Bad_Name", ""),
              "uid": ch("U1", "U1", "U2", "U3", "UT", "Z", "")}
         c, b = ch(None, False, True, False), ch(None, False, False, True)
@@ -294,6 +305,30 @@ def many_references():
     yield "odd-many-references", review("odd-many-references", old, new), []
 
 
+def kind_spellings():
+    """CREATEs of an unlabelled pod whose one reference (to a running pod) has
+    a kind made of the letters of pod and pods, the digits and separators
+    that read as them or not, a Cyrillic o, a fullwidth P, a zero-width space
+    and the Kelvin sign: every one the cluster-wide webhook's condition skips
+    must be one ownerguard's /validate-all allows unchanged."""
+    alphabet = ["p", "O", "0", "d", "s", "-", "x", "1", "\u043e", "\uff30", "\u200b", "\u212a"]
+    words = [""]
+    i = 0
+    for _ in range(3):
+        words = [w + c for w in words for c in alphabet]
+        for kind in words:
+            name = f"kind-{i}"
+            i += 1
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "x", "namespace": "agents",
+                                "ownerReferences": [{"apiVersion": "v1", "kind": kind, "name": "w-1", "uid": "U1",
+                                                     "controller": False, "blockOwnerDeletion": False}]}}
+            rev = review(name, None, pod, user={"username": "alice"}, kind=("", "v1", "Pod", "pods"))
+            rev["request"]["operation"] = "CREATE"
+            del rev["request"]["oldObject"]
+            yield name, rev, []
+
+
 def fixtures():
     """The UPDATE fixtures, with their case.yaml's flags and pods.yaml."""
     try:
@@ -420,7 +455,7 @@ def pod_references(o):
     refs = md.get("ownerReferences") if isinstance(md, dict) else None
     if not isinstance(refs, list):
         return 0
-    return sum(1 for r in refs if isinstance(r, dict) and isinstance(r.get("kind"), str) and POD_KIND.match(r["kind"]))
+    return sum(1 for r in refs if isinstance(r, dict) and isinstance(r.get("kind"), str) and POD_KIND.search(r["kind"]))
 
 
 def flag(flags, name, default):
@@ -455,7 +490,8 @@ def main():
     args = ap.parse_args()
     start = time.monotonic()
 
-    items = list(Random(args.seed).pairs(args.cases)) + list(odd_shapes()) + list(many_references()) + list(fixtures())
+    items = list(Random(args.seed).pairs(args.cases)) + list(odd_shapes()) + list(many_references()) \
+        + list(fixtures()) + list(kind_spellings())
     workdir = args.keep or tempfile.mkdtemp(prefix="celdiff-")
     os.makedirs(workdir, exist_ok=True)
     pods = os.path.join(workdir, "pods.json")
@@ -476,6 +512,9 @@ def main():
         for webhook, verdict in v.items():
             role = webhook.split(".", 1)[0]
             if verdict is False and role in ("mutate", "validate") and labelled(rev):
+                jobs.append((name, rev, flags, role, webhook))
+            creates = rev["request"]["operation"] == "CREATE"
+            if verdict is False and role == "validate-all" and creates and not labelled(rev):
                 jobs.append((name, rev, flags, role, webhook))
 
     def judge(job):
@@ -501,8 +540,8 @@ def main():
     for name, _, _ in items:
         k = name.split("-", 1)[0]
         sources[k] = sources.get(k, 0) + 1
-    print(f"{len(items)} UPDATE pairs (seed {args.seed}: " + ", ".join(f"{v} {k}" for k, v in sources.items())
-          + f"); {len(jobs)} skipped labelled (pair, webhook) reviewed by ownerguard; {elapsed:.1f}s")
+    print(f"{len(items)} reviews (seed {args.seed}: " + ", ".join(f"{v} {k}" for k, v in sources.items())
+          + f"); {len(jobs)} skipped (review, webhook) pairs reviewed by ownerguard; {elapsed:.1f}s")
     for why, count in excepted.items():
         print(f"  known exception, {count}x: {why}")
     if args.keep:

@@ -168,6 +168,7 @@ pub fn oracle_hook(kind: WebhookKind) -> oracle::Hook {
     match kind {
         WebhookKind::Mutate => oracle::Hook::Mutate,
         WebhookKind::Validate => oracle::Hook::Validate,
+        WebhookKind::ValidateAll => oracle::Hook::ValidateAll,
     }
 }
 

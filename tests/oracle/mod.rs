@@ -25,7 +25,8 @@
 //!
 //! Shared by `tests/golden.rs`, `tests/public_fixtures.rs`,
 //! `tests/properties.rs` and the fuzz target (`fuzz/`, by `#[path]`), so it
-//! only uses `serde_json`, `json-patch` and `base64`.
+//! only uses `serde_json`, `json-patch`, `base64` and `unicode-security`
+//! (UTS #39's confusable skeleton: what a person reads).
 
 #![allow(dead_code)]
 
@@ -51,6 +52,15 @@ pub const REFERENCES_ALWAYS_REFUSED: usize = 1000;
 pub enum Hook {
     Mutate,
     Validate,
+    /// `/validate-all`, the chart's cluster-wide opt-in (SPEC §3 rule 13):
+    /// it refuses only references the collector cannot resolve to a live
+    /// pod. A blocking reference is the API server's permission check to
+    /// judge there (the ephemeral-volume and resource-claim controllers
+    /// write `controller: true, blockOwnerDeletion: true` and hold `update`
+    /// on `pods/finalizers`), and whom a client names as owner is not a
+    /// claim on ownerguard's requester check; its webhook fails open
+    /// (`failurePolicy: Ignore`), so a failed lookup is allowed.
+    ValidateAll,
 }
 
 impl Hook {
@@ -58,6 +68,17 @@ impl Hook {
         match self {
             Hook::Mutate => "mutate",
             Hook::Validate => "validate",
+            Hook::ValidateAll => "validate-all",
+        }
+    }
+
+    /// The rules this endpoint applies: `/validate-all` those of
+    /// `/validate`, less what [`Reason::blocking`] marks and the requester
+    /// check.
+    fn rules(self) -> Hook {
+        match self {
+            Hook::ValidateAll => Hook::Validate,
+            other => other,
         }
     }
 }
@@ -189,8 +210,24 @@ pub fn judge(
         ));
     }
     check_wire(review, hook, answer, &mut v);
+    // /validate-all: no requester check, and a failed lookup allowed.
+    let all_settings;
+    let settings = if hook == Hook::ValidateAll {
+        all_settings = Settings {
+            requester_check: RequesterCheck::Off,
+            fail_open: true,
+            ..settings.clone()
+        };
+        &all_settings
+    } else {
+        settings
+    };
     let world = World::new(request, pods, settings);
-    let expect = expect(&world, hook);
+    let mut expect = expect(&world, hook.rules());
+    if hook == Hook::ValidateAll {
+        expect.deny.retain(|reason| !reason.blocking);
+        expect.maybe.retain(|reason| !reason.blocking);
+    }
     let response = &answer["response"];
     match response["allowed"].as_bool() {
         Some(true) => judge_allowed(&world, hook, &expect, response, &mut v),
@@ -245,8 +282,8 @@ fn check_wire(review: &Value, hook: Hook, answer: &Value, v: &mut Violations) {
     }
     let response = &answer["response"];
     if let Some(patch) = response.get("patch") {
-        if hook == Hook::Validate {
-            v.push("wire: a /validate answer carries a patch".into());
+        if hook != Hook::Mutate {
+            v.push(format!("wire: a /{} answer carries a patch", hook.as_str()));
         }
         if response["allowed"] != true {
             v.push("wire: a denial carries a patch".into());
@@ -331,24 +368,16 @@ impl Entry {
     fn field(&self, key: &str) -> Option<&Value> {
         self.raw.get(key)
     }
+    /// Resolvable by the collector to a pod: kind `Pod`, apiVersion the
+    /// core group's `v1` ([`core_v1`]).
     fn exact(&self) -> bool {
-        self.api_version.as_deref() == Some("v1") && self.kind.as_deref() == Some("Pod")
+        self.api_version.as_deref().is_some_and(core_v1) && self.kind.as_deref() == Some("Pod")
     }
-    /// Named like a pod: the API server's discovery would not resolve it
-    /// unless it is exact.
-    /// Named like a pod, as the README states the rule: the kind's ASCII
-    /// letters and digits, in any case, spell `pod` or `pods` (`Pod `,
-    /// `"Pod"`, `p.o.d`...). None of those but `v1`/`Pod` is resolvable.
+    /// Named like a pod (SPEC §3 rule 15): a kind a person reads as `Pod`
+    /// or `Pods` ([`reads_as_pod`]). None of those but `v1`/`Pod` is
+    /// resolvable.
     fn pod_kind(&self) -> bool {
-        self.exact()
-            || self.kind.as_deref().is_some_and(|k| {
-                let k: String = k
-                    .chars()
-                    .filter(char::is_ascii_alphanumeric)
-                    .map(|c| c.to_ascii_lowercase())
-                    .collect();
-                k == "pod" || k == "pods"
-            })
+        self.exact() || self.kind.as_deref().is_some_and(reads_as_pod)
     }
     fn well_formed(&self) -> bool {
         let text_or_absent = |key: &str| self.field(key).is_none_or(Value::is_string);
@@ -375,9 +404,15 @@ impl Entry {
     fn name(&self) -> &str {
         self.name.as_deref().unwrap_or("")
     }
+    /// What identifies the reference to the collector: `/v1` is `v1`.
     fn tuple(&self) -> Tuple {
+        let api_version = self.api_version.clone().unwrap_or_default();
         (
-            self.api_version.clone().unwrap_or_default(),
+            if core_v1(&api_version) {
+                "v1".to_string()
+            } else {
+                api_version
+            },
             self.kind.clone().unwrap_or_default(),
             self.name.clone().unwrap_or_default(),
             self.uid.clone().unwrap_or_default(),
@@ -386,6 +421,50 @@ impl Entry {
     fn show(&self) -> String {
         serde_json::to_string(&self.raw).unwrap_or_default()
     }
+}
+
+/// Whether the collector reads `api_version` as the core group's `v1`. It
+/// resolves an owner with apimachinery's `schema.FromAPIVersionAndKind`,
+/// whose `ParseGroupVersion` splits at the one `/` (group "" for `/v1`)
+/// and reads a string without `/` as a version of group "": `v1` and
+/// `/v1` only (`""` and `"/"` are the empty version).
+pub fn core_v1(api_version: &str) -> bool {
+    api_version == "v1" || api_version == "/v1"
+}
+
+/// Whether a person reads `kind` as `Pod` or `Pods` (SPEC §3 rule 15):
+/// in any case, through invisible characters and separators (`Pod\u{200b}`,
+/// ` pod `, `p-o-d`), and through Unicode confusables as UTS #39 defines
+/// them (its skeleton: Cyrillic `о`, fullwidth `Ｐ`, the digit `0`, `Ṗ`
+/// whose decomposition leaves a combining mark).
+pub fn reads_as_pod(kind: &str) -> bool {
+    // Letter by letter, each through the skeleton, as a reader takes it
+    // in; every character that is no letter or digit once read (spaces,
+    // format characters, punctuation, marks) separates nothing.
+    let read = |lowercase_first: bool| -> String {
+        let mut out = String::new();
+        for c in kind.chars() {
+            if c.is_ascii() && !c.is_ascii_alphanumeric() {
+                continue;
+            }
+            let c: String = if lowercase_first {
+                c.to_lowercase().collect()
+            } else {
+                c.to_string()
+            };
+            let skeleton: String = unicode_security::skeleton(&c).collect();
+            out.extend(
+                skeleton
+                    .to_lowercase()
+                    .chars()
+                    .filter(|c| c.is_alphanumeric()),
+            );
+        }
+        out
+    };
+    [read(true), read(false)]
+        .iter()
+        .any(|reading| reading == "pod" || reading == "pods")
 }
 
 /// The metadata of an object, as far as ownership goes.
@@ -569,7 +648,7 @@ impl<'a> World<'a> {
             requester,
             object: Meta::parse(&request["object"]),
             old: Meta::parse(&request["oldObject"]),
-            named_text: serde_json::to_string(request).unwrap_or_default(),
+            named_text: named_text(request),
         }
     }
 
@@ -624,6 +703,30 @@ impl<'a> World<'a> {
     fn delegate(&self) -> bool {
         self.settings.is_delegate(&self.username)
     }
+}
+
+/// What the requester wrote: the request without the old object (which the
+/// API server sends from storage, so its uids need not be the
+/// requester's to know).
+fn named_text(request: &Value) -> String {
+    let mut named = request.clone();
+    if let Some(map) = named.as_object_mut() {
+        map.remove("oldObject");
+    }
+    serde_json::to_string(&named).unwrap_or_default()
+}
+
+/// The uids the old object holds (its uid label, its references'): the
+/// owner's and co-owners' uids, which a message may only repeat when the
+/// request names them itself.
+fn stored_uids(old: &Meta, uid_key: &str) -> Vec<String> {
+    old.label(uid_key)
+        .into_iter()
+        .map(str::to_string)
+        .chain(old.refs.iter().filter_map(|r| r.uid.clone()))
+        // Short values could turn up in a message by chance ("#1").
+        .filter(|uid| uid.len() >= 8)
+        .collect()
 }
 
 fn requester(request: &Value, namespace: &str) -> Requester {
@@ -712,6 +815,8 @@ struct Reason {
     /// Decided before any lookup (rules 7 and 10, labels, identity): a 503
     /// cannot be the answer then.
     early: bool,
+    /// About a blocking reference only: not `/validate-all`'s to judge.
+    blocking: bool,
 }
 
 /// A reference `/mutate` must bring back on an UPDATE that omitted it.
@@ -747,6 +852,7 @@ impl Expect {
             codes: codes.to_vec(),
             why: why.into(),
             early,
+            blocking: false,
         });
     }
     fn maybe(&mut self, codes: &[u16], early: bool, why: impl Into<String>) {
@@ -754,7 +860,21 @@ impl Expect {
             codes: codes.to_vec(),
             why: why.into(),
             early,
+            blocking: false,
         });
+    }
+    /// A denial for a blocking reference (`/validate`'s, not `/validate-all`'s).
+    fn deny_blocking(&mut self, codes: &[u16], early: bool, why: impl Into<String>) {
+        self.deny(codes, early, why);
+        if let Some(reason) = self.deny.last_mut() {
+            reason.blocking = true;
+        }
+    }
+    fn maybe_blocking(&mut self, codes: &[u16], early: bool, why: impl Into<String>) {
+        self.maybe(codes, early, why);
+        if let Some(reason) = self.maybe.last_mut() {
+            reason.blocking = true;
+        }
     }
     /// A looked-up pod that must be live.
     fn require_live(&mut self, w: &World, name: &str, uid: &str, what: &str) {
@@ -996,7 +1116,9 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
         true,
     );
 
-    if !e.deny.is_empty() {
+    // A denial for a blocking reference alone still leaves the lookups to
+    // judge: /validate-all does not judge the flag, only the pod.
+    if e.deny.iter().any(|r| !r.blocking) {
         return;
     }
     // Lookups.
@@ -1006,11 +1128,15 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
         looked.insert(name.clone());
         // /validate: the matching non-blocking reference must be there.
         if hook == Hook::Validate {
-            let matching = refs
-                .iter()
-                .any(|r| r.exact() && r.name() == name && r.uid() == uid && !r.blocking());
-            if !matching {
+            let matching = |r: &&&Entry| r.exact() && r.name() == name && r.uid() == uid;
+            if !refs.iter().any(|r| matching(&r)) {
                 e.deny(
+                    &[400, 403],
+                    false,
+                    format!("/validate: no reference to owner '{name}'"),
+                );
+            } else if !refs.iter().any(|r| matching(&r) && !r.blocking()) {
+                e.deny_blocking(
                     &[400, 403],
                     false,
                     format!("/validate: no non-blocking reference to owner '{name}'"),
@@ -1146,6 +1272,82 @@ fn owner_of_label(
                 None
             }
         },
+    }
+}
+
+/// SPEC §3 UPDATE (issue 14 item 1): a pod-bound requester that adds or
+/// changes a Pod reference on an object whose owner is another pod is
+/// denied (delegates aside): no pod makes itself co-owner of another
+/// worker's object, nor adopts an orphaned one. The object's owners are
+/// what the old object names, alive or not: the pod of its owner label
+/// (`Self`: its name annotation), and the pods of its Pod references; the
+/// requester is one of them when it has that name and, where the object
+/// gives one, that uid (a new pod of the same name is another worker).
+fn check_adoption(w: &World, e: &mut Expect, added: &[&Entry]) {
+    let Some((name, uid)) = w.requester_pod() else {
+        return;
+    };
+    if !added.iter().any(|r| r.pod_kind()) || w.delegate() {
+        return;
+    }
+    let s = w.settings;
+    let old = &w.old;
+    let annotation = |key: &str| {
+        w.request["oldObject"]["metadata"]["annotations"][key]
+            .as_str()
+            .map(str::to_string)
+    };
+    let mut owners: Vec<(String, Option<String>)> = Vec::new();
+    if let Some(value) = old.label(&s.pod_key()).filter(|v| !v.is_empty()) {
+        let owner = if s.self_value.as_deref() == Some(value) {
+            annotation(&format!("{}/owner-pod-name", s.key_prefix)).unwrap_or(value.to_string())
+        } else {
+            value.to_string()
+        };
+        // Its uid: the uid label, else that of its one exact reference.
+        let by_reference: BTreeSet<&str> = old
+            .refs
+            .iter()
+            .filter(|r| r.exact() && r.name() == owner && !r.uid().is_empty())
+            .map(|r| r.uid())
+            .collect();
+        let uid = old
+            .label(&s.uid_key())
+            .filter(|u| !u.is_empty())
+            .map(str::to_string)
+            .or_else(|| {
+                (by_reference.len() == 1).then(|| by_reference.iter().next().unwrap().to_string())
+            });
+        owners.push((owner, uid));
+    }
+    for r in old
+        .refs
+        .iter()
+        .filter(|r| r.pod_kind() && !r.name().is_empty())
+    {
+        owners.push((
+            r.name().to_string(),
+            Some(r.uid().to_string()).filter(|u| !u.is_empty()),
+        ));
+    }
+    let another = owners
+        .iter()
+        .find(|(owner, owner_uid)| owner != name || owner_uid.as_deref().is_some_and(|u| u != uid));
+    let Some((owner, _)) = another else {
+        return;
+    };
+    match s.requester_check {
+        RequesterCheck::Enforce => e.deny(
+            &[403],
+            true,
+            format!(
+                "requester pod '{name}' adds a Pod reference to an object owned by pod '{owner}'"
+            ),
+        ),
+        RequesterCheck::Warn => e.warn.push(format!(
+            "requester pod '{name}' adopts pod '{owner}''s object (warn)"
+        )),
+        RequesterCheck::Off => {}
     }
 }
 
@@ -1295,7 +1497,7 @@ fn check_added_refs(
                     r.name()
                 )),
                 Hook::Mutate => {}
-                Hook::Validate => e.deny(
+                _ => e.deny_blocking(
                     &[400, 403],
                     false,
                     format!("blocking Pod reference to '{}' on /validate", r.name()),
@@ -1324,6 +1526,23 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     if !declares_new && !declares_old {
         e.unchanged = true;
         return;
+    }
+    // The collector's UPDATE that removes references: never denied, never
+    // restored (SPEC §3 UPDATE), and recognised before any other check,
+    // limits, namespace and identity included (rule 14): an object may
+    // hold more references than the limit (made before install, or before
+    // the limit was lowered), and refusing the removal leaves its owner
+    // Terminating.
+    if w.gc() && old.present {
+        let only_removes = new
+            .refs
+            .iter()
+            .all(|r| old.refs.iter().any(|o| o.raw == r.raw))
+            && new.labels == old.labels;
+        if only_removes {
+            e.unchanged = true;
+            return;
+        }
     }
     if !old.present {
         e.maybe(&[400, 403], true, "an UPDATE without oldObject");
@@ -1480,7 +1699,7 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
                         uid_label_restore = Some(o.to_string());
                         e.warn.push("uid label restored".into());
                     }
-                    Hook::Validate => e.deny(
+                    _ => e.deny(
                         &[403],
                         false,
                         "the update drops the uid label while the owner lives",
@@ -1574,14 +1793,14 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
                 } else if r.blocking() && !r_o.blocking() {
                     match hook {
                         Hook::Mutate => e.warn.push("owner reference unblocked".into()),
-                        Hook::Validate => e.deny(
+                        _ => e.deny_blocking(
                             &[400, 403],
                             true,
                             "the update makes the owner's reference blocking",
                         ),
                     }
                 } else if r.blocking() && hook == Hook::Validate {
-                    e.maybe(
+                    e.maybe_blocking(
                         &[400, 403],
                         true,
                         "the owner's reference was blocking already",
@@ -1636,7 +1855,7 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             Hook::Mutate => e
                 .warn
                 .push(format!("blocking reference {} made non-blocking", n.show())),
-            Hook::Validate => e.deny(
+            _ => e.deny_blocking(
                 &[400, 403],
                 false,
                 format!("the update makes the reference {} blocking", n.show()),
@@ -1707,7 +1926,7 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             } else if n.blocking() && !r.blocking() && !r.pod_kind() {
                 // An entry of no pod kind under a pod's uid, kept: legacy;
                 // not a Pod reference (SPEC §2), so its flag is not ours.
-                e.maybe(
+                e.maybe_blocking(
                     &[400, 403],
                     true,
                     "a legacy entry under a pod's uid made blocking",
@@ -1719,7 +1938,7 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             {
                 match hook {
                     Hook::Mutate => e.warn.push("reference unblocked".into()),
-                    Hook::Validate => e.deny(
+                    _ => e.deny_blocking(
                         &[400, 403],
                         true,
                         format!("the update makes the reference to '{}' blocking", r.name()),
@@ -1728,7 +1947,7 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             } else if n.blocking() {
                 // Blocking already before: legacy, either answer.
                 if hook == Hook::Validate {
-                    e.maybe(&[400, 403], true, "a blocking reference the old object had");
+                    e.maybe_blocking(&[400, 403], true, "a blocking reference the old object had");
                 }
             }
         }
@@ -1751,6 +1970,7 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         None => (None, None),
     };
     check_templates(w, e);
+    check_adoption(w, e, &added);
     check_added_refs(
         w,
         hook,
@@ -1800,23 +2020,7 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             format!("entry {} the old object already had", r.show()),
         );
     }
-    if gc {
-        // The collector's UPDATE that removes references: never denied,
-        // never restored (SPEC §3 UPDATE, issue 8 item 2).
-        let only_removes = new
-            .refs
-            .iter()
-            .all(|r| old.refs.iter().any(|o| o.raw == r.raw))
-            && new.labels == old.labels;
-        if only_removes {
-            e.deny.clear();
-            e.maybe.clear();
-            e.restore.clear();
-            e.warn.clear();
-            e.owner_required = false;
-        }
-    }
-    if !e.deny.iter().any(|r| r.early) {
+    if !e.deny.iter().any(|r| r.early && !r.blocking) {
         let mut looked = BTreeSet::new();
         for r in added
             .iter()
@@ -1885,6 +2089,14 @@ fn check_message(w: &World, e: &Expect, message: &str, denial: bool, v: &mut Vio
             v.push(format!(
                 "message reveals the uid of pod '{}/{}', which the request did not name: {message}",
                 pod.namespace, pod.name
+            ));
+        }
+    }
+    // Issue 14 item 7: nor a uid only the stored object holds.
+    for uid in stored_uids(&w.old, &w.settings.uid_key()) {
+        if message.contains(&uid) && !w.named_text.contains(&uid) {
+            v.push(format!(
+                "message reveals the uid '{uid}' the old object holds, which the request did not name: {message}"
             ));
         }
     }
@@ -1989,7 +2201,7 @@ fn judge_allowed(w: &World, hook: Hook, e: &Expect, response: &Value, v: &mut Vi
             return;
         }
     };
-    if hook == Hook::Validate && response.get("patch").is_some() {
+    if hook != Hook::Mutate && response.get("patch").is_some() {
         return;
     }
     if matches!(w.operation.as_str(), "CREATE" | "UPDATE") && fin.is_object() {
@@ -2119,7 +2331,10 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
         // not a Pod reference (SPEC §2), its flag is legacy.
         let legacy_entry = inherited(r) && !r.pod_kind();
         let was_blocking = inherited(r) && old_blocking(r);
-        let exempt = was_blocking || legacy_entry || foreign;
+        // /validate-all leaves blocking references to the API server's
+        // permission check (SPEC §3 rule 13).
+        let permission_checked = hook == Hook::ValidateAll;
+        let exempt = was_blocking || legacy_entry || foreign || permission_checked;
         if r.blocking() && !exempt {
             v.push(format!(
                 "final object: Pod reference {} is blocking (blockOwnerDeletion: true)",

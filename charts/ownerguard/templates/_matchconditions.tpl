@@ -10,15 +10,19 @@ guarded by `type(x) == map`.
 */}}
 
 {{/*
-A pod-like kind, as ownerguard reads one (OwnerReference::means_pod): its
-ASCII letters and digits, in any case, spell pod or pods (`Pod`, `pods`,
-`POD`, ` pod `, `p-o-d`, `Pod` with a zero-width space...; not `Podx`,
-`Pod1` nor `v1/Pod`). Written with explicit case classes, not (?i): RE2
-folds `k` with the Kelvin sign and `s` with the long s, so (?i)[^a-z0-9]
-would not let those count as the separators ownerguard ignores.
+A kind ownerguard may read as pod-like (OwnerReference::means_pod: the
+kind a person reads as Pod or Pods, through case, separators, invisible
+characters and the Unicode confusables of UTS #39), as a superset RE2 can
+say: an ASCII kind whose letters and digits, in any case, spell pod or pods
+with the digit 0 for the o (UTS #39 reads 0 as O: `Pod`, `pods`, `POD`,
+` pod `, `p-o-d`, `P0d`; not `Podx`, `Pod1` nor `v1/Pod`); and any kind
+holding a character outside printable ASCII (a Cyrillic o, a fullwidth
+letter, a zero-width space...), which only ownerguard's skeleton can read.
+Written with explicit case classes, not (?i): RE2 folds `k` with the
+Kelvin sign and `s` with the long s.
 */}}
 {{- define "ownerguard.cel.podKindRegex" -}}
-^[^A-Za-z0-9]*[Pp][^A-Za-z0-9]*[Oo][^A-Za-z0-9]*[Dd][^A-Za-z0-9]*([Ss][^A-Za-z0-9]*)?$
+^[^A-Za-z0-9]*[Pp][^A-Za-z0-9]*[Oo0][^A-Za-z0-9]*[Dd][^A-Za-z0-9]*([Ss][^A-Za-z0-9]*)?$|[^ -~]
 {{- end }}
 
 {{/* Whether the ownerReference in CEL variable . is pod-like (never an error, whatever its shape). */}}
@@ -101,8 +105,8 @@ matchConditions:
 
 {{/*
 validation.allPodOwnerReferences: only objects that name a pod as owner,
-the kind read as ownerguard reads it (pod-like, above), so that every
-spelling ownerguard refuses reaches it.
+the kind read as ownerguard may read it (pod-like, above: a superset), so
+that every spelling ownerguard refuses reaches it.
 */}}
 {{- define "ownerguard.matchConditions.podReferences" -}}
 matchConditions:
