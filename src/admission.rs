@@ -219,7 +219,7 @@ pub struct ObjectHead {
     pub kind: Option<String>,
     #[serde(default, deserialize_with = "null_as_default")]
     pub metadata: ObjectMeta,
-    /// Only the pod templates of the spec, when it has any.
+    /// Only the templates of the spec (rule 12), when it has any.
     #[serde(default, deserialize_with = "lenient")]
     pub spec: Option<SpecHead>,
 }

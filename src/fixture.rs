@@ -7,7 +7,7 @@
 //! case.yaml      the webhook and the settings it ran with (optional)
 //! response.json  the expected answer, its patch decoded for reading
 //! patched.json   what the patch may change, after it: the object's metadata
-//!                and its pod templates' (only if patched)
+//!                and its templates' (rule 12; only if patched)
 //! ```
 
 use std::collections::HashSet;
