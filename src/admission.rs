@@ -220,33 +220,46 @@ pub struct ObjectHead {
     pub kind: Option<String>,
     #[serde(default, deserialize_with = "null_as_default")]
     pub metadata: ObjectMeta,
-    /// Only the pod templates of the spec, when it has any.
+    /// Only the templates of the spec (rule 12), when it has any.
     #[serde(default, deserialize_with = "lenient")]
     pub spec: Option<SpecHead>,
 }
 
 impl ObjectHead {
-    /// The metadata of every pod template the object carries, with where
-    /// it is: `spec.template` (Jobs, Deployments, ReplicaSets,
-    /// StatefulSets, DaemonSets, and any resource of that shape), and a
-    /// CronJob's `spec.jobTemplate` (the Jobs it makes) and
-    /// `spec.jobTemplate.spec.template` (their pods).
+    /// Every template the object carries (SPEC §3 rule 12), with where it
+    /// is, in document order:
     ///
-    /// A template whose labels or annotations are not maps of strings is
-    /// not a pod template (a custom resource of another shape): it is left
-    /// alone, never patched.
-    pub fn templates(&self) -> Vec<(TemplatePath, TemplateMeta)> {
+    /// - pod templates: `spec.template` (Jobs, Deployments, ReplicaSets,
+    ///   StatefulSets, DaemonSets, and any resource of that shape), a
+    ///   CronJob's `spec.jobTemplate` (the Jobs it makes) and
+    ///   `spec.jobTemplate.spec.template` (their pods);
+    /// - claim templates: `spec.volumeClaimTemplates[i]` (a StatefulSet's,
+    ///   whose claims also take `spec.selector.matchLabels`), and every
+    ///   generic ephemeral volume's `volumes[i].ephemeral.volumeClaimTemplate`
+    ///   of the pod spec (`spec`, `spec.template.spec`,
+    ///   `spec.jobTemplate.spec.template.spec`);
+    /// - a `resource.k8s.io` ResourceClaimTemplate's `spec.metadata`: the
+    ///   resource-claim controller stamps it on the ResourceClaim it makes
+    ///   for each pod that names the template.
+    ///
+    /// A template whose labels or annotations are not maps of strings, or
+    /// that has no `metadata`, is not one (a custom resource of another
+    /// shape): it is left alone, never patched. Indices are those of the
+    /// lists as sent, holes (an entry of another shape) included, so that
+    /// a patch addresses the right entry.
+    pub fn templates(&self) -> Vec<Template> {
         let Some(spec) = &self.spec else {
             return Vec::new();
         };
+        let pod = spec.template.as_ref();
         let job = spec.job_template.as_ref();
         let pod_of_job = job
             .and_then(|j| j.spec.as_ref())
             .and_then(|s| s.template.as_ref());
-        [
+        let mut templates: Vec<Template> = [
             (
                 TemplatePath::PodTemplate,
-                spec.template.as_ref().and_then(|t| t.metadata.as_ref()),
+                pod.and_then(|t| t.metadata.as_ref()),
             ),
             (
                 TemplatePath::JobTemplate,
@@ -258,45 +271,221 @@ impl ObjectHead {
             ),
         ]
         .into_iter()
-        .filter_map(|(path, raw)| Some((path, TemplateMeta::from_raw(raw?)?)))
-        .collect()
+        .filter_map(|(path, raw)| Template::new(path, raw?, BTreeMap::new()))
+        .collect();
+
+        // A StatefulSet's claims take the selector's labels over the
+        // template's (statefulset controller, getPersistentVolumeClaims).
+        let selector = spec
+            .selector
+            .as_ref()
+            .and_then(|s| strings(&s.match_labels))
+            .flatten()
+            .unwrap_or_default();
+        for (index, claim) in spec.volume_claim_templates.iter().flatten().enumerate() {
+            let raw = claim.as_ref().and_then(|c| c.metadata.as_ref());
+            templates.extend(raw.and_then(|raw| {
+                Template::new(
+                    TemplatePath::VolumeClaimTemplate(index),
+                    raw,
+                    selector.clone(),
+                )
+            }));
+        }
+
+        let pod_specs = [
+            (PodSpecAt::Object, spec.volumes.as_ref()),
+            (
+                PodSpecAt::PodTemplate,
+                pod.and_then(|t| t.spec.as_ref())
+                    .and_then(|s| s.volumes.as_ref()),
+            ),
+            (
+                PodSpecAt::JobTemplatePodTemplate,
+                pod_of_job
+                    .and_then(|t| t.spec.as_ref())
+                    .and_then(|s| s.volumes.as_ref()),
+            ),
+        ];
+        for (at, volumes) in pod_specs {
+            for (index, volume) in volumes.into_iter().flatten().enumerate() {
+                let raw = volume
+                    .as_ref()
+                    .and_then(|v| v.ephemeral.as_ref())
+                    .and_then(|e| e.volume_claim_template.as_ref())
+                    .and_then(|t| t.metadata.as_ref());
+                templates.extend(raw.and_then(|raw| {
+                    Template::new(
+                        TemplatePath::EphemeralVolume(at, index),
+                        raw,
+                        BTreeMap::new(),
+                    )
+                }));
+            }
+        }
+
+        if self.is_resource_claim_template() {
+            templates.extend(spec.metadata.as_ref().and_then(|raw| {
+                Template::new(TemplatePath::ResourceClaimTemplate, raw, BTreeMap::new())
+            }));
+        }
+        templates
+    }
+
+    /// A DRA ResourceClaimTemplate (`resource.k8s.io`, any version): only
+    /// there is `spec.metadata` a template; elsewhere it means anything.
+    fn is_resource_claim_template(&self) -> bool {
+        self.kind.as_deref() == Some("ResourceClaimTemplate")
+            && self
+                .api_version
+                .as_deref()
+                .and_then(|v| v.split_once('/'))
+                .is_some_and(|(group, _)| group == "resource.k8s.io")
+    }
+}
+
+/// A template of the object: metadata a controller stamps on what it
+/// makes from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    pub path: TemplatePath,
+    /// Its own labels and annotations, as written.
+    pub meta: TemplateMeta,
+    /// Labels the controller sets on what it makes besides the template's
+    /// own, over them: a StatefulSet's `spec.selector.matchLabels`.
+    pub added_labels: BTreeMap<String, String>,
+}
+
+impl Template {
+    fn new(
+        path: TemplatePath,
+        raw: &RawTemplateMeta,
+        added_labels: BTreeMap<String, String>,
+    ) -> Option<Self> {
+        Some(Self {
+            path,
+            meta: TemplateMeta::from_raw(raw)?,
+            added_labels,
+        })
+    }
+
+    /// Label `key` of what is made from the template.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.added_labels
+            .get(key)
+            .or_else(|| self.meta.labels.as_ref()?.get(key))
+            .map(String::as_str)
+    }
+
+    /// Annotation `key` of what is made from the template.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.meta.annotations.as_ref()?.get(key).map(String::as_str)
     }
 }
 
 /// Where a template's metadata is in the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TemplatePath {
-    /// `spec.template.metadata`
+    /// `spec.template`
     PodTemplate,
-    /// `spec.jobTemplate.metadata`
+    /// `spec.jobTemplate`
     JobTemplate,
-    /// `spec.jobTemplate.spec.template.metadata`
+    /// `spec.jobTemplate.spec.template`
+    JobTemplatePodTemplate,
+    /// `spec.volumeClaimTemplates[i]`
+    VolumeClaimTemplate(usize),
+    /// `volumes[i].ephemeral.volumeClaimTemplate` of a pod spec
+    EphemeralVolume(PodSpecAt, usize),
+    /// A ResourceClaimTemplate's `spec` (its metadata is `spec.metadata`)
+    ResourceClaimTemplate,
+}
+
+/// Which pod spec of the object holds an ephemeral volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodSpecAt {
+    /// `spec` (a Pod)
+    Object,
+    /// `spec.template.spec`
+    PodTemplate,
+    /// `spec.jobTemplate.spec.template.spec`
     JobTemplatePodTemplate,
 }
 
-impl TemplatePath {
-    /// The JSON pointer tokens of the template's `metadata`.
-    pub fn tokens(self) -> &'static [&'static str] {
+impl PodSpecAt {
+    fn tokens(self) -> &'static [&'static str] {
         match self {
-            Self::PodTemplate => &["spec", "template", "metadata"],
-            Self::JobTemplate => &["spec", "jobTemplate", "metadata"],
-            Self::JobTemplatePodTemplate => {
-                &["spec", "jobTemplate", "spec", "template", "metadata"]
-            }
-        }
-    }
-
-    /// The field path, for messages.
-    pub fn field(self) -> &'static str {
-        match self {
-            Self::PodTemplate => "spec.template",
-            Self::JobTemplate => "spec.jobTemplate",
-            Self::JobTemplatePodTemplate => "spec.jobTemplate.spec.template",
+            Self::Object => &["spec"],
+            Self::PodTemplate => &["spec", "template", "spec"],
+            Self::JobTemplatePodTemplate => &["spec", "jobTemplate", "spec", "template", "spec"],
         }
     }
 }
 
-/// The part of a `spec` that holds pod templates; every other field is
+impl TemplatePath {
+    /// The JSON pointer tokens of the template itself; its metadata is
+    /// under `metadata`.
+    pub fn tokens(self) -> Vec<String> {
+        let fixed = |tokens: &[&str]| tokens.iter().map(|t| t.to_string()).collect();
+        match self {
+            Self::PodTemplate => fixed(&["spec", "template"]),
+            Self::JobTemplate => fixed(&["spec", "jobTemplate"]),
+            Self::JobTemplatePodTemplate => fixed(&["spec", "jobTemplate", "spec", "template"]),
+            Self::VolumeClaimTemplate(index) => {
+                vec![
+                    "spec".into(),
+                    "volumeClaimTemplates".into(),
+                    index.to_string(),
+                ]
+            }
+            Self::EphemeralVolume(at, index) => {
+                let mut tokens: Vec<String> = fixed(at.tokens());
+                tokens.extend([
+                    "volumes".to_string(),
+                    index.to_string(),
+                    "ephemeral".into(),
+                    "volumeClaimTemplate".into(),
+                ]);
+                tokens
+            }
+            Self::ResourceClaimTemplate => fixed(&["spec"]),
+        }
+    }
+
+    /// The JSON pointer tokens of the template's `metadata`.
+    pub fn metadata_tokens(self) -> Vec<String> {
+        let mut tokens = self.tokens();
+        tokens.push("metadata".into());
+        tokens
+    }
+
+    /// The field path, for messages: `spec.volumeClaimTemplates[0]`.
+    pub fn field(self) -> String {
+        let mut field = String::new();
+        for token in self.tokens() {
+            if token.bytes().all(|b| b.is_ascii_digit()) {
+                field.push_str(&format!("[{token}]"));
+            } else {
+                if !field.is_empty() {
+                    field.push('.');
+                }
+                field.push_str(&token);
+            }
+        }
+        field
+    }
+
+    /// What the template makes, for messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Self::PodTemplate | Self::JobTemplatePodTemplate => "pod template",
+            Self::JobTemplate => "Job template",
+            Self::VolumeClaimTemplate(_) | Self::EphemeralVolume(..) => "claim template",
+            Self::ResourceClaimTemplate => "ResourceClaim template",
+        }
+    }
+}
+
+/// The part of a `spec` that holds templates; every other field is
 /// skipped undecoded.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -305,6 +494,16 @@ pub struct SpecHead {
     pub template: Option<TemplateHead>,
     #[serde(default, deserialize_with = "lenient")]
     pub job_template: Option<JobTemplateHead>,
+    #[serde(default, deserialize_with = "lenient_list")]
+    pub volume_claim_templates: Option<Vec<Option<MetadataHead>>>,
+    /// A pod's own volumes.
+    #[serde(default, deserialize_with = "lenient_list")]
+    pub volumes: Option<Vec<Option<VolumeHead>>>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub selector: Option<SelectorHead>,
+    /// A ResourceClaimTemplate's claim metadata (read for that kind only).
+    #[serde(default, deserialize_with = "lenient")]
+    pub metadata: Option<RawTemplateMeta>,
 }
 
 /// A `PodTemplateSpec`, or anything else called `template`.
@@ -312,6 +511,8 @@ pub struct SpecHead {
 pub struct TemplateHead {
     #[serde(default, deserialize_with = "lenient")]
     pub metadata: Option<RawTemplateMeta>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<PodSpecHead>,
 }
 
 /// A CronJob's `JobTemplateSpec`.
@@ -330,6 +531,43 @@ pub struct JobSpecHead {
     pub template: Option<TemplateHead>,
 }
 
+/// A pod spec: its volumes.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct PodSpecHead {
+    #[serde(default, deserialize_with = "lenient_list")]
+    pub volumes: Option<Vec<Option<VolumeHead>>>,
+}
+
+/// A volume: its generic ephemeral source.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct VolumeHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub ephemeral: Option<EphemeralHead>,
+}
+
+/// A generic ephemeral volume: its claim template.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EphemeralHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub volume_claim_template: Option<MetadataHead>,
+}
+
+/// Anything with `metadata`: a claim template.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct MetadataHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub metadata: Option<RawTemplateMeta>,
+}
+
+/// A label selector: its `matchLabels`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectorHead {
+    #[serde(default)]
+    match_labels: Option<serde_json::Value>,
+}
+
 /// A template's labels and annotations as they came, of any shape.
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct RawTemplateMeta {
@@ -339,7 +577,7 @@ pub struct RawTemplateMeta {
     annotations: Option<serde_json::Value>,
 }
 
-/// The labels and annotations of a pod template.
+/// The labels and annotations of a template.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TemplateMeta {
     pub labels: Option<BTreeMap<String, String>>,
@@ -348,23 +586,26 @@ pub struct TemplateMeta {
 
 impl TemplateMeta {
     /// `None` when the labels or annotations are there but not maps of
-    /// strings: then it is not a pod template.
+    /// strings: then it is not a template.
     fn from_raw(raw: &RawTemplateMeta) -> Option<Self> {
-        fn strings(value: &Option<serde_json::Value>) -> Option<Option<BTreeMap<String, String>>> {
-            match value {
-                None => Some(None),
-                Some(serde_json::Value::Object(map)) => map
-                    .iter()
-                    .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect::<Option<BTreeMap<_, _>>>()
-                    .map(Some),
-                Some(_) => None,
-            }
-        }
         Some(Self {
             labels: strings(&raw.labels)?,
             annotations: strings(&raw.annotations)?,
         })
+    }
+}
+
+/// A map of strings: `Some(None)` when absent (or null), `None` when it is
+/// there but of another shape.
+fn strings(value: &Option<serde_json::Value>) -> Option<Option<BTreeMap<String, String>>> {
+    match value {
+        None => Some(None),
+        Some(serde_json::Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect::<Option<BTreeMap<_, _>>>()
+            .map(Some),
+        Some(_) => None,
     }
 }
 
@@ -395,6 +636,78 @@ where
             mut seq: A,
         ) -> Result<Self::Value, A::Error> {
             while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+
+    deserializer.deserialize_any(Visitor(std::marker::PhantomData))
+}
+
+/// A field read only when it is a JSON list, each entry as [`lenient`]
+/// reads it: an entry of another shape is a hole, so that the indices stay
+/// those of the list as sent. Anything else reads as absent. Nothing is
+/// buffered.
+fn lenient_list<'de, D, T>(deserializer: D) -> Result<Option<Vec<Option<T>>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    /// One entry, read by [`lenient`].
+    struct Entry<T>(Option<T>);
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Entry<T> {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            lenient(deserializer).map(Entry)
+        }
+    }
+
+    struct Visitor<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visitor<T> {
+        type Value = Option<Vec<Option<T>>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut entries = Vec::new();
+            while let Some(Entry(entry)) = seq.next_element::<Entry<T>>()? {
+                entries.push(entry);
+            }
+            Ok(Some(entries))
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
             Ok(None)
         }
 
@@ -662,12 +975,90 @@ mod tests {
             r#"{"template": {"metadata": {"labels": {"replicas": 3}}}}"#,
             r#"{"template": {"metadata": {"labels": {"a": "b"}, "annotations": ["x"]}}}"#,
             r#"{"jobTemplate": [1, 2]}"#,
+            r#"{"volumeClaimTemplates": {"metadata": {"labels": {"a": "b"}}}}"#,
+            r#"{"volumeClaimTemplates": [3, "x", {"metadata": {"labels": [1]}}]}"#,
+            r#"{"volumes": [{"ephemeral": "x"}, {"ephemeral": {"volumeClaimTemplate": 3}}]}"#,
+            r#"{"template": {"spec": {"volumes": {"ephemeral": {}}}}}"#,
+            r#"{"metadata": {"labels": {"a": "b"}}}"#,
         ] {
             assert!(head(spec).templates().is_empty(), "{spec}");
         }
         let templates = head(r#"{"template": {"metadata": {"labels": {"a": "b"}}}}"#).templates();
         assert_eq!(templates.len(), 1);
-        assert_eq!(templates[0].0, TemplatePath::PodTemplate);
+        assert_eq!(templates[0].path, TemplatePath::PodTemplate);
+    }
+
+    #[test]
+    fn list_templates_keep_the_indices_of_the_list_as_sent() {
+        let head: ObjectHead = serde_json::from_value(serde_json::json!({
+            "metadata": {},
+            "spec": {
+                "selector": {"matchLabels": {"app": "db", "o/p": "w-1"}},
+                "volumeClaimTemplates": [
+                    null,
+                    {"metadata": {"name": "data", "labels": {"app": "x"}}},
+                    {"metadata": {"name": "logs"}},
+                ],
+                "template": {"spec": {"volumes": [
+                    {"name": "a", "emptyDir": {}},
+                    {"name": "b", "ephemeral": {"volumeClaimTemplate": {"metadata": {"labels": {"o/p": "w-1"}}}}},
+                ]}},
+            },
+        }))
+        .unwrap();
+        let templates = head.templates();
+        let paths: Vec<String> = templates.iter().map(|t| t.path.field()).collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.volumeClaimTemplates[1]",
+                "spec.volumeClaimTemplates[2]",
+                "spec.template.spec.volumes[1].ephemeral.volumeClaimTemplate",
+            ]
+        );
+        // A StatefulSet's claims take the selector's labels over the
+        // template's own.
+        assert_eq!(templates[0].label("app"), Some("db"));
+        assert_eq!(templates[1].label("o/p"), Some("w-1"));
+        assert_eq!(templates[1].meta.labels, None);
+        assert_eq!(
+            templates[2].path.metadata_tokens(),
+            [
+                "spec",
+                "template",
+                "spec",
+                "volumes",
+                "1",
+                "ephemeral",
+                "volumeClaimTemplate",
+                "metadata"
+            ]
+        );
+    }
+
+    #[test]
+    fn spec_metadata_is_a_template_of_a_resource_claim_template_only() {
+        let object = |api_version: &str, kind: &str| -> ObjectHead {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": api_version, "kind": kind, "metadata": {},
+                "spec": {"metadata": {"labels": {"a": "b"}}, "spec": {"devices": {}}},
+            }))
+            .unwrap()
+        };
+        let templates = object("resource.k8s.io/v1", "ResourceClaimTemplate").templates();
+        assert_eq!(templates.len(), 1);
+        assert_eq!(templates[0].path, TemplatePath::ResourceClaimTemplate);
+        assert_eq!(templates[0].path.metadata_tokens(), ["spec", "metadata"]);
+        assert!(
+            object("example.com/v1", "ResourceClaimTemplate")
+                .templates()
+                .is_empty()
+        );
+        assert!(
+            object("resource.k8s.io/v1", "ResourceClaim")
+                .templates()
+                .is_empty()
+        );
     }
 
     #[test]

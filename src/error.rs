@@ -297,15 +297,18 @@ pub enum Denial {
     )]
     SelfWithoutPodIdentity { at: Subject, key: String },
 
-    /// The name annotation without `Self`.
+    /// The name annotation naming another pod than the owner label (the
+    /// annotation completes `Self`; beside a name it may only restate it).
     #[error(
-        "{at}: annotation {key} names owner pod '{}' but label {pod_key} is not 'Self': the \
-         annotation only completes {pod_key}: Self, so remove it or set the label to 'Self'",
-        Shown(.owner)
+        "{at}: annotation {key} names owner pod '{}' but label {pod_key} names pod '{}': the \
+         annotation completes {pod_key}: Self and may only restate the owner beside a name, so \
+         remove it or make it name the same pod", Shown(.owner), Shown(.label)
     )]
     StrayOwnerAnnotation {
         at: Subject,
         owner: String,
+        /// The owner-pod label's value.
+        label: String,
         key: String,
         pod_key: String,
     },
@@ -496,16 +499,21 @@ pub enum Denial {
         limit: usize,
     },
 
-    /// A pod template declares another owner than its object.
+    /// A template (pod, Job, claim, ResourceClaim) declares another owner
+    /// than its object: what a controller makes from it would belong to
+    /// another worker, or be refused.
     #[error(
-        "{at}: its pod template {field} declares owner pod '{}' ({what}) but the object declares \
-         owner pod '{owner}': label the template with the object's owner, so that what is made from \
-         it belongs to the same worker", Shown(.template_owner)
+        "{at}: its {template} {field} declares owner pod '{}' ({what}) but the object declares \
+         owner pod '{owner}': label the template with the object's owner (or leave the owner labels \
+         out of it), so that what is made from it belongs to the same worker", Shown(.template_owner)
     )]
     TemplateOwnerMismatch {
         at: Subject,
         owner: String,
-        field: &'static str,
+        /// What the template makes: `pod template`, `claim template`...
+        template: &'static str,
+        /// Where it is: `spec.volumeClaimTemplates[0]`.
+        field: String,
         template_owner: String,
         what: &'static str,
     },

@@ -7,7 +7,7 @@
 //! case.yaml      the webhook and the settings it ran with (optional)
 //! response.json  the expected answer, its patch decoded for reading
 //! patched.json   what the patch may change, after it: the object's metadata
-//!                and its pod templates' (only if patched)
+//!                and its templates' (rule 12; only if patched)
 //! ```
 
 use std::collections::HashSet;
@@ -151,34 +151,71 @@ pub fn patched_metadata(review: &Value, response: &Value) -> Result<Option<Value
 }
 
 /// The JSON pointers of the parts of an object a patch may change: its
-/// metadata, and its pod templates' metadata.
-pub const PATCHABLE: [&str; 4] = [
-    "/metadata",
-    "/spec/template/metadata",
-    "/spec/jobTemplate/metadata",
-    "/spec/jobTemplate/spec/template/metadata",
-];
+/// metadata, and its templates' metadata (SPEC §3 rule 12: pod templates,
+/// claim templates, ephemeral volumes' claim templates, a
+/// ResourceClaimTemplate's `spec.metadata`), those the object has, by
+/// index in its lists.
+pub fn patchable_pointers(object: &Value) -> Vec<String> {
+    let mut pointers: Vec<String> = [
+        "/metadata",
+        "/spec/template/metadata",
+        "/spec/jobTemplate/metadata",
+        "/spec/jobTemplate/spec/template/metadata",
+    ]
+    .iter()
+    .map(|p| p.to_string())
+    .collect();
+    let indices = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len)
+    };
+    for index in 0..indices("/spec/volumeClaimTemplates") {
+        pointers.push(format!("/spec/volumeClaimTemplates/{index}/metadata"));
+    }
+    for spec in [
+        "/spec",
+        "/spec/template/spec",
+        "/spec/jobTemplate/spec/template/spec",
+    ] {
+        for index in 0..indices(&format!("{spec}/volumes")) {
+            pointers.push(format!(
+                "{spec}/volumes/{index}/ephemeral/volumeClaimTemplate/metadata"
+            ));
+        }
+    }
+    if object["kind"] == "ResourceClaimTemplate" {
+        pointers.push("/spec/metadata".to_string());
+    }
+    pointers.retain(|pointer| object.pointer(pointer).is_some());
+    pointers
+}
 
-/// What `patched.json` holds: each part of [`PATCHABLE`] the object has,
-/// by its pointer.
+/// What `patched.json` holds: each part of [`patchable_pointers`] the
+/// object has, by its pointer.
 pub fn patchable_parts(object: &Value) -> Value {
-    let parts: serde_json::Map<String, Value> = PATCHABLE
-        .iter()
-        .filter_map(|pointer| Some((pointer.to_string(), object.pointer(pointer)?.clone())))
+    let parts: serde_json::Map<String, Value> = patchable_pointers(object)
+        .into_iter()
+        .filter_map(|pointer| {
+            let part = object.pointer(&pointer)?.clone();
+            Some((pointer, part))
+        })
         .collect();
     Value::Object(parts)
 }
 
 /// `object` without the parts a patch may change: what must be as sent.
 pub fn without_patchable_parts(object: &Value) -> Value {
-    let mut object = object.clone();
-    for pointer in PATCHABLE {
-        let (parent, key) = pointer.rsplit_once('/').unwrap_or(("", pointer));
-        if let Some(Value::Object(map)) = object.pointer_mut(parent) {
+    let mut stripped = object.clone();
+    // No part holds another: each is a `metadata` beside a `spec`.
+    for pointer in patchable_pointers(object) {
+        let (parent, key) = pointer.rsplit_once('/').unwrap_or(("", &pointer));
+        if let Some(Value::Object(map)) = stripped.pointer_mut(parent) {
             map.remove(key);
         }
     }
-    object
+    stripped
 }
 
 /// The request's whole object after the response's patch.

@@ -10,9 +10,9 @@ use json_patch::{AddOperation, Patch, PatchOperation};
 use jsonptr::PointerBuf;
 use serde_json::{Value, json};
 
-use crate::admission::{ObjectMeta, OwnerReference, TemplateMeta, TemplatePath};
+use crate::admission::{ObjectMeta, OwnerReference, Template};
 
-/// Operations on one object's metadata (and its pod templates').
+/// Operations on one object's metadata (and its templates').
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct MetadataPatch {
     operations: Vec<PatchOperation>,
@@ -72,22 +72,20 @@ impl MetadataPatch {
         self.add_entry(&["metadata"], "annotations", exists, key, value);
     }
 
-    /// Set label `key` of the template at `template`; its labels exist (it
-    /// carries the owner label).
-    pub fn add_template_label(&mut self, template: TemplatePath, key: &str, value: &str) {
-        self.add_entry(template.tokens(), "labels", true, key, value);
+    /// Set label `key` of `template`, creating its labels when it has none
+    /// (a StatefulSet claim template labelled by the selector only).
+    pub fn add_template_label(&mut self, template: &Template, key: &str, value: &str) {
+        let base = template.path.metadata_tokens();
+        let exists = template.meta.labels.is_some();
+        self.add_entry(&tokens(&base), "labels", exists, key, value);
     }
 
-    /// Set annotation `key` of the template at `template`.
-    pub fn add_template_annotation(
-        &mut self,
-        template: TemplatePath,
-        meta: &TemplateMeta,
-        key: &str,
-        value: &str,
-    ) {
-        let exists = meta.annotations.is_some();
-        self.add_entry(template.tokens(), "annotations", exists, key, value);
+    /// Set annotation `key` of `template`, creating its annotations when it
+    /// has none.
+    pub fn add_template_annotation(&mut self, template: &Template, key: &str, value: &str) {
+        let base = template.path.metadata_tokens();
+        let exists = template.meta.annotations.is_some();
+        self.add_entry(&tokens(&base), "annotations", exists, key, value);
     }
 
     /// `key: value` in the map `map` under `base`, creating the map when it
@@ -147,11 +145,16 @@ fn pointer(tokens: &[&str]) -> PointerBuf {
     PointerBuf::from_tokens(tokens.iter().copied())
 }
 
+fn tokens(owned: &[String]) -> Vec<&str> {
+    owned.iter().map(String::as_str).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::admission::{PodSpecAt, TemplateMeta, TemplatePath};
 
     fn apply(object: &mut Value, patch: &MetadataPatch) {
         let patch: Patch = serde_json::from_slice(&patch.to_json()).unwrap();
@@ -265,16 +268,28 @@ mod tests {
         );
     }
 
+    fn template(path: TemplatePath, labels: Option<&[(&str, &str)]>) -> Template {
+        Template {
+            path,
+            meta: TemplateMeta {
+                labels: labels.map(|l| {
+                    l.iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect()
+                }),
+                annotations: None,
+            },
+            added_labels: BTreeMap::new(),
+        }
+    }
+
     #[test]
     fn template_entries_go_under_the_template_metadata() {
         let mut patch = MetadataPatch::default();
-        patch.add_template_label(TemplatePath::JobTemplatePodTemplate, "a/uid", "u-1");
-        patch.add_template_annotation(
-            TemplatePath::PodTemplate,
-            &TemplateMeta::default(),
-            "a/name",
-            "w-1",
-        );
+        let pod_of_job = template(TemplatePath::JobTemplatePodTemplate, Some(&[("k", "v")]));
+        patch.add_template_label(&pod_of_job, "a/uid", "u-1");
+        let pod = template(TemplatePath::PodTemplate, Some(&[]));
+        patch.add_template_annotation(&pod, "a/name", "w-1");
         let mut object = json!({"spec": {
             "template": {"metadata": {"labels": {}}},
             "jobTemplate": {"spec": {"template": {"metadata": {"labels": {"k": "v"}}}}},
@@ -287,6 +302,48 @@ mod tests {
         assert_eq!(
             object["spec"]["template"]["metadata"]["annotations"],
             json!({"a/name": "w-1"})
+        );
+    }
+
+    #[test]
+    fn list_templates_are_addressed_by_index_and_their_maps_created() {
+        let mut patch = MetadataPatch::default();
+        // A claim template labelled by the StatefulSet's selector only.
+        let claim = template(TemplatePath::VolumeClaimTemplate(1), None);
+        patch.add_template_label(&claim, "a/owner-uid", "u-1");
+        patch.add_template_annotation(&claim, "a/owner-pod-name", "w-1");
+        let ephemeral = template(
+            TemplatePath::EphemeralVolume(PodSpecAt::JobTemplatePodTemplate, 0),
+            Some(&[("a/owner-pod", "w-1")]),
+        );
+        patch.add_template_label(&ephemeral, "a/owner-uid", "u-1");
+        let text = String::from_utf8(patch.to_json()).unwrap();
+        assert!(
+            text.contains("/spec/volumeClaimTemplates/1/metadata/labels"),
+            "{text}"
+        );
+        assert!(
+            text.contains("/spec/jobTemplate/spec/template/spec/volumes/0/ephemeral/volumeClaimTemplate/metadata/labels/a~1owner-uid"),
+            "{text}"
+        );
+        let mut object = json!({"spec": {
+            "volumeClaimTemplates": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}],
+            "jobTemplate": {"spec": {"template": {"spec": {"volumes": [
+                {"name": "s", "ephemeral": {"volumeClaimTemplate": {"metadata": {"labels": {"a/owner-pod": "w-1"}}}}},
+            ]}}}},
+        }});
+        apply(&mut object, &patch);
+        assert_eq!(
+            object["spec"]["volumeClaimTemplates"],
+            json!([
+                {"metadata": {"name": "a"}},
+                {"metadata": {"name": "b", "labels": {"a/owner-uid": "u-1"}, "annotations": {"a/owner-pod-name": "w-1"}}},
+            ])
+        );
+        assert_eq!(
+            object["spec"]["jobTemplate"]["spec"]["template"]["spec"]["volumes"][0]["ephemeral"]["volumeClaimTemplate"]
+                ["metadata"]["labels"],
+            json!({"a/owner-pod": "w-1", "a/owner-uid": "u-1"})
         );
     }
 }

@@ -378,6 +378,83 @@ fn every_rule_has_a_golden_case() {
         ),
         ("validate-all-fullwidth-pod-kind-denied", false, Some(400)),
         ("create-reference-api-version-slash-v1-is-v1", true, None),
+        // Issue 14 items 3 and 4 (rule 12): templates beyond pod templates,
+        // and what controllers make from what was admitted.
+        (
+            "create-statefulset-claim-templates-get-the-uid-label",
+            true,
+            None,
+        ),
+        (
+            "create-pod-ephemeral-claim-template-gets-the-uid-label",
+            true,
+            None,
+        ),
+        (
+            "create-job-ephemeral-claim-template-gets-the-uid-label",
+            true,
+            None,
+        ),
+        (
+            "create-cronjob-ephemeral-claim-template-and-self-pod-template",
+            true,
+            None,
+        ),
+        (
+            "create-claim-template-naming-another-owner",
+            false,
+            Some(400),
+        ),
+        (
+            "create-deployment-self-with-the-worker-name-on-its-template",
+            true,
+            None,
+        ),
+        (
+            "create-deployment-by-name-with-a-self-template-gets-the-name-annotation",
+            true,
+            None,
+        ),
+        (
+            "create-resource-claim-template-gets-the-uid-label",
+            true,
+            None,
+        ),
+        (
+            "update-pod-template-made-self-names-the-owner-on-the-object",
+            true,
+            None,
+        ),
+        (
+            "create-replicaset-of-a-self-deployment-by-the-deployment-controller",
+            true,
+            None,
+        ),
+        (
+            "create-replicaset-of-a-self-template-by-the-deployment-controller",
+            true,
+            None,
+        ),
+        (
+            "create-statefulset-revision-by-the-statefulset-controller",
+            true,
+            None,
+        ),
+        (
+            "create-statefulset-claim-by-the-statefulset-controller",
+            true,
+            None,
+        ),
+        (
+            "create-ephemeral-claim-by-the-ephemeral-volume-controller",
+            true,
+            None,
+        ),
+        (
+            "create-resource-claim-by-the-resource-claim-controller",
+            true,
+            None,
+        ),
     ];
     for (case, allowed, code) in expectations {
         let response = read_json(&common::fixtures().join(case).join(fixture::RESPONSE));
@@ -421,4 +498,64 @@ async fn validate_all_fails_open_where_validate_fails_closed() {
     let body = serde_json::to_vec(&request).unwrap();
     let (_, bad) = common::send_to(webhook, "validate-all", body).await;
     assert_eq!(bad["response"]["status"]["code"], 400, "{bad}");
+}
+
+/// Rule 12, from the controllers' side: every golden CREATE that the
+/// chart's objectSelector sends and `/mutate` admits is stored, and every
+/// built-in controller is walked from it to the leaves by the oracle's
+/// simulator (`tests/oracle/controllers.rs`); what each makes must be
+/// admitted too.
+#[test]
+fn what_controllers_make_from_every_admitted_golden_create_is_admitted() {
+    use common::oracle::controllers::{Cluster, Created};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut walked = 0;
+    let mut failures = Vec::new();
+    for dir in cases(&common::fixtures()) {
+        let config: CaseConfig = match std::fs::read_to_string(dir.join(fixture::CASE)) {
+            Ok(text) => serde_saphyr::from_str(&text).unwrap(),
+            Err(_) => CaseConfig::default(),
+        };
+        let request = read_json(&dir.join(fixture::REQUEST));
+        let request = &request["request"];
+        let namespace = request["namespace"].as_str().unwrap_or("");
+        if request["operation"] != "CREATE"
+            || config.webhook != WebhookKind::Mutate
+            || namespace.is_empty()
+        {
+            continue;
+        }
+        let settings = common::oracle_settings(&config);
+        let mut cluster = Cluster::new(&settings, namespace, common::oracle_pods(&dir));
+        let mut ask = |hook: common::oracle::Hook, review: &Value, pods: &[common::oracle::Pod]| {
+            let webhook = Arc::new(common::webhook_over(&config, pods));
+            let kind = match hook {
+                common::oracle::Hook::Mutate => WebhookKind::Mutate,
+                common::oracle::Hook::Validate => WebhookKind::Validate,
+                common::oracle::Hook::ValidateAll => WebhookKind::ValidateAll,
+            };
+            let body = serde_json::to_vec(review).unwrap();
+            let (status, answer) = runtime.block_on(common::send(webhook, kind, body));
+            (status.as_u16(), answer)
+        };
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let stored = match cluster.create(&request["userInfo"], request["object"].clone(), &mut ask)
+        {
+            Ok(Created::Stored(stored)) if cluster.sent_to_ownerguard(&stored) => stored,
+            Ok(_) => continue,
+            Err(wrong) => {
+                failures.push(format!("{name}: {wrong}"));
+                continue;
+            }
+        };
+        match cluster.reconcile(&stored, &mut ask) {
+            Ok(made) => walked += usize::from(!made.is_empty()),
+            Err(wrong) => failures.push(format!("{name}: {wrong}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert!(walked >= 10, "only {walked} golden workloads made anything");
 }

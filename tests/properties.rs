@@ -118,6 +118,11 @@ impl Knobs {
         }
     }
     fn webhook(&self) -> Arc<Webhook> {
+        self.webhook_over(&world())
+    }
+
+    /// The webhook over `pods`: the world, and what controllers made in it.
+    fn webhook_over(&self, pods: &[Pod]) -> Arc<Webhook> {
         let config = CaseConfig {
             requester_check: match self.requester_check {
                 oracle::RequesterCheck::Enforce => RequesterCheck::Enforce,
@@ -130,7 +135,7 @@ impl Knobs {
             max_pod_references: self.max_pod_references,
             ..CaseConfig::default()
         };
-        let inventory = Inventory::from_pods(world().into_iter().map(|p| InventoryPod {
+        let inventory = Inventory::from_pods(pods.iter().cloned().map(|p| InventoryPod {
             namespace: p.namespace,
             name: p.name,
             pod: ObservedPod {
@@ -1689,6 +1694,377 @@ fn delete_and_connect_pass_unchanged() {
     });
 }
 
+// ---------------------------------------------------------------------------
+// The controllers' side (SPEC §3 rule 12; issue 14 items 3 and 4): a
+// workload a worker creates, then everything Kubernetes' controllers make
+// from it, each sent back through both webhooks by the oracle's simulator.
+
+/// How a template (or the object) declares its owner.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Form {
+    /// No owner label.
+    Absent,
+    /// `owner-pod: <worker>`.
+    Name,
+    /// `owner-pod: <worker>` and its uid.
+    NameUid,
+    /// `owner-pod: Self`.
+    SelfValue,
+    /// `owner-pod: w-2`, another worker.
+    Other,
+}
+
+fn form() -> impl Strategy<Value = Form> {
+    prop_oneof![
+        3 => Just(Form::Absent),
+        4 => Just(Form::Name),
+        2 => Just(Form::NameUid),
+        4 => Just(Form::SelfValue),
+        1 => Just(Form::Other),
+    ]
+}
+
+/// The worker that creates the workload.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Creator {
+    /// Pod `w-1`, with its own token.
+    Worker,
+    /// A worker whose name (253 characters) cannot be a label value.
+    LongWorker,
+    /// A person, who gives the uid label of `w-1`.
+    Person,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum WorkloadKind {
+    Pod,
+    Job,
+    CronJob,
+    Deployment,
+    ReplicaSet,
+    StatefulSet,
+    DaemonSet,
+    /// A ResourceClaimTemplate, then a pod that names it.
+    ClaimTemplate,
+}
+
+#[derive(Clone, Debug)]
+struct Workload {
+    kind: WorkloadKind,
+    creator: Creator,
+    /// The object's own label: `Name` or `SelfValue`.
+    object: Form,
+    template: Form,
+    job_template: Form,
+    /// Claim templates (a StatefulSet's, a ResourceClaimTemplate's).
+    claims: Vec<Form>,
+    /// The selector holds the template's owner label.
+    selector_owner: bool,
+    /// A generic ephemeral volume's claim template, if any.
+    ephemeral: Option<Form>,
+    knobs: Knobs,
+}
+
+fn workload() -> impl Strategy<Value = Workload> {
+    (
+        prop_oneof![
+            2 => Just(WorkloadKind::Pod),
+            2 => Just(WorkloadKind::Job),
+            2 => Just(WorkloadKind::CronJob),
+            3 => Just(WorkloadKind::Deployment),
+            1 => Just(WorkloadKind::ReplicaSet),
+            3 => Just(WorkloadKind::StatefulSet),
+            2 => Just(WorkloadKind::DaemonSet),
+            2 => Just(WorkloadKind::ClaimTemplate),
+        ],
+        prop_oneof![5 => Just(Creator::Worker), 2 => Just(Creator::LongWorker), 2 => Just(Creator::Person)],
+        prop_oneof![Just(Form::Name), Just(Form::SelfValue)],
+        (form(), form()),
+        prop::collection::vec(form(), 1..3),
+        any::<bool>(),
+        prop::option::of(form()),
+        prop_oneof![5 => Just(None), 1 => Just(Some("acme.dev"))],
+    )
+        .prop_map(
+            |(kind, creator, object, (template, job_template), claims, selector_owner, ephemeral, prefix)| {
+                Workload {
+                    kind,
+                    creator,
+                    object,
+                    template,
+                    job_template,
+                    claims,
+                    selector_owner,
+                    ephemeral,
+                    knobs: Knobs {
+                        requester_check: oracle::RequesterCheck::Enforce,
+                        fail_open: false,
+                        key_prefix: prefix,
+                        lookup_failures: vec![],
+                        max_pod_references: None,
+                    },
+                }
+            },
+        )
+}
+
+impl Workload {
+    /// The worker's name and uid.
+    fn worker(&self) -> (String, String) {
+        match self.creator {
+            Creator::LongWorker => (long_name(253), U_LONG.to_string()),
+            Creator::Worker | Creator::Person => ("w-1".to_string(), U1.to_string()),
+        }
+    }
+
+    fn user_info(&self) -> Value {
+        let (name, uid) = self.worker();
+        match self.creator {
+            Creator::Person => Who::Person.user_info(),
+            _ => Who::Pod(name, uid).user_info(),
+        }
+    }
+
+    /// A form as it can be written: a name over 63 characters is no label
+    /// value (the worker then writes `Self`), and a person has no `Self`
+    /// on the object itself.
+    fn writable(&self, form: Form) -> Form {
+        match (form, self.creator) {
+            (Form::Name | Form::NameUid, Creator::LongWorker) => Form::SelfValue,
+            (form, _) => form,
+        }
+    }
+
+    /// The labels of `form`, beside `app: agent`.
+    fn labels(&self, form: Form) -> Map<String, Value> {
+        let prefix = self.knobs.prefix();
+        let (pod, uid) = (format!("{prefix}/owner-pod"), format!("{prefix}/owner-uid"));
+        let (name, worker_uid) = self.worker();
+        let mut labels = Map::new();
+        labels.insert("app".into(), json!("agent"));
+        match self.writable(form) {
+            Form::Absent => {}
+            Form::Name => drop(labels.insert(pod, json!(name))),
+            Form::NameUid => {
+                labels.insert(pod, json!(name));
+                labels.insert(uid, json!(worker_uid));
+            }
+            Form::SelfValue => drop(labels.insert(pod, json!("Self"))),
+            Form::Other => drop(labels.insert(pod, json!("w-2"))),
+        }
+        labels
+    }
+
+    fn object_labels(&self) -> Map<String, Value> {
+        let form = match (self.object, self.creator) {
+            (Form::SelfValue, Creator::Person) => Form::Name,
+            (form, _) => form,
+        };
+        let mut labels = self.labels(form);
+        if self.creator == Creator::Person {
+            let prefix = self.knobs.prefix();
+            labels.insert(format!("{prefix}/owner-uid"), json!(U1));
+        }
+        labels
+    }
+
+    fn pod_spec(&self) -> Value {
+        let mut spec =
+            json!({"containers": [{"name": "a", "image": "agent:1"}], "restartPolicy": "Never"});
+        if let Some(form) = self.ephemeral {
+            spec["volumes"] = json!([
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "work", "ephemeral": {"volumeClaimTemplate": {
+                    "metadata": {"labels": self.labels(form)},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+                }}},
+            ]);
+        }
+        spec
+    }
+
+    fn pod_template(&self) -> Value {
+        json!({"metadata": {"labels": self.labels(self.template)}, "spec": self.pod_spec()})
+    }
+
+    /// The selector of a workload: `app`, and the template's owner label
+    /// when `selector_owner` (it must match the template's labels).
+    fn selector(&self) -> Value {
+        let mut labels = Map::new();
+        labels.insert("app".into(), json!("agent"));
+        let pod_key = format!("{}/owner-pod", self.knobs.prefix());
+        if self.selector_owner
+            && let Some(value) = self.labels(self.template).get(&pod_key)
+        {
+            labels.insert(pod_key, value.clone());
+        }
+        json!({"matchLabels": labels})
+    }
+
+    /// What the creator sends, in order.
+    fn objects(&self) -> Vec<Value> {
+        let metadata = json!({"name": "agent-1", "labels": self.object_labels()});
+        let object = |api: &str, kind: &str, spec: Value| json!({"apiVersion": api, "kind": kind, "metadata": metadata, "spec": spec});
+        let claim_template = |i: usize, form: Form| {
+            json!({"metadata": {"name": format!("data{i}"), "labels": self.labels(form)},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+        };
+        match self.kind {
+            WorkloadKind::Pod => vec![object("v1", "Pod", self.pod_spec())],
+            WorkloadKind::Job => vec![object(
+                "batch/v1",
+                "Job",
+                json!({"template": self.pod_template()}),
+            )],
+            WorkloadKind::CronJob => vec![object(
+                "batch/v1",
+                "CronJob",
+                json!({"schedule": "* * * * *", "jobTemplate": {
+                    "metadata": {"labels": self.labels(self.job_template)},
+                    "spec": {"template": self.pod_template()},
+                }}),
+            )],
+            WorkloadKind::Deployment | WorkloadKind::ReplicaSet | WorkloadKind::DaemonSet => {
+                let kind = match self.kind {
+                    WorkloadKind::Deployment => "Deployment",
+                    WorkloadKind::ReplicaSet => "ReplicaSet",
+                    _ => "DaemonSet",
+                };
+                vec![object(
+                    "apps/v1",
+                    kind,
+                    json!({"replicas": 1, "selector": self.selector(), "template": self.pod_template()}),
+                )]
+            }
+            WorkloadKind::StatefulSet => {
+                let claims: Vec<Value> = self
+                    .claims
+                    .iter()
+                    .enumerate()
+                    .map(|(i, form)| claim_template(i, *form))
+                    .collect();
+                vec![object(
+                    "apps/v1",
+                    "StatefulSet",
+                    json!({"replicas": 1, "serviceName": "agent", "selector": self.selector(),
+                           "template": self.pod_template(), "volumeClaimTemplates": claims}),
+                )]
+            }
+            WorkloadKind::ClaimTemplate => {
+                let template = json!({
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "gpu", "labels": self.object_labels()},
+                    "spec": {"metadata": {"labels": self.labels(self.claims[0])},
+                             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}},
+                });
+                let mut pod = object("v1", "Pod", self.pod_spec());
+                pod["spec"]["resourceClaims"] =
+                    json!([{"name": "gpu", "resourceClaimTemplateName": "gpu"}]);
+                vec![template, pod]
+            }
+        }
+    }
+}
+
+/// What a walk saw: roots admitted, objects controllers made.
+#[derive(Default)]
+struct Walked {
+    admitted: usize,
+    made: usize,
+    sent: usize,
+}
+
+/// Create the workload's objects as its creator, then walk every
+/// controller from what was admitted; the oracle judges each answer.
+fn walk_workload(
+    workload: &Workload,
+    runtime: &tokio::runtime::Runtime,
+    walked: &mut Walked,
+) -> Result<(), String> {
+    let settings = workload.knobs.oracle();
+    let mut cluster = oracle::controllers::Cluster::new(&settings, NS, world());
+    let knobs = workload.knobs.clone();
+    let mut ask = |hook: Hook, review: &Value, pods: &[Pod]| {
+        runtime.block_on(ask(&knobs.webhook_over(pods), hook, review))
+    };
+    let mut stored = Vec::new();
+    for object in workload.objects() {
+        match cluster.create(&workload.user_info(), object, &mut ask)? {
+            oracle::controllers::Created::Stored(object) => stored.push(object),
+            // Refused, and the oracle found the refusal right.
+            oracle::controllers::Created::Denied(_) => return Ok(()),
+        }
+    }
+    if !cluster.sent_to_ownerguard(&stored[0]) {
+        // Not labelled under the webhook's prefix: ownerguard never sees
+        // it (README, the known limit).
+        return Ok(());
+    }
+    walked.admitted += 1;
+    for object in &stored {
+        walked.made += cluster.reconcile(object, &mut ask)?.len();
+    }
+    walked.sent += cluster.sent.len();
+    Ok(())
+}
+
+/// Rule 12: a workload is never admitted when what its controllers make
+/// from it would then be refused; every controller is walked to the leaves
+/// (Deployment -> ReplicaSet -> Pod -> claims; CronJob -> Job -> Pod;
+/// StatefulSet -> revision, claims, Pod; DaemonSet -> revision, Pod;
+/// Pod -> ephemeral and DRA claims).
+#[test]
+fn what_controllers_make_from_an_admitted_workload_is_admitted() {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(300);
+    let seed: u64 = std::env::var("OWNERGUARD_PROPTEST_SEED")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(7);
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    bytes[8] = 12;
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 4096,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let walked = std::cell::RefCell::new(Walked::default());
+    let result = runner.run(&workload(), |workload| {
+        walk_workload(&workload, &runtime, &mut walked.borrow_mut()).map_err(TestCaseError::fail)
+    });
+    match result {
+        Ok(()) => {}
+        Err(TestError::Fail(why, workload)) => panic!(
+            "property 'controllers' fails (seed {seed}); minimal workload: {workload:?}\n  objects: {}\n  what is wrong: {why}",
+            serde_json::to_string(&workload.objects()).unwrap()
+        ),
+        Err(TestError::Abort(why)) => panic!("property 'controllers' aborted: {why}"),
+    }
+    // Not vacuous: most workloads are admitted and walked.
+    let walked = walked.into_inner();
+    eprintln!(
+        "{cases} workloads: {} admitted and walked, {} objects made by controllers, {} reviews sent",
+        walked.admitted, walked.made, walked.sent
+    );
+    assert!(
+        walked.admitted * 3 >= cases as usize && walked.made >= walked.admitted,
+        "only {} of {cases} workloads admitted, {} objects made",
+        walked.admitted,
+        walked.made
+    );
+}
+
 /// The bound of rule 10: thousands of Pod references are refused before
 /// any lookup (issue 7 class 15).
 #[test]
@@ -1991,6 +2367,88 @@ fn the_oracle_rejects_known_wrong_answers() {
             .unwrap_err()
             .contains("reveals")
     );
+
+    // Rule 12: a claim template naming another owner, allowed.
+    let set = |claim_labels: Value| {
+        let object = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "db", "namespace": NS, "labels": labels.clone()},
+            "spec": {"volumeClaimTemplates": [{"metadata": {"name": "data", "labels": claim_labels}}]}});
+        review(
+            &env,
+            "CREATE",
+            &Place::Agents,
+            &Who::Person,
+            object,
+            Value::Null,
+        )
+    };
+    let reference_only = allow(Some(json!([
+        {"op": "add", "path": "/metadata/ownerReferences", "value": good_ref}
+    ])));
+    let other = set(json!({"ownerguard.io/owner-pod": "w-2"}));
+    assert!(
+        judge(&other, &reference_only, Hook::Mutate)
+            .unwrap_err()
+            .contains("wrong allow")
+    );
+    // A labelled claim template left without the uid label: its claims
+    // would be refused.
+    let incomplete = set(json!({"ownerguard.io/owner-pod": "w-1"}));
+    assert!(
+        judge(&incomplete, &reference_only, Hook::Mutate)
+            .unwrap_err()
+            .contains("volumeClaimTemplates/0")
+    );
+    let completed = allow(Some(json!([
+        {"op": "add", "path": "/metadata/ownerReferences", "value": good_ref},
+        {"op": "add", "path": "/spec/volumeClaimTemplates/0/metadata/labels/ownerguard.io~1owner-uid", "value": U1},
+    ])));
+    judge(&incomplete, &completed, Hook::Mutate).unwrap();
+}
+
+/// The controller walk can fail: an answer that refuses what a controller
+/// makes from an admitted workload is caught, whether the oracle finds the
+/// refusal itself wrong or right.
+#[test]
+fn the_controller_walk_catches_a_refused_replica_set() {
+    let knobs = Knobs {
+        requester_check: oracle::RequesterCheck::Enforce,
+        fail_open: false,
+        key_prefix: None,
+        lookup_failures: vec![],
+        max_pod_references: None,
+    };
+    let settings = knobs.oracle();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut ask = |hook: Hook, review: &Value, pods: &[Pod]| {
+        if review["request"]["kind"]["kind"] == "ReplicaSet" {
+            let message =
+                "ReplicaSet 'agents-5d8f9c7b6d' in namespace 'agents': owner pod 'w-1' refused";
+            return (
+                200,
+                json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "response": {"uid": review["request"]["uid"], "allowed": false,
+                    "status": {"code": 400, "message": message}}}),
+            );
+        }
+        runtime.block_on(ask(&knobs.webhook_over(pods), hook, review))
+    };
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "agents", "labels": {"ownerguard.io/owner-pod": "w-1"}},
+        "spec": {"selector": {"matchLabels": {"app": "a"}},
+            "template": {"metadata": {"labels": {"app": "a", "ownerguard.io/owner-pod": "w-1"}}, "spec": {}}}});
+    let mut cluster = oracle::controllers::Cluster::new(&settings, NS, world());
+    let who = Who::Pod("w-1".into(), U1.into()).user_info();
+    let oracle::controllers::Created::Stored(stored) =
+        cluster.create(&who, deployment, &mut ask).unwrap()
+    else {
+        panic!("the Deployment is refused");
+    };
+    let wrong = cluster.reconcile(&stored, &mut ask).unwrap_err();
+    assert!(wrong.contains("deployment-controller"), "{wrong}");
 }
 
 /// Not a test of CI: a survey of every class of wrong answer, with no

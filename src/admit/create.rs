@@ -1,6 +1,6 @@
 //! CREATE: the owner the labels declare, every Pod reference as a whole
-//! tuple, the pod templates; then the patch that completes them (SPEC §3,
-//! "CREATE").
+//! tuple, the templates (rule 12); then the patch that completes them
+//! (SPEC §3, "CREATE").
 
 use crate::admission::AdmissionRequest;
 use crate::error::{Denial, Subject};

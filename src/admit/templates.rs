@@ -1,26 +1,42 @@
-//! Pod templates: a Job's, a Deployment's, a CronJob's. A controller makes
-//! pods (or Jobs) from them as itself, with no pod identity and only the
-//! labels the template carries; a template that carries the owner label
-//! must therefore carry the owner's uid too, or every pod made from it is
-//! refused.
+//! Templates (SPEC §3 rule 12): a Job's, a Deployment's, a CronJob's pod
+//! templates, a StatefulSet's claim templates, the claim template of every
+//! generic ephemeral volume, a ResourceClaimTemplate's claim metadata. A
+//! controller makes objects from them as itself, with no pod identity and
+//! only the labels and annotations it copies (the template's, and for some
+//! the object's own annotations or a selector's labels); a template that
+//! carries the owner label must therefore name the object's owner and
+//! carry its uid too, or every object made from it is refused.
+//!
+//! What each controller copies (read from its code; the oracle's
+//! controller simulator, `tests/oracle/controllers.rs`, cites each function):
+//!
+//! - pods of a Job, ReplicaSet, StatefulSet, DaemonSet: the pod template's
+//!   labels and annotations;
+//! - a Deployment's ReplicaSet, a StatefulSet's and a DaemonSet's
+//!   ControllerRevisions: the pod template's labels and the *workload's*
+//!   annotations;
+//! - a CronJob's Jobs: the Job template's labels and annotations;
+//! - a StatefulSet's claims: the claim template's labels, then the
+//!   selector's `matchLabels` over them, and its annotations;
+//! - ephemeral and DRA claims: the template's labels and annotations.
 
-use std::collections::BTreeMap;
-
-use crate::admission::{ObjectHead, TemplateMeta};
+use crate::admission::{ObjectHead, Template, TemplatePath};
 use crate::error::{Denial, Subject};
 use crate::owner::Claim;
-use crate::owner::resolve::{OwnerLabels, REQUESTING_POD};
+use crate::owner::resolve::{OwnerLabels, REQUESTING_POD, annotation, label};
 use crate::patch::MetadataPatch;
 
 use super::WebhookKind;
 
-fn get<'a>(map: &'a Option<BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
-    map.as_ref()?.get(key).map(String::as_str)
-}
-
 /// Check that every template carrying the owner label names the object's
 /// `owner`, and (on `/mutate`) complete it with the owner's uid label, and
 /// with the name annotation where it says `Self`.
+///
+/// Where a pod template says `Self` while its object (or Job template) is
+/// labelled by the name, the object gets the name annotation too: the
+/// ReplicaSet or ControllerRevision its controller makes carries the
+/// template's labels and the object's annotations, and `Self` made by a
+/// controller names its owner only through that annotation.
 ///
 /// On an UPDATE (`old` given), a template whose owner keys are as they were
 /// is left alone: a template of an object made before ownerguard lacks the
@@ -31,8 +47,8 @@ fn get<'a>(map: &'a Option<BTreeMap<String, String>>, key: &str) -> Option<&'a s
 /// # Errors
 ///
 /// [`Denial::TemplateOwnerMismatch`]: a template that declares another
-/// owner, or another uid: its pods would belong to another worker, or be
-/// refused.
+/// owner, or another uid: what is made from it would belong to another
+/// worker, or be refused.
 pub(super) fn complete(
     head: &ObjectHead,
     old: Option<&ObjectHead>,
@@ -44,63 +60,119 @@ pub(super) fn complete(
 ) -> Result<(), Denial> {
     let mutate = webhook.mutates();
     let old_templates = old.map(ObjectHead::templates).unwrap_or_default();
-    let owner_keys = |meta: &TemplateMeta| {
+    let owner_keys = |template: &Template| {
         (
-            get(&meta.labels, &labels.pod).map(str::to_string),
-            get(&meta.labels, &labels.uid).map(str::to_string),
-            get(&meta.annotations, &labels.pod_name).map(str::to_string),
+            template.label(&labels.pod).map(str::to_string),
+            template.label(&labels.uid).map(str::to_string),
+            template.annotation(&labels.pod_name).map(str::to_string),
         )
     };
-    for (path, meta) in head.templates() {
-        let Some(value) = get(&meta.labels, &labels.pod) else {
+    let templates = head.templates();
+    for template in &templates {
+        let Some(value) = template.label(&labels.pod) else {
             continue;
         };
-        let unchanged = old_templates.iter().any(|(old_path, old_meta)| {
-            *old_path == path && owner_keys(old_meta) == owner_keys(&meta)
+        let unchanged = old_templates.iter().any(|before| {
+            before.path == template.path && owner_keys(before) == owner_keys(template)
         });
         if unchanged {
             continue;
         }
-        let mismatch = |template_owner: &str, what| Denial::TemplateOwnerMismatch {
-            at: at.clone(),
-            owner: owner.name.clone(),
-            field: path.field(),
-            template_owner: template_owner.to_string(),
-            what,
-        };
-        let annotated = get(&meta.annotations, &labels.pod_name);
-        match (value == REQUESTING_POD, annotated) {
-            (true, Some(name)) if name != owner.name => {
-                return Err(mismatch(name, "in its owner-pod-name annotation"));
-            }
-            (true, Some(_)) => {}
-            (true, None) => {
-                if mutate {
-                    patch.add_template_annotation(path, &meta, &labels.pod_name, &owner.name);
-                }
-            }
-            (false, _) if value != owner.name => {
-                return Err(mismatch(value, "in its owner-pod label"));
-            }
-            (false, Some(name)) => {
-                return Err(mismatch(
-                    name,
-                    "in an owner-pod-name annotation without Self",
-                ));
-            }
-            (false, None) => {}
+        check(template, value, at, owner, labels)?;
+        if !mutate {
+            continue;
         }
-        match get(&meta.labels, &labels.uid) {
-            Some(uid) if uid != owner.uid => {
-                return Err(mismatch(&owner.name, "with the uid label of another pod"));
-            }
-            Some(_) => {}
-            None => {
-                if mutate {
-                    patch.add_template_label(path, &labels.uid, &owner.uid);
-                }
-            }
+        if value == REQUESTING_POD && template.annotation(&labels.pod_name).is_none() {
+            patch.add_template_annotation(template, &labels.pod_name, &owner.name);
+        }
+        if template.label(&labels.uid).is_none() {
+            patch.add_template_label(template, &labels.uid, &owner.uid);
+        }
+        if value == REQUESTING_POD {
+            name_the_carrier(head, &templates, template.path, owner, labels, patch);
         }
     }
     Ok(())
+}
+
+/// A template that carries the owner label must declare `owner`: by its
+/// name, or `Self` whose annotation (if any) names it; with its uid if it
+/// gives one.
+fn check(
+    template: &Template,
+    value: &str,
+    at: &Subject,
+    owner: &Claim,
+    labels: &OwnerLabels,
+) -> Result<(), Denial> {
+    let mismatch = |template_owner: &str, what| Denial::TemplateOwnerMismatch {
+        at: at.clone(),
+        owner: owner.name.clone(),
+        template: template.path.noun(),
+        field: template.path.field(),
+        template_owner: template_owner.to_string(),
+        what,
+    };
+    let annotated = template.annotation(&labels.pod_name);
+    match (value == REQUESTING_POD, annotated) {
+        (true, Some(name)) if name != owner.name => {
+            return Err(mismatch(name, "in its owner-pod-name annotation"));
+        }
+        (false, _) if value != owner.name => {
+            return Err(mismatch(value, "in its owner-pod label"));
+        }
+        // Beside the name, the annotation may only restate it.
+        (false, Some(name)) if name != value => {
+            return Err(mismatch(
+                name,
+                "in an owner-pod-name annotation beside another name",
+            ));
+        }
+        _ => {}
+    }
+    match template.label(&labels.uid) {
+        Some(uid) if uid != owner.uid => {
+            Err(mismatch(&owner.name, "with the uid label of another pod"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The metadata whose annotations a controller copies, beside the labels of
+/// the pod template at `path`, onto what it makes: the object's own for
+/// `spec.template` (a Deployment's ReplicaSet, a StatefulSet's or
+/// DaemonSet's ControllerRevision), the Job template's for
+/// `spec.jobTemplate.spec.template` (the Job a CronJob makes, itself an
+/// object with that template). When it is labelled by the name, it gets
+/// the name annotation, so that `Self` in the template still names the
+/// owner on what is made without pod identity.
+fn name_the_carrier(
+    head: &ObjectHead,
+    templates: &[Template],
+    path: TemplatePath,
+    owner: &Claim,
+    labels: &OwnerLabels,
+    patch: &mut MetadataPatch,
+) {
+    match path {
+        TemplatePath::PodTemplate => {
+            let meta = &head.metadata;
+            let by_name = label(meta, &labels.pod).is_some_and(|v| v != REQUESTING_POD);
+            if by_name && annotation(meta, &labels.pod_name).is_none() {
+                patch.add_annotation(meta, &labels.pod_name, &owner.name);
+            }
+        }
+        TemplatePath::JobTemplatePodTemplate => {
+            let job = templates
+                .iter()
+                .find(|t| t.path == TemplatePath::JobTemplate);
+            if let Some(job) = job
+                && job.label(&labels.pod).is_some_and(|v| v != REQUESTING_POD)
+                && job.annotation(&labels.pod_name).is_none()
+            {
+                patch.add_template_annotation(job, &labels.pod_name, &owner.name);
+            }
+        }
+        _ => {}
+    }
 }

@@ -1311,6 +1311,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         Denial::StrayOwnerAnnotation {
             at: at.clone(),
             owner: owner.clone(),
+            label: "w-2".into(),
             key: key.clone(),
             pod_key: key.clone(),
         },
@@ -1396,7 +1397,8 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         Denial::TemplateOwnerMismatch {
             at: at.clone(),
             owner: owner.clone(),
-            field: "spec.template",
+            template: "claim template",
+            field: "spec.volumeClaimTemplates[0]".into(),
             template_owner: "w-2".into(),
             what: "in its owner-pod label",
         },
@@ -2178,4 +2180,375 @@ fn obj_with_slash_v1() -> Value {
     let reference = json!({"apiVersion": "/v1", "kind": "Pod", "name": "w-1", "uid": "uid-1",
         "controller": false, "blockOwnerDeletion": false});
     object(owner_labels("w-1", "uid-1"), Some(json!([reference])))
+}
+
+// SPEC §3 rule 12: every template of the object is a template, and what a
+// controller makes from an admitted workload is admitted.
+
+const CONTROLLER: &str = "system:serviceaccount:kube-system:statefulset-controller";
+
+fn claim_spec() -> Value {
+    json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}})
+}
+
+/// A CREATE of `object` by the worker `w-1`, mutated; the patched object.
+fn created_by_worker(object: &Value) -> Value {
+    let (_, review) = request("CREATE", object.clone(), None);
+    let req = from_pod(review, "w-1", "uid-1");
+    patched(object, &mutate(&req, running(&[("w-1", "uid-1")])).unwrap())
+}
+
+/// What `controller` makes is admitted by both webhooks: the patched
+/// object.
+fn admitted_from_controller(object: &Value, controller: &str) -> Value {
+    let (_, review) = request("CREATE", object.clone(), None);
+    let req = as_user(review, controller);
+    let allowed = mutate(&req, running(&[("w-1", "uid-1"), ("agent-1", "uid-a")]))
+        .unwrap_or_else(|d| panic!("{controller}'s {object} refused: {d}"));
+    let result = patched(object, &allowed);
+    let (_, review) = request("CREATE", result.clone(), None);
+    let req = as_user(review, controller);
+    validate(&req, running(&[("w-1", "uid-1"), ("agent-1", "uid-a")]))
+        .unwrap_or_else(|d| panic!("/validate refuses {result}: {d}"));
+    result
+}
+
+#[test]
+fn rule_12_statefulset_claim_templates_get_the_uid_label_even_labelled_by_the_selector() {
+    let owner = json!({"ownerguard.io/owner-pod": "w-1"});
+    let set = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": NS, "labels": owner},
+        "spec": {
+            "selector": {"matchLabels": {"app": "db", "ownerguard.io/owner-pod": "w-1"}},
+            "template": {"metadata": {"labels": {"app": "db", "ownerguard.io/owner-pod": "w-1"}}},
+            "volumeClaimTemplates": [
+                {"metadata": {"name": "data", "labels": owner}, "spec": claim_spec()},
+                // Labelled by the selector only: its claims carry the owner
+                // label all the same (getPersistentVolumeClaims).
+                {"metadata": {"name": "logs"}, "spec": claim_spec()},
+            ],
+        },
+    });
+    let result = created_by_worker(&set);
+    let complete = |labels: Value| {
+        let mut labels = labels;
+        labels["ownerguard.io/owner-uid"] = json!("uid-1");
+        labels
+    };
+    assert_eq!(
+        result["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"],
+        complete(owner.clone())
+    );
+    assert_eq!(
+        result["spec"]["volumeClaimTemplates"][1]["metadata"]["labels"],
+        json!({"ownerguard.io/owner-uid": "uid-1"})
+    );
+    // The claim of the second template: its labels and the selector's.
+    let claim = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "logs-db-0", "namespace": NS,
+            "labels": {"ownerguard.io/owner-uid": "uid-1", "app": "db", "ownerguard.io/owner-pod": "w-1"}},
+    });
+    let made = admitted_from_controller(&claim, CONTROLLER);
+    assert_eq!(made["metadata"]["ownerReferences"][0]["name"], "w-1");
+}
+
+#[test]
+fn rule_12_ephemeral_claim_templates_of_a_pod_and_of_a_job_template_get_the_uid_label() {
+    let ephemeral = |labels: Value| {
+        json!([
+            {"name": "scratch", "emptyDir": {}},
+            {"name": "work", "ephemeral": {"volumeClaimTemplate": {"metadata": {"labels": labels}, "spec": claim_spec()}}},
+        ])
+    };
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "agent-1", "namespace": NS, "labels": {"ownerguard.io/owner-pod": "w-1"}},
+        "spec": {"containers": [], "volumes": ephemeral(json!({"ownerguard.io/owner-pod": "Self"}))},
+    });
+    let result = created_by_worker(&pod);
+    let template = &result["spec"]["volumes"][1]["ephemeral"]["volumeClaimTemplate"]["metadata"];
+    assert_eq!(template["labels"]["ownerguard.io/owner-uid"], "uid-1");
+    assert_eq!(
+        template["annotations"]["ownerguard.io/owner-pod-name"],
+        "w-1"
+    );
+    // The ephemeral-volume controller's claim: the template's labels and
+    // annotations, the pod as blocking controller.
+    let claim = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "agent-1-work", "namespace": NS, "labels": template["labels"],
+            "annotations": template["annotations"],
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "agent-1", "uid": "uid-a",
+                "controller": true, "blockOwnerDeletion": true}]},
+    });
+    let made = admitted_from_controller(
+        &claim,
+        "system:serviceaccount:kube-system:ephemeral-volume-controller",
+    );
+    let references = made["metadata"]["ownerReferences"].as_array().unwrap();
+    assert_eq!(references.len(), 2, "{made}");
+    assert_eq!(references[0]["controller"], true);
+
+    let mut job = job(json!({"ownerguard.io/owner-pod": "w-1"}));
+    job["spec"]["template"]["spec"]["volumes"] =
+        ephemeral(json!({"ownerguard.io/owner-pod": "w-1"}));
+    let result = created_by_worker(&job);
+    assert_eq!(
+        result["spec"]["template"]["spec"]["volumes"][1]["ephemeral"]["volumeClaimTemplate"]["metadata"]
+            ["labels"]["ownerguard.io/owner-uid"],
+        "uid-1"
+    );
+    assert!(
+        result["spec"]["template"]["spec"]["volumes"][0]
+            .get("ephemeral")
+            .is_none()
+    );
+}
+
+#[test]
+fn rule_12_a_claim_template_naming_another_owner_is_denied_400_with_its_field() {
+    let set = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": NS, "labels": {"ownerguard.io/owner-pod": "w-1"}},
+        "spec": {"volumeClaimTemplates": [
+            {"metadata": {"name": "data"}},
+            {"metadata": {"name": "logs", "labels": {"ownerguard.io/owner-pod": "w-2"}}},
+        ]},
+    });
+    let (_, review) = request("CREATE", set, None);
+    let req = from_pod(review, "w-1", "uid-1");
+    let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(
+        matches!(err, Denial::TemplateOwnerMismatch { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.code(), 400);
+    let message = err.to_string();
+    assert!(
+        message.contains("claim template spec.volumeClaimTemplates[1]"),
+        "{message}"
+    );
+    assert!(message.contains("'w-2'"), "{message}");
+
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "agent-1", "namespace": NS, "labels": {"ownerguard.io/owner-pod": "w-1"}},
+        "spec": {"volumes": [{"name": "w", "ephemeral": {"volumeClaimTemplate": {"metadata": {
+            "labels": {"ownerguard.io/owner-pod": "Self"},
+            "annotations": {"ownerguard.io/owner-pod-name": "w-2"}}}}}]},
+    });
+    let (_, review) = request("CREATE", pod.clone(), None);
+    let err = mutate(
+        &from_pod(review, "w-1", "uid-1"),
+        running(&[("w-1", "uid-1")]),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("spec.volumes[0].ephemeral.volumeClaimTemplate"),
+        "{err}"
+    );
+    // Another uid is another owner too.
+    pod["spec"]["volumes"][0]["ephemeral"]["volumeClaimTemplate"]["metadata"] =
+        json!({"labels": {"ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": "uid-2"}});
+    let (_, review) = request("CREATE", pod, None);
+    let err = mutate(
+        &from_pod(review, "w-1", "uid-1"),
+        running(&[("w-1", "uid-1")]),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, Denial::TemplateOwnerMismatch { .. }),
+        "{err:?}"
+    );
+}
+
+fn deployment(labels: Value, template_labels: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "agents", "namespace": NS, "labels": labels},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": template_labels}, "spec": {"containers": []}}},
+    })
+}
+
+/// The deployment controller's ReplicaSet: the template's labels plus
+/// `pod-template-hash`, the Deployment's annotations.
+fn replica_set_of(deployment: &Value) -> Value {
+    let mut labels = deployment["spec"]["template"]["metadata"]["labels"].clone();
+    labels["pod-template-hash"] = json!("5d8f9c7b6d");
+    let mut template = deployment["spec"]["template"].clone();
+    template["metadata"]["labels"] = labels.clone();
+    json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "agents-5d8f9c7b6d", "namespace": NS, "labels": labels,
+            "annotations": deployment["metadata"]["annotations"],
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "agents",
+                "uid": "uid-d", "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"template": template},
+    })
+}
+
+#[test]
+fn rule_12_self_on_a_deployment_and_its_worker_s_name_on_the_template_are_one_owner() {
+    let object = deployment(
+        json!({"ownerguard.io/owner-pod": "Self"}),
+        json!({"app": "agent", "ownerguard.io/owner-pod": "w-1"}),
+    );
+    let result = created_by_worker(&object);
+    assert_eq!(
+        result["metadata"]["annotations"]["ownerguard.io/owner-pod-name"],
+        "w-1"
+    );
+    // Its ReplicaSet: the name on the label, the Deployment's annotation
+    // restating it. One owner, admitted.
+    let made = admitted_from_controller(
+        &replica_set_of(&result),
+        "system:serviceaccount:kube-system:deployment-controller",
+    );
+    assert_eq!(made["metadata"]["ownerReferences"][1]["name"], "w-1");
+}
+
+#[test]
+fn rule_12_a_deployment_labelled_by_name_with_a_self_template_gets_the_name_annotation() {
+    let object = deployment(
+        json!({"ownerguard.io/owner-pod": "w-1"}),
+        json!({"app": "agent", "ownerguard.io/owner-pod": "Self"}),
+    );
+    let result = created_by_worker(&object);
+    // The ReplicaSet takes the Deployment's annotations: the name must be
+    // there for its `Self`, sent without pod identity.
+    assert_eq!(
+        result["metadata"]["annotations"]["ownerguard.io/owner-pod-name"],
+        "w-1"
+    );
+    let template = &result["spec"]["template"]["metadata"];
+    assert_eq!(
+        template["annotations"]["ownerguard.io/owner-pod-name"],
+        "w-1"
+    );
+    assert_eq!(template["labels"]["ownerguard.io/owner-uid"], "uid-1");
+    let made = admitted_from_controller(
+        &replica_set_of(&result),
+        "system:serviceaccount:kube-system:deployment-controller",
+    );
+    // Its own template is complete already: only the reference is added.
+    assert_eq!(made["spec"], replica_set_of(&result)["spec"]);
+    // Idempotent, and /validate accepts what /mutate made.
+    let (_, review) = request("CREATE", result.clone(), None);
+    let again = from_pod(review, "w-1", "uid-1");
+    assert!(
+        mutate(&again, running(&[("w-1", "uid-1")]))
+            .unwrap()
+            .patch
+            .is_empty()
+    );
+    assert!(validate(&again, running(&[("w-1", "uid-1")])).is_ok());
+}
+
+#[test]
+fn rule_12_a_job_template_labelled_by_name_gets_the_name_when_its_pod_template_says_self() {
+    let labels = json!({"ownerguard.io/owner-pod": "w-1"});
+    let object = json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": NS, "labels": labels},
+        "spec": {"jobTemplate": {"metadata": {"labels": labels},
+            "spec": {"template": {"metadata": {"labels": {"ownerguard.io/owner-pod": "Self"}}}}}},
+    });
+    let result = created_by_worker(&object);
+    let job_template = &result["spec"]["jobTemplate"];
+    assert_eq!(
+        job_template["metadata"]["annotations"]["ownerguard.io/owner-pod-name"],
+        "w-1"
+    );
+    // The Job the CronJob controller makes (getJobFromTemplate2): the Job
+    // template's labels and annotations, admitted without a change but
+    // the reference.
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "nightly-29433600", "namespace": NS,
+            "labels": job_template["metadata"]["labels"], "annotations": job_template["metadata"]["annotations"]},
+        "spec": job_template["spec"],
+    });
+    let made =
+        admitted_from_controller(&job, "system:serviceaccount:kube-system:cronjob-controller");
+    assert_eq!(made["spec"], job["spec"]);
+    assert!(made["metadata"].get("ownerReferences").is_some());
+}
+
+#[test]
+fn rule_12_a_resource_claim_templates_claim_metadata_is_a_template() {
+    let object = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpu", "namespace": NS, "labels": {"ownerguard.io/owner-pod": "w-1"}},
+        "spec": {"metadata": {"labels": {"ownerguard.io/owner-pod": "w-1"}}, "spec": {"devices": {}}},
+    });
+    let result = created_by_worker(&object);
+    assert_eq!(
+        result["spec"]["metadata"]["labels"]["ownerguard.io/owner-uid"],
+        "uid-1"
+    );
+    let mut other = object.clone();
+    other["spec"]["metadata"]["labels"]["ownerguard.io/owner-pod"] = json!("w-2");
+    let (_, review) = request("CREATE", other, None);
+    let err = mutate(
+        &from_pod(review, "w-1", "uid-1"),
+        running(&[("w-1", "uid-1")]),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("ResourceClaim template spec"),
+        "{err}"
+    );
+}
+
+#[test]
+fn rule_12_a_claim_template_of_another_shape_is_left_alone() {
+    let object = json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w", "namespace": NS, "labels": {"ownerguard.io/owner-pod": "w-1"}},
+        "spec": {
+            "volumeClaimTemplates": [{"metadata": {"labels": {"ownerguard.io/owner-pod": 3}}}, "x"],
+            "volumes": {"ephemeral": {"volumeClaimTemplate": {"metadata": {"labels": {"ownerguard.io/owner-pod": "w-2"}}}}},
+            "metadata": {"labels": {"ownerguard.io/owner-pod": "w-2"}},
+        },
+    });
+    let (_, review) = request("CREATE", object.clone(), None);
+    let allowed = mutate(
+        &from_pod(review, "w-1", "uid-1"),
+        running(&[("w-1", "uid-1")]),
+    )
+    .unwrap();
+    assert_eq!(patched(&object, &allowed)["spec"], object["spec"]);
+}
+
+#[test]
+fn rule_12_an_update_making_the_template_self_completes_it_and_names_the_owner_on_the_object() {
+    let mut old = deployment(
+        owner_labels("w-1", "uid-1"),
+        json!({"app": "agent", "ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": "uid-1"}),
+    );
+    old["metadata"]["ownerReferences"] = json!([pod_reference("w-1", "uid-1", Some(false))]);
+    let mut new = old.clone();
+    new["spec"]["template"]["metadata"]["labels"] =
+        json!({"app": "agent", "ownerguard.io/owner-pod": "Self"});
+    let (req, _) = request("UPDATE", new.clone(), Some(old.clone()));
+    let allowed = mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
+    let result = patched(&new, &allowed);
+    assert_eq!(
+        result["metadata"]["annotations"]["ownerguard.io/owner-pod-name"],
+        "w-1"
+    );
+    // The annotation restates the owner: no change of ownership, on
+    // reinvocation or on /validate.
+    let (req, _) = request("UPDATE", result.clone(), Some(old));
+    assert!(
+        mutate(&req, running(&[("w-1", "uid-1")]))
+            .unwrap()
+            .patch
+            .is_empty()
+    );
+    assert!(validate(&req, running(&[("w-1", "uid-1")])).is_ok());
 }

@@ -518,6 +518,14 @@ fn label_changes(
             // The uid label of an object that had only the owner's
             // reference: it says what the reference said, no change.
             (None, Some(value)) if !is_annotation && owner_uid == Some(value) => {}
+            // The name annotation restating the owner label's name (what
+            // /mutate adds when a pod template of the object says `Self`):
+            // the same owner, no change.
+            (None, Some(value))
+                if is_annotation
+                    && value != REQUESTING_POD
+                    && pod_before == pod_after
+                    && pod_after == Some(value) => {}
             _ => {
                 let what = if is_annotation { "annotation" } else { "label" };
                 // The uid the object had is its owner's, which this

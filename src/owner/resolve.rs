@@ -279,15 +279,20 @@ pub fn label_owner(
         (false, _, _) if !is_pod_name(value) => {
             return Err(invalid_name("label", &labels.pod, value));
         }
-        (false, Some(annotated), _) => {
+        // Beside a name, the annotation may restate it (a ReplicaSet takes
+        // its Deployment's annotations and its template's labels: `Self`
+        // on one and the name on the other are one owner), never name
+        // another pod.
+        (false, Some(annotated), _) if annotated != value => {
             return Err(Denial::StrayOwnerAnnotation {
                 at: at.clone(),
                 owner: annotated.to_string(),
+                label: value.to_string(),
                 key: labels.pod_name.clone(),
                 pod_key: labels.pod.clone(),
             });
         }
-        (false, None, _) => value,
+        (false, _, _) => value,
     };
     let claim = |uid: &str| Claim {
         name: name.to_string(),

@@ -9,9 +9,11 @@ have denied, patched or warned is a hole. This differential run,
 deterministic for a seed:
 
   1. makes UPDATE pairs: --cases random old/new objects (ConfigMap, Job,
-     CronJob, Deployment, a custom resource; owner labels, pod-like and
-     other ownerReferences, pod templates of every shape, pod-bound and
-     other requesters) from --seed; every UPDATE fixture of
+     CronJob, Deployment, StatefulSet, ResourceClaimTemplate, a custom
+     resource; owner labels, pod-like and other ownerReferences, templates
+     of every shape rule 12 names (pod templates, claim templates and the
+     selector, ephemeral volumes' claim templates, a ResourceClaimTemplate's
+     spec.metadata), pod-bound and other requesters) from --seed; every UPDATE fixture of
      tests/fixtures/*/ and tests/fixtures/recorded/*/; and a fixed set of
      odd shapes (a custom resource whose spec, template, labels, references...
      are strings, numbers, lists or null, on either side; an object
@@ -84,7 +86,8 @@ PODS = {
 }
 KINDS = [("", "v1", "ConfigMap", "configmaps"), ("batch", "v1", "Job", "jobs"),
          ("batch", "v1", "CronJob", "cronjobs"), ("example.com", "v1", "Widget", "widgets"),
-         ("apps", "v1", "Deployment", "deployments")]
+         ("apps", "v1", "Deployment", "deployments"), ("apps", "v1", "StatefulSet", "statefulsets"),
+         ("resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates")]
 WORKER = "system:serviceaccount:agents:worker"
 PODNAME, PODUID = "authentication.kubernetes.io/pod-name", "authentication.kubernetes.io/pod-uid"
 USERS = [
@@ -162,6 +165,27 @@ class Random:
             md["annotations"] = self.ch("s", {"x": 2})
         return md
 
+    def volumes(self):
+        """A pod spec's volumes: some generic ephemeral ones, with claim templates of every shape (rule 12)."""
+        vs = []
+        for i in range(self.r.choice([0, 1, 1, 2])):
+            if self.r.random() < .3:
+                vs.append({"name": f"v{i}", "emptyDir": {}})
+            else:
+                vs.append({"name": f"v{i}", "ephemeral": {"volumeClaimTemplate": {"metadata": self.template_metadata()}}})
+        return vs
+
+    def claim_templates(self):
+        return [{"metadata": dict(self.template_metadata(), name=f"c{i}")} for i in range(self.r.choice([0, 1, 2]))]
+
+    def selector(self):
+        m = {"app": "a"}
+        if self.r.random() < .4:
+            m[P] = self.ch("w-1", "Self", "w-2")
+        if self.r.random() < .2:
+            m[U] = self.ch("U1", "U2")
+        return {"matchLabels": m}
+
     def object(self, kind):
         g, v, k, _ = kind
         md = {"name": "x", "namespace": "agents", "labels": self.labels()}
@@ -174,12 +198,21 @@ class Random:
         if refs or self.r.random() < .5:
             md["ownerReferences"] = refs
         o = {"apiVersion": (g + "/" if g else "") + v, "kind": k, "metadata": md}
-        if k in ("Job", "Widget", "Deployment"):
+        if k in ("Job", "Widget", "Deployment", "StatefulSet"):
             o["spec"] = {"template": {"metadata": self.template_metadata()}} if self.r.random() < .8 else {}
+            if "template" in o["spec"] and self.r.random() < .5:
+                o["spec"]["template"]["spec"] = {"volumes": self.volumes()}
         if k in ("CronJob", "Widget") and self.r.random() < .6:
             o.setdefault("spec", {})["jobTemplate"] = {
                 "metadata": self.template_metadata(),
-                "spec": {"template": {"metadata": self.template_metadata()}}}
+                "spec": {"template": {"metadata": self.template_metadata(), "spec": {"volumes": self.volumes()}}}}
+        if k in ("StatefulSet", "Widget") and self.r.random() < .7:
+            o.setdefault("spec", {})["volumeClaimTemplates"] = self.claim_templates()
+            o["spec"]["selector"] = self.selector()
+        if k == "ResourceClaimTemplate":
+            o["spec"] = {"metadata": self.template_metadata(), "spec": {"devices": {}}}
+        if k == "Widget" and self.r.random() < .3:
+            o.setdefault("spec", {})["volumes"] = self.volumes()
         if k == "ConfigMap":
             o["data"] = {"k": "a"}
         return o
@@ -189,7 +222,7 @@ class Random:
         n = copy.deepcopy(o)
         md = n["metadata"]
         for _ in range(R.choice([1, 1, 2, 3])):
-            m = R.randrange(16)
+            m = R.randrange(21)
             refs = md.get("ownerReferences") or []
             spec = n.get("spec") if isinstance(n.get("spec"), dict) else None
             if m == 0:
@@ -240,6 +273,24 @@ class Random:
                 md.setdefault("finalizers", []).append("example.com/f")
             elif m == 15 and spec and "template" in spec:
                 spec["template"] = ch(None, "s", [1], {"metadata": None}, {"metadata": {"labels": "x"}})
+            elif m in (16, 17) and spec:
+                # A volume's claim template (rule 12): relabelled, or the volumes reordered.
+                pods = [t.get("spec") for t in (spec.get("template"),) if isinstance(t, dict)]
+                jt = spec.get("jobTemplate")
+                if isinstance(jt, dict) and isinstance(jt.get("spec"), dict) and isinstance(jt["spec"].get("template"), dict):
+                    pods.append(jt["spec"]["template"].get("spec"))
+                for ps in pods:
+                    if isinstance(ps, dict) and isinstance(ps.get("volumes"), list) and ps["volumes"]:
+                        if m == 16:
+                            R.choice(ps["volumes"])["ephemeral"] = {"volumeClaimTemplate": {"metadata": self.template_metadata()}}
+                        else:
+                            R.shuffle(ps["volumes"])
+            elif m == 18 and spec and isinstance(spec.get("volumeClaimTemplates"), list) and spec["volumeClaimTemplates"]:
+                R.choice(spec["volumeClaimTemplates"])["metadata"] = dict(self.template_metadata(), name="c9")
+            elif m == 19 and spec and "selector" in spec:
+                spec["selector"] = self.selector()
+            elif m == 20 and spec and "metadata" in spec:
+                spec["metadata"] = self.template_metadata()
         return n
 
     def pairs(self, count):
@@ -265,7 +316,11 @@ def odd_shapes():
              ("spec", "jobTemplate", "metadata"), ("spec", "jobTemplate", "spec"),
              ("spec", "jobTemplate", "spec", "template"),
              ("spec", "jobTemplate", "spec", "template", "metadata", "labels"),
-             ("spec", "jobTemplate", "spec", "template", "metadata", "annotations")]
+             ("spec", "jobTemplate", "spec", "template", "metadata", "annotations"),
+             ("spec", "volumes"), ("spec", "volumeClaimTemplates"), ("spec", "selector"),
+             ("spec", "selector", "matchLabels"), ("spec", "metadata"), ("spec", "metadata", "labels"),
+             ("spec", "template", "spec"), ("spec", "template", "spec", "volumes"),
+             ("spec", "jobTemplate", "spec", "template", "spec", "volumes")]
     # Only the parts no schema fixes: the API server decodes metadata into
     # ObjectMeta before admission (labels a list, ownerReferences a string
     # never reach a webhook).

@@ -46,6 +46,36 @@ pub fn case_webhook(dir: &Path, config: &CaseConfig) -> Webhook {
     )
 }
 
+/// The webhook of a case's settings over `pods` (the case's, and what
+/// controllers made since): the oracle's controller walk needs lookups to
+/// find the pods it created.
+pub fn webhook_over(config: &CaseConfig, pods: &[oracle::Pod]) -> Webhook {
+    use ownerguard::owner::inventory::InventoryPod;
+    use ownerguard::owner::{Finished, ObservedPod};
+    let inventory = Inventory::from_pods(pods.iter().map(|p| InventoryPod {
+        namespace: p.namespace.clone(),
+        name: p.name.clone(),
+        pod: ObservedPod {
+            terminating: p.terminating,
+            finished: p.phase.as_deref().and_then(Finished::from_phase),
+            ..ObservedPod::running(p.uid.clone())
+        },
+    }));
+    let lookup = CaseLookup {
+        inventory,
+        failures: config
+            .lookup_failures
+            .iter()
+            .cloned()
+            .collect::<HashSet<_>>(),
+    };
+    Webhook::new(
+        config.policy(),
+        Arc::new(lookup),
+        Arc::new(Metrics::default()),
+    )
+}
+
 /// POST `body` to `/<webhook>?timeout=10s` through the real router, no
 /// socket; the status and the decoded JSON answer.
 pub async fn send(webhook: Arc<Webhook>, kind: WebhookKind, body: Vec<u8>) -> (StatusCode, Value) {

@@ -23,6 +23,9 @@
 //!   owner label, no entry contradicting a pod it names by uid, the uid
 //!   label the owner's uid.
 //!
+//! [`controllers`] adds the controllers' side: what Kubernetes' built-in
+//! controllers make from what was admitted, sent back through the webhooks.
+//!
 //! Shared by `tests/golden.rs`, `tests/public_fixtures.rs`,
 //! `tests/properties.rs` and the fuzz target (`fuzz/`, by `#[path]`), so it
 //! only uses `serde_json`, `json-patch`, `base64` and `unicode-security`
@@ -30,10 +33,12 @@
 
 #![allow(dead_code)]
 
+pub mod controllers;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// The garbage collector's user: its UPDATEs remove references.
 pub const GC_USER: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
@@ -170,6 +175,12 @@ impl Settings {
     }
     fn uid_key(&self) -> String {
         format!("{}/owner-uid", self.key_prefix)
+    }
+    /// The annotation that names the owner of a `Self` object (README:
+    /// ownerguard writes it, so that the object names its owner for
+    /// whoever sends the next request, a controller included).
+    fn name_key(&self) -> String {
+        format!("{}/owner-pod-name", self.key_prefix)
     }
     fn is_delegate(&self, username: &str) -> bool {
         let Some(rest) = username.strip_prefix("system:serviceaccount:") else {
@@ -474,6 +485,7 @@ struct Meta {
     name: String,
     generate_name: String,
     labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
     refs: Vec<Entry>,
     /// `ownerReferences` present and not null.
     refs_present: bool,
@@ -523,6 +535,20 @@ impl Meta {
             }
             Some(_) => meta.garbage.push("labels is not a map".into()),
         }
+        match metadata.get("annotations") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(annotations)) => {
+                for (k, val) in annotations {
+                    match val.as_str() {
+                        Some(s) => {
+                            meta.annotations.insert(k.clone(), s.into());
+                        }
+                        None => meta.garbage.push(format!("annotation {k} is not a string")),
+                    }
+                }
+            }
+            Some(_) => meta.garbage.push("annotations is not a map".into()),
+        }
         match metadata.get("ownerReferences") {
             None | Some(Value::Null) => {}
             Some(Value::Array(items)) => {
@@ -551,6 +577,9 @@ impl Meta {
     fn label(&self, key: &str) -> Option<&str> {
         self.labels.get(key).map(String::as_str)
     }
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key).map(String::as_str)
+    }
     fn shown_name(&self) -> &str {
         if self.name.is_empty() {
             &self.generate_name
@@ -558,17 +587,6 @@ impl Meta {
             &self.name
         }
     }
-}
-
-/// Where a pod template's metadata is, for the kinds that have one.
-const TEMPLATE_POINTERS: [&str; 3] = [
-    "/spec/template/metadata",
-    "/spec/jobTemplate/metadata",
-    "/spec/jobTemplate/spec/template/metadata",
-];
-
-fn template_labels<'a>(object: &'a Value, pointer: &str) -> Option<&'a Map<String, Value>> {
-    object.pointer(pointer)?.get("labels")?.as_object()
 }
 
 /// What a lookup of a pod name finds.
@@ -1014,7 +1032,8 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
     let refs = pod_refs(obj, &known);
     let pod_label = obj.label(&pod_key);
     let uid_label = obj.label(&uid_key);
-    if pod_label.is_none() && uid_label.is_none() && refs.is_empty() {
+    let annotated = obj.annotation(&s.name_key()).is_some();
+    if pod_label.is_none() && uid_label.is_none() && !annotated && refs.is_empty() {
         // Rule 1.
         e.unchanged = true;
         return;
@@ -1067,17 +1086,34 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
         );
     }
 
-    // The owner of the label.
+    // The owner of the label. The name annotation (README) says whom
+    // `Self` meant, for whoever sends the object next (a controller
+    // included); beside a name it may only restate it.
+    let annotated = obj.annotation(&s.name_key());
     let mut owner: Option<(String, String)> = None;
     match (pod_label, uid_label) {
         (None, Some(_)) => e.deny(&[400], true, "uid label without owner-pod label (rule 9)"),
+        (None, None) if annotated.is_some() => e.deny(
+            &[400],
+            true,
+            "owner-pod-name annotation without owner-pod label (half a claim)",
+        ),
         (None, None) => {}
         (Some(name), uid) => {
             let self_value = s.self_value.as_deref().is_some_and(|v| v == name);
             let name = if self_value {
-                match w.requester_pod() {
-                    Some((n, _)) => n.to_string(),
-                    None => {
+                match (annotated, w.requester_pod()) {
+                    (Some(n), _) if dns_subdomain(n) => n.to_string(),
+                    (Some(n), _) => {
+                        e.deny(
+                            &[400],
+                            true,
+                            format!("owner-pod-name annotation '{n}' is not a pod name (rule 7)"),
+                        );
+                        String::new()
+                    }
+                    (None, Some((n, _))) => n.to_string(),
+                    (None, None) => {
                         e.deny(
                             &[400, 403],
                             true,
@@ -1087,6 +1123,13 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
                     }
                 }
             } else {
+                if let Some(n) = annotated.filter(|n| *n != name) {
+                    e.deny(
+                        &[400],
+                        true,
+                        format!("owner-pod-name annotation '{n}' beside owner-pod label '{name}'"),
+                    );
+                }
                 name.to_string()
             };
             if !self_value && !dns_subdomain(&name) {
@@ -1101,7 +1144,16 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
         }
     }
 
-    check_templates(w, e);
+    // Rule 12: every template of the object names its owner.
+    let declared = pod_label
+        .filter(|v| s.self_value.as_deref() != Some(*v))
+        .map(str::to_string);
+    let owner_name = owner.as_ref().map(|(n, _)| n.clone()).or(declared);
+    let owner_uid = owner
+        .as_ref()
+        .map(|(_, u)| u.clone())
+        .or(uid_label.map(str::to_string));
+    check_templates(w, e, owner_name.as_deref(), owner_uid.as_deref(), true);
     // Every Pod reference (rules 3, 6, 7).
     let owner_uid = owner.as_ref().map(|(_, u)| u.as_str());
     let owner_name = owner.as_ref().map(|(n, _)| n.as_str());
@@ -1116,6 +1168,27 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
         true,
     );
 
+    // /validate: the matching non-blocking reference must be there; that
+    // needs no lookup, so it stands beside the other early reasons.
+    if let Some((name, uid)) = &owner
+        && hook == Hook::Validate
+    {
+        let matching = |r: &&&Entry| r.exact() && r.name() == name && r.uid() == uid;
+        if !refs.iter().any(|r| matching(&r)) {
+            e.deny(
+                &[400, 403],
+                true,
+                format!("/validate: no reference to owner '{name}'"),
+            );
+        } else if !refs.iter().any(|r| matching(&r) && !r.blocking()) {
+            e.deny_blocking(
+                &[400, 403],
+                true,
+                format!("/validate: no non-blocking reference to owner '{name}'"),
+            );
+        }
+    }
+
     // A denial for a blocking reference alone still leaves the lookups to
     // judge: /validate-all does not judge the flag, only the pod.
     if e.deny.iter().any(|r| !r.blocking) {
@@ -1126,23 +1199,6 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
     if let Some((name, uid)) = &owner {
         e.require_live(w, name, uid, "owner");
         looked.insert(name.clone());
-        // /validate: the matching non-blocking reference must be there.
-        if hook == Hook::Validate {
-            let matching = |r: &&&Entry| r.exact() && r.name() == name && r.uid() == uid;
-            if !refs.iter().any(|r| matching(&r)) {
-                e.deny(
-                    &[400, 403],
-                    false,
-                    format!("/validate: no reference to owner '{name}'"),
-                );
-            } else if !refs.iter().any(|r| matching(&r) && !r.blocking()) {
-                e.deny_blocking(
-                    &[400, 403],
-                    false,
-                    format!("/validate: no non-blocking reference to owner '{name}'"),
-                );
-            }
-        }
         e.owner = owner.clone();
         e.owner_required = true;
     }
@@ -1153,50 +1209,56 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
     }
 }
 
-/// A pod template that names another owner than the object: the spec is
-/// silent, refusing it is sound (the controller's pods would belong to
-/// another worker than the object).
-fn check_templates(w: &World, e: &mut Expect) {
-    let pod_key = w.settings.pod_key();
-    let Some(owner) = w.object.label(&pod_key) else {
+/// SPEC §3 rule 12: every template of the object (pod templates, claim
+/// templates, ephemeral volumes' claim templates, a ResourceClaimTemplate's
+/// claim metadata) that carries the owner label must declare the object's
+/// owner: its label that owner's name, or `Self` with no annotation naming
+/// another pod; a name annotation beside a name restating it; its uid
+/// label, if any, the owner's. Otherwise what a controller makes from it
+/// belongs to another worker (or is refused): 400 on CREATE; on UPDATE the
+/// template may be one from before, so refusing is only allowed.
+fn check_templates(
+    w: &World,
+    e: &mut Expect,
+    owner: Option<&str>,
+    owner_uid: Option<&str>,
+    create: bool,
+) {
+    let s = w.settings;
+    let (pod_key, uid_key, name_key) = (s.pod_key(), s.uid_key(), s.name_key());
+    if w.object.label(&pod_key).is_none() {
         return;
-    };
-    for pointer in TEMPLATE_POINTERS {
-        let uid_key = w.settings.uid_key();
-        let template_uid = template_labels(&w.request["object"], pointer)
-            .and_then(|l| l.get(&uid_key))
-            .and_then(Value::as_str);
-        // The owner's uid: its uid label, the old object's, or the
-        // requesting owner pod's.
-        let requester_uid = w
-            .requester_pod()
-            .filter(|(name, _)| *name == owner || w.settings.self_value.as_deref() == Some(owner))
-            .map(|(_, uid)| uid);
-        let object_uid = w
-            .object
-            .label(&uid_key)
-            .or(w.old.label(&uid_key))
-            .or(requester_uid);
-        if let (Some(t), Some(o)) = (template_uid, object_uid)
+    }
+    for template in controllers::templates(&w.request["object"]) {
+        let Some(value) = template.label(&pod_key) else {
+            continue;
+        };
+        let self_value = s.self_value.as_deref() == Some(value);
+        let annotated = template.annotation(&name_key);
+        let declares = if self_value { annotated } else { Some(value) };
+        let mut wrong = Vec::new();
+        if let (Some(declared), Some(owner)) = (declares, owner)
+            && declared != owner
+        {
+            wrong.push(format!("declares owner '{declared}'"));
+        }
+        if let Some(a) = annotated.filter(|a| !self_value && *a != value) {
+            wrong.push(format!(
+                "has an owner-pod-name annotation '{a}' beside owner-pod '{value}'"
+            ));
+        }
+        if let (Some(t), Some(o)) = (template.label(&uid_key), owner_uid)
             && t != o
         {
-            e.maybe(
-                &[400, 403],
-                true,
-                format!("the template at {pointer} has uid label '{t}'"),
-            );
+            wrong.push(format!("has uid label '{t}'"));
         }
-        let named = template_labels(&w.request["object"], pointer)
-            .and_then(|l| l.get(&pod_key))
-            .and_then(Value::as_str);
-        if let Some(named) = named
-            && named != owner
-        {
-            e.maybe(
-                &[400, 403],
-                true,
-                format!("the template at {pointer} names owner '{named}'"),
-            );
+        for why in wrong {
+            let why = format!("the template at {} {why} (rule 12)", template.pointer);
+            if create {
+                e.deny(&[400], true, why);
+            } else {
+                e.maybe(&[400, 403], true, why);
+            }
         }
     }
 }
@@ -1969,7 +2031,7 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         None if !labels_removed => (o_pod.map(str::to_string), o_owner_uid.clone()),
         None => (None, None),
     };
-    check_templates(w, e);
+    check_templates(w, e, owner_name.as_deref(), owner_uid.as_deref(), false);
     check_adoption(w, e, &added);
     check_added_refs(
         w,
@@ -2190,7 +2252,7 @@ fn judge_allowed(w: &World, hook: Hook, e: &Expect, response: &Value, v: &mut Vi
                     "a patch that changes nothing (rule 4: only when it changes something)".into(),
                 );
             }
-            only_metadata_changed(sent, &patched, v);
+            only_metadata_changed(w, sent, &patched, v);
             patched
         }
         Ok(None) => sent.clone(),
@@ -2233,22 +2295,36 @@ fn apply_patch(object: &Value, response: &Value) -> Result<Option<Value>, String
     Ok(Some(patched))
 }
 
-/// Only metadata (and a pod template's labels) may change.
-fn only_metadata_changed(sent: &Value, patched: &Value, v: &mut Violations) {
+/// Only metadata may change, and of a template (rule 12) only its uid
+/// label and its owner-pod-name annotation (the maps created if need be).
+fn only_metadata_changed(w: &World, sent: &Value, patched: &Value, v: &mut Violations) {
+    let s = w.settings;
+    let pointers: Vec<String> = controllers::templates(sent)
+        .into_iter()
+        .map(|t| t.pointer)
+        .collect();
     let strip = |object: &Value| {
         let mut object = object.clone();
         if let Some(map) = object.as_object_mut() {
             map.remove("metadata");
         }
-        for pointer in TEMPLATE_POINTERS {
-            if let Some(metadata) = object.pointer_mut(pointer).and_then(Value::as_object_mut) {
-                metadata.remove("labels");
+        for pointer in &pointers {
+            let Some(metadata) = object.pointer_mut(pointer).and_then(Value::as_object_mut) else {
+                continue;
+            };
+            for (map, key) in [("labels", s.uid_key()), ("annotations", s.name_key())] {
+                if let Some(Value::Object(entries)) = metadata.get_mut(map) {
+                    entries.remove(&key);
+                    if entries.is_empty() {
+                        metadata.remove(map);
+                    }
+                }
             }
         }
         object
     };
     if strip(sent) != strip(patched) {
-        v.push("the patch changes more than metadata and pod template labels".into());
+        v.push("the patch changes more than metadata and the owner keys of templates".into());
     }
 }
 
@@ -2441,26 +2517,40 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
             }
             _ => {}
         }
-        // Pod templates (issue 8 item 1).
+        // Templates (issue 8 item 1, rule 12): what a controller makes from
+        // one that carries the owner label (its name, or `Self`) must name
+        // the owner with its uid, or it is refused.
         if hook == Hook::Mutate && e.owner_required {
-            for pointer in TEMPLATE_POINTERS {
-                let Some(labels) = template_labels(fin, pointer) else {
+            let name_key = s.name_key();
+            let old_templates = controllers::templates(&w.request["oldObject"]);
+            for template in controllers::templates(fin) {
+                let Some(value) = template.label(&pod_key) else {
                     continue;
                 };
+                let self_value = s.self_value.as_deref() == Some(value);
+                if !self_value && value != name {
+                    continue;
+                }
                 // On UPDATE only what ownerguard added and the update omits
                 // must come back (kubectl replace); an old template that
                 // never had it may stay as it was.
-                let had_it = template_labels(&w.request["oldObject"], pointer)
-                    .and_then(|l| l.get(&uid_key))
-                    .and_then(Value::as_str)
-                    == Some(uid.as_str());
-                if (!update || had_it)
-                    && labels.get(&pod_key).and_then(Value::as_str) == Some(name.as_str())
-                    && labels.get(&uid_key).and_then(Value::as_str) != Some(uid.as_str())
-                {
+                let had_it = old_templates.iter().any(|t| {
+                    t.pointer == template.pointer && t.label(&uid_key) == Some(uid.as_str())
+                });
+                if update && !had_it {
+                    continue;
+                }
+                if template.label(&uid_key) != Some(uid.as_str()) {
                     v.push(format!(
-                        "final object: the pod template at {pointer} names owner '{name}' but its uid label is {} (the owner's uid is '{uid}'); the controller's pods will be refused",
-                        labels.get(&uid_key).map_or("absent".to_string(), |u| u.to_string())
+                        "final object: the template at {} names owner '{name}' but its uid label is {} (the owner's uid is '{uid}'); what its controller makes will be refused",
+                        template.pointer,
+                        template.label(&uid_key).map_or("absent".to_string(), |u| format!("'{u}'"))
+                    ));
+                }
+                if self_value && !update && template.annotation(&name_key) != Some(name.as_str()) {
+                    v.push(format!(
+                        "final object: the template at {} says Self but no owner-pod-name annotation names '{name}'; what its controller makes, without pod identity, will be refused",
+                        template.pointer
                     ));
                 }
             }

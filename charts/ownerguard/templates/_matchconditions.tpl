@@ -62,9 +62,14 @@ ownerguard judges:
   blocking is sent, and a controller adding or removing its own
   (non-pod) reference is not;
 - the owner labels and the owner-pod-name annotation;
-- those of a pod template it completes (spec.template, spec.jobTemplate
-  and its spec.template), of any kind, custom resources included, read
-  with a type check at each step.
+- those of a template it completes (SPEC §3 rule 12), of any kind,
+  custom resources included, read with a type check at each step: the pod
+  templates (spec.template, spec.jobTemplate and its spec.template), each
+  claim template of spec.volumeClaimTemplates and the selector's labels
+  its claims take, each generic ephemeral volume's claim template of the
+  pod specs (spec, spec.template.spec, spec.jobTemplate.spec.template.spec;
+  a list compared entry by entry, so a reordering is sent too), and
+  spec.metadata (a ResourceClaimTemplate's).
 So an outage never blocks a finalizer removal, a status-less metadata edit,
 a scale or a rollout of a labelled object. oldObject is null only on
 CREATE, which the first line takes.
@@ -90,7 +95,7 @@ matchConditions:
       || object.metadata.?labels[?'{{ . }}'] != oldObject.metadata.?labels[?'{{ . }}']
       {{- end }}
       || object.metadata.?annotations[?'{{ $nameKey }}'] != oldObject.metadata.?annotations[?'{{ $nameKey }}']
-      {{- range list (list "spec" "template") (list "spec" "jobTemplate") (list "spec" "jobTemplate" "spec" "template") }}
+      {{- range list (list "spec" "template") (list "spec" "jobTemplate") (list "spec" "jobTemplate" "spec" "template") (list "spec") }}
       {{- $template := . }}
       {{- range $keys }}
       || {{ include "ownerguard.cel.at" (dict "root" "object" "path" (concat $template (list "metadata" "labels")) "key" .) }}
@@ -101,6 +106,54 @@ matchConditions:
       || {{ include "ownerguard.cel.at" (dict "root" "object" "path" (concat $template (list "metadata" "annotations")) "key" $nameKey) }}
          != {{ include "ownerguard.cel.at" (dict "root" "oldObject" "path" (concat $template (list "metadata" "annotations")) "key" $nameKey) }}
       {{- end }}
+      {{- range $keys }}
+      || {{ include "ownerguard.cel.at" (dict "root" "object" "path" (list "spec" "selector" "matchLabels") "key" .) }}
+         != {{ include "ownerguard.cel.at" (dict "root" "oldObject" "path" (list "spec" "selector" "matchLabels") "key" .) }}
+      {{- end }}
+      {{- $claims := dict "path" (list "spec" "volumeClaimTemplates") "entry" (list) "keys" $keys "nameKey" $nameKey }}
+      || {{ include "ownerguard.cel.listOwnerKeys" (merge (dict "root" "object") $claims) }}
+         != {{ include "ownerguard.cel.listOwnerKeys" (merge (dict "root" "oldObject") $claims) }}
+      {{- range list (list "spec") (list "spec" "template" "spec") (list "spec" "jobTemplate" "spec" "template" "spec") }}
+      {{- $volumes := dict "path" (concat . (list "volumes")) "entry" (list "ephemeral" "volumeClaimTemplate") "keys" $keys "nameKey" $nameKey }}
+      || {{ include "ownerguard.cel.listOwnerKeys" (merge (dict "root" "object") $volumes) }}
+         != {{ include "ownerguard.cel.listOwnerKeys" (merge (dict "root" "oldObject") $volumes) }}
+      {{- end }}
+{{- end }}
+
+{{/*
+The owner keys of every template in the list at .path of .root, in order:
+for each entry, its template (the entry itself, or what .entry leads to)
+as [owner-pod label, owner-uid label, owner-pod-name annotation, whether
+it is a template ownerguard reads], each an optional; [] for an entry of
+another shape, [] for no list. Never an error: every step is type-checked.
+*/}}
+{{- define "ownerguard.cel.listOwnerKeys" -}}
+{{- $guards := list }}
+{{- $prefix := .root }}
+{{- range initial .path }}
+{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $prefix .) }}
+{{- $prefix = printf "%s.%s" $prefix . }}
+{{- end }}
+{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == list" $prefix (last .path)) }}
+{{- $prefix = printf "%s.%s" $prefix (last .path) }}
+{{- $entryGuards := list "type(e) == map" }}
+{{- $entry := "e" }}
+{{- range (concat .entry (list "metadata")) }}
+{{- $entryGuards = append $entryGuards (printf "type(%s.?%s.orValue(null)) == map" $entry .) }}
+{{- $entry = printf "%s.%s" $entry . }}
+{{- end }}
+{{- $fields := list }}
+{{- range .keys }}
+{{- $fields = append $fields (printf "(type(%s.?labels.orValue(null)) == map ? %s.labels[?'%s'] : optional.none())" $entry $entry .) }}
+{{- end }}
+{{- $fields = append $fields (printf "(type(%s.?annotations.orValue(null)) == map ? %s.annotations[?'%s'] : optional.none())" $entry $entry .nameKey) }}
+{{- $fields = append $fields (printf "dyn(optional.of(%s))" (include "ownerguard.cel.isTemplateMeta" $entry)) -}}
+({{ join " && " $guards }} ? {{ $prefix }}.map(e, {{ join " && " $entryGuards }} ? [{{ join ", " $fields }}] : []) : [])
+{{- end }}
+
+{{/* Whether the metadata map . holds labels and annotations ownerguard reads (each absent, or a map of strings). */}}
+{{- define "ownerguard.cel.isTemplateMeta" -}}
+['labels', 'annotations'].all(f, type({{ . }}[?f].orValue(null)) == null_type || (type({{ . }}[?f].orValue(null)) == map && {{ . }}[f].all(k, type({{ . }}[f][k]) == string)))
 {{- end }}
 
 {{/*

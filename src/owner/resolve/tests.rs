@@ -176,7 +176,7 @@ fn key_prefix_changes_the_keys() {
 }
 
 #[test]
-fn the_name_annotation_only_completes_self() {
+fn the_name_annotation_beside_a_name_may_only_restate_it() {
     let labels = OwnerLabels::default();
     let mut m = meta(&[
         ("ownerguard.io/owner-pod", "w-1"),
@@ -191,6 +191,17 @@ fn the_name_annotation_only_completes_self() {
         matches!(err, Denial::StrayOwnerAnnotation { .. }),
         "{err:?}"
     );
+    // The same pod twice is one owner: a ReplicaSet made from a `Self`
+    // Deployment's annotations and a template labelled by the name.
+    m.annotations = Some(BTreeMap::from([(
+        labels.pod_name.clone(),
+        "w-1".to_string(),
+    )]));
+    let owner = label_owner(&m, &at(), None, policy(&labels))
+        .unwrap()
+        .unwrap();
+    assert_eq!(owner.claim.name, "w-1");
+    assert!(!owner.by_self);
 }
 
 #[test]
