@@ -227,26 +227,57 @@ func checkMade(ctx context.Context, w *Worker, mades []made) ([]string, error) {
 	return summary, nil
 }
 
-// waitMade waits at most d until checkMade holds. A Warning event that
-// quotes a denial ends the wait at once: a controller was refused.
-func waitMade(ctx context.Context, ns string, w *Worker, d time.Duration, mades []made) ([]string, error) {
+// refusals: what says that a controller's create in ns was refused: the
+// Warning events that quote a denial, and the controller manager's own
+// errors that do (a refused ControllerRevision is logged, not evented).
+func refusals(ctx context.Context, ns string) []string {
+	out := deniedEvents(ctx, ns)
+	for _, line := range strings.Split(harness.Grep(plane.KCM.Log, "denied the request", 1000), "\n") {
+		if strings.Contains(line, ns+"/") || strings.Contains(line, "namespace '"+ns+"'") {
+			if len(line) > 600 {
+				line = line[:600] + "..."
+			}
+			out = append(out, "controller manager: "+line)
+		}
+	}
+	if len(out) > 3 {
+		out = out[:3]
+	}
+	return out
+}
+
+// untilUnrefused calls check every 250 ms until it returns nil, at most
+// d; a refusal of a controller's create in ns ends the wait at once.
+func untilUnrefused(ctx context.Context, ns string, d time.Duration, what string, check func() error) error {
 	deadline := time.Now().Add(d)
 	for {
-		if denied := deniedEvents(ctx, ns); len(denied) > 0 {
-			return nil, fmt.Errorf("a controller's create was refused: %s", strings.Join(denied, "; "))
+		if refused := refusals(ctx, ns); len(refused) > 0 {
+			return fmt.Errorf("%s: a controller's create was refused: %s", what, strings.Join(refused, "; "))
 		}
-		summary, err := checkMade(ctx, w, mades)
+		err := check()
 		if err == nil {
-			return summary, nil
+			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("not after %s: %v; the controller manager on %s: %s", d, err, ns, harness.Grep(plane.KCM.Log, ns+"/", 5))
+			return fmt.Errorf("%s: not after %s: %v; the controller manager on %s: %s", what, d, err, ns, harness.Grep(plane.KCM.Log, ns+"/", 3))
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// waitMade waits at most d until checkMade holds, failing at once on a
+// refused controller create.
+func waitMade(ctx context.Context, ns string, w *Worker, d time.Duration, mades []made) ([]string, error) {
+	var summary []string
+	err := untilUnrefused(ctx, ns, d, "what the controllers make", func() error {
+		var err error
+		summary, err = checkMade(ctx, w, mades)
+		return err
+	})
+	return summary, err
 }
 
 // missingLabels: the entries of want that have lacks.
@@ -678,8 +709,8 @@ func TestControllerWalk(t *testing.T) {
 			// A denied create is reported as an event a moment after it
 			// happened: look once more.
 			time.Sleep(2 * time.Second)
-			if denied := deniedEvents(ctx, ns); len(denied) > 0 {
-				t.Fatalf("everything was made, but a controller's create was refused on the way: %s", strings.Join(denied, "; "))
+			if refused := refusals(ctx, ns); len(refused) > 0 {
+				t.Fatalf("everything was made, but a controller's create was refused on the way: %s", strings.Join(refused, "; "))
 			}
 			fmt.Printf("    walk: %s admitted; its controllers made %s, all the worker's\n", c.name, strings.Join(summary, ", "))
 		})
@@ -693,10 +724,9 @@ func TestControllerWalk(t *testing.T) {
 // all three; an agent pod's labelled ephemeral claim template gets its
 // claim.
 func TestClaimTemplates(t *testing.T) {
-	ns := newNamespace(t, "claims", walkRules())
-
 	t.Run("StatefulSetGetsItsClaimAndPodAllCollectedWithTheWorker", func(t *testing.T) {
 		ctx := ctxFor(t, 3*time.Minute)
+		ns := newNamespace(t, "claims", walkRules())
 		w := newWorker(t, ns, "worker-sts")
 		_, err := w.Client.AppsV1().StatefulSets(ns).Create(ctx, statefulSet("db", w, false), metav1.CreateOptions{})
 		must(t, err, "create the labelled StatefulSet as the worker")
@@ -743,6 +773,7 @@ func TestClaimTemplates(t *testing.T) {
 
 	t.Run("AgentPodGetsItsEphemeralClaim", func(t *testing.T) {
 		ctx := ctxFor(t, 2*time.Minute)
+		ns := newNamespace(t, "claims", walkRules())
 		w := newWorker(t, ns, "worker-eph")
 		_, err := w.Client.CoreV1().Pods(ns).Create(ctx, ephemeralAgent("scratch-agent", w, false), metav1.CreateOptions{})
 		must(t, err, "create the agent pod with a labelled ephemeral claim template as the worker")
@@ -806,15 +837,15 @@ func resourceV1Served() error {
 func TestClusterWideSwitch(t *testing.T) {
 	setClusterWide(t, true)
 	t.Cleanup(func() { setClusterWide(t, false) })
-	ns := newNamespace(t, "clusterwide", nil)
-	calls := func() float64 {
-		n, _ := guard.Metric("ownerguard_admission_requests_total", map[string]string{"webhook": "validate-all", "operation": "CREATE"})
+	// calls: the creates of resource /validate-all answered so far.
+	calls := func(resource string) float64 {
+		n, _ := guard.Metric("ownerguard_admission_requests_total", map[string]string{"webhook": "validate-all", "operation": "CREATE", "resource": resource})
 		return n
 	}
 	// checkControllerClaim: the claim holds the controller's own reference
 	// to the pod, blocking, untouched (/validate-all never patches), and
 	// the template's labels verbatim; ownerguard was asked.
-	checkControllerClaim := func(t *testing.T, meta metav1.ObjectMeta, pod *corev1.Pod, labels map[string]string, before float64) {
+	checkControllerClaim := func(t *testing.T, meta metav1.ObjectMeta, pod *corev1.Pod, labels map[string]string, resource string, before float64) {
 		t.Helper()
 		c := metav1.GetControllerOf(&meta)
 		if len(meta.OwnerReferences) != 1 || c == nil || c.APIVersion != "v1" || c.Kind != "Pod" || c.Name != pod.Name ||
@@ -827,14 +858,15 @@ func TestClusterWideSwitch(t *testing.T) {
 				t.Fatalf("%s: labels %v, want the template's %v", meta.Name, meta.Labels, labels)
 			}
 		}
-		if after := calls(); after <= before {
+		if after := calls(resource); after <= before {
 			t.Fatalf("/validate-all answered no create (%v before, %v after): the claim never reached ownerguard", before, after)
 		}
 	}
 
 	t.Run("EphemeralVolumeClaimOfAPodAdmitted", func(t *testing.T) {
 		ctx := ctxFor(t, 2*time.Minute)
-		before := calls()
+		ns := newNamespace(t, "clusterwide", nil)
+		before := calls("persistentvolumeclaims")
 		labels := map[string]string{"app": "scratch"}
 		pod := agentPod("scratch", nil)
 		pod.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
@@ -843,29 +875,24 @@ func TestClusterWideSwitch(t *testing.T) {
 		pod, err := admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		must(t, err, "create a pod with a generic ephemeral volume")
 		var claim *corev1.PersistentVolumeClaim
-		must(t, harness.Until(ctx, 60*time.Second, 250*time.Millisecond, "the ephemeral claim", func() error {
-			if denied := deniedEvents(ctx, ns); len(denied) > 0 {
-				return fmt.Errorf("refused: %s", strings.Join(denied, "; "))
-			}
+		must(t, untilUnrefused(ctx, ns, 60*time.Second, "the ephemeral claim", func() error {
 			claim, err = admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "scratch-scratch", metav1.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("%v; the controller manager: %s", err, harness.Grep(plane.KCM.Log, ns+"/", 3))
-			}
-			return nil
+			return err
 		}), "the ephemeral-volume controller's claim")
-		checkControllerClaim(t, claim.ObjectMeta, pod, labels, before)
+		checkControllerClaim(t, claim.ObjectMeta, pod, labels, "persistentvolumeclaims", before)
 		fmt.Printf("    cluster-wide: ephemeral claim %s admitted with %s\n", claim.Name, refsString(claim.OwnerReferences))
 	})
 
 	t.Run("ResourceClaimFromTemplateAdmitted", func(t *testing.T) {
 		ctx := ctxFor(t, 2*time.Minute)
+		ns := newNamespace(t, "clusterwide", nil)
 		must(t, resourceV1Served(), "resource.k8s.io/v1 (DRA, GA in Kubernetes 1.34)")
 		started, err := plane.StartedControllers()
 		must(t, err, "the controller manager's log")
 		if !started["resourceclaim-controller"] {
 			t.Fatalf("the controller manager did not start resourceclaim-controller: %s", harness.Grep(plane.KCM.Log, "resourceclaim", 3))
 		}
-		before := calls()
+		before := calls("resourceclaims")
 		labels := map[string]string{"app": "accel"}
 		_, err = admin.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, &resourcev1.ResourceClaimTemplate{
 			ObjectMeta: metav1.ObjectMeta{Name: "accel"},
@@ -883,21 +910,18 @@ func TestClusterWideSwitch(t *testing.T) {
 		pod, err = admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		must(t, err, "create a pod with a templated resource claim")
 		var claim *resourcev1.ResourceClaim
-		must(t, harness.Until(ctx, 60*time.Second, 250*time.Millisecond, "the resource claim", func() error {
-			if denied := deniedEvents(ctx, ns); len(denied) > 0 {
-				return fmt.Errorf("refused: %s", strings.Join(denied, "; "))
-			}
+		must(t, untilUnrefused(ctx, ns, 60*time.Second, "the resource claim", func() error {
 			list, err := admin.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return err
 			}
 			if len(list.Items) == 0 {
-				return fmt.Errorf("no ResourceClaim; the controller manager: %s", harness.Grep(plane.KCM.Log, ns+"/", 3))
+				return errors.New("no ResourceClaim yet")
 			}
 			claim = &list.Items[0]
 			return nil
 		}), "the resource-claim controller's claim")
-		checkControllerClaim(t, claim.ObjectMeta, pod, labels, before)
+		checkControllerClaim(t, claim.ObjectMeta, pod, labels, "resourceclaims", before)
 		fmt.Printf("    cluster-wide: resource claim %s admitted with %s\n", claim.Name, refsString(claim.OwnerReferences))
 	})
 }
