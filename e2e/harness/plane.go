@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -165,15 +166,28 @@ func (p *Plane) StopAPIServer(port int) {
 	}
 }
 
-// Controllers the controller manager runs: the garbage collector, the
-// workload controllers whose pods a worker's labelled templates make,
-// and what they need (service accounts and their tokens, the root CA).
+// Controllers the controller manager runs (names from Kubernetes v1.34's
+// cmd/kube-controller-manager/names): the garbage collector; every
+// built-in controller that makes objects from a workload a worker labels
+// (ReplicaSets, pods, Jobs, ControllerRevisions, claims), the
+// ephemeral-volume and resource-claim controllers among them, which
+// write a blocking Pod reference; what lets a collected claim go (the
+// pvc-protection controller removes the kubernetes.io/pvc-protection
+// finalizer the API server puts on every claim); and what they all need
+// (service accounts and their tokens, the root CA, namespace deletion).
+// The resource-claim controller runs only where DynamicResourceAllocation
+// is on (GA, on by default, in v1.34); StartedControllers tells which did.
 var Controllers = []string{
 	"garbage-collector-controller",
 	"job-controller",
 	"deployment-controller",
 	"replicaset-controller",
 	"cronjob-controller",
+	"statefulset-controller",
+	"daemonset-controller",
+	"ephemeral-volume-controller",
+	"resourceclaim-controller",
+	"persistentvolumeclaim-protection-controller",
 	"serviceaccount-controller",
 	"serviceaccount-token-controller",
 	"root-ca-certificate-publisher-controller",
@@ -270,4 +284,29 @@ func (p *Plane) Processes() []*Process {
 		out = append(out, proc)
 	}
 	return out
+}
+
+// StartedControllers reads the controller manager's log for the
+// controllers it says it started (`"Started controller"
+// controller="<name>"`): one skipped for a feature gate or a missing API
+// is logged instead and is not in the set.
+func (p *Plane) StartedControllers() (map[string]bool, error) {
+	data, err := os.ReadFile(p.KCM.Log)
+	if err != nil {
+		return nil, err
+	}
+	started := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.Contains(line, `"Started controller"`) {
+			continue
+		}
+		_, rest, ok := strings.Cut(line, ` controller="`)
+		if !ok {
+			continue
+		}
+		if name, _, ok := strings.Cut(rest, `"`); ok {
+			started[name] = true
+		}
+	}
+	return started, nil
 }

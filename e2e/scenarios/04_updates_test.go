@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"ownerguard.io/e2e/harness"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -130,6 +132,68 @@ func TestUpdates(t *testing.T) {
 		created, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, blocked, metav1.CreateOptions{})
 		must(t, err, "create with a blocking reference")
 		must(t, checkOwned(created.ObjectMeta, w, true), "created")
+	})
+
+	// Another worker P, with its own pod-bound token, adds its own Pod
+	// reference (labels untouched) to an object of W's: the same final
+	// object is refused on CREATE, so it is on UPDATE, by a JSON patch and
+	// by a PUT; the object keeps W's reference alone.
+	addsItself := func(t *testing.T, p *Worker, name string) {
+		t.Helper()
+		ctx := ctxFor(t, 30*time.Second)
+		ref := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name(), UID: p.Pod.UID, Controller: ptr(false), BlockOwnerDeletion: ptr(false)}
+		current, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		must(t, err, "get "+name)
+		op := map[string]any{"op": "add", "path": "/metadata/ownerReferences/-", "value": ref}
+		if len(current.OwnerReferences) == 0 {
+			op = map[string]any{"op": "add", "path": "/metadata/ownerReferences", "value": []metav1.OwnerReference{ref}}
+		}
+		patch, _ := json.Marshal([]any{op})
+		_, err = p.Client.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		deniedOnUpdate(t, err, 403)
+		current.OwnerReferences = append(current.OwnerReferences, ref)
+		_, err = p.Client.CoreV1().ConfigMaps(ns).Update(ctx, current, metav1.UpdateOptions{})
+		deniedOnUpdate(t, err, 403)
+		stored, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		must(t, err, "get "+name)
+		for _, r := range stored.OwnerReferences {
+			if r.UID == p.Pod.UID {
+				t.Fatalf("%s holds the other worker's reference: %s", name, refsString(stored.OwnerReferences))
+			}
+		}
+	}
+
+	t.Run("AnotherWorkerCannotMakeItselfCoOwner", func(t *testing.T) {
+		p := newWorker(t, ns, "worker-coowner")
+		create(t, "upd-coowner")
+		addsItself(t, p, "upd-coowner")
+		stored, err := admin.CoreV1().ConfigMaps(ns).Get(ctxFor(t, 30*time.Second), "upd-coowner", metav1.GetOptions{})
+		must(t, err, "get")
+		must(t, checkOwned(stored.ObjectMeta, w, true), "after the refused updates")
+	})
+
+	t.Run("OrphanedObjectCannotBeAdopted", func(t *testing.T) {
+		// W2's object, orphaned (W2 deleted with propagationPolicy Orphan:
+		// the collector removed the reference, the labels stay W2's),
+		// then adopted by P the same way.
+		ctx := ctxFor(t, time.Minute)
+		w2 := newWorker(t, ns, "worker-orphaning")
+		p := newWorker(t, ns, "worker-adopter")
+		_, err := w2.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("upd-orphan", ownedLabels(w2.Name(), "")), metav1.CreateOptions{})
+		must(t, err, "create as W2")
+		time.Sleep(time.Second) // the collector's informers see it
+		must(t, admin.CoreV1().Pods(ns).Delete(ctx, w2.Name(), metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationOrphan)}), "delete W2, orphaning")
+		must(t, harness.Until(ctx, 30*time.Second, 100*time.Millisecond, "orphaned", func() error {
+			cm, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, "upd-orphan", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(cm.OwnerReferences) != 0 || cm.Labels[ownerPodLabel] != w2.Name() {
+				return fmt.Errorf("references %s, labels %v", refsString(cm.OwnerReferences), cm.Labels)
+			}
+			return nil
+		}), "the collector orphans the object, labels kept")
+		addsItself(t, p, "upd-orphan")
 	})
 
 	t.Run("UnrelatedUpdateAllowed", func(t *testing.T) {
