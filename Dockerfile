@@ -13,7 +13,9 @@
 #   podman build --build-arg BUILD_IMAGE=<local> --build-arg RUNTIME_IMAGE=<local> \
 #     --build-arg BINARY=prebuilt .
 #
-# Either way the last stage, `runtime`, is the one users get.
+# Either way the last stage, `runtime`, is the one users get. Podman before
+# 4.4 (Debian 12's 4.3) ignores BINARY's default when it picks the stages to
+# build ("build: image not known"): give it, --build-arg BINARY=build.
 
 ARG BUILD_IMAGE=rust:1.95-slim-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
