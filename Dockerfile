@@ -1,8 +1,30 @@
 # syntax=docker/dockerfile:1
-# A small non-root image: the release binary on distroless (glibc, CA
-# certificates, no shell), running as uid 65532.
+# A small non-root image: the release binary on distroless cc (glibc,
+# libgcc_s, CA certificates, tzdata; no shell, no package manager), running
+# as uid 65532.
+#
+#   docker build -t ownerguard:0.1.0 .
+#
+# compiles in BUILD_IMAGE and runs on RUNTIME_IMAGE, both pulled from their
+# public registries. CI, which reaches no registry, makes both bases from
+# Debian's packages and hands in the release binary it already built
+# (.ci/image):
+#
+#   podman build --build-arg BUILD_IMAGE=<local> --build-arg RUNTIME_IMAGE=<local> \
+#     --build-arg BINARY=prebuilt .
+#
+# Either way the last stage, `runtime`, is the one users get. Podman before
+# 4.4 (Debian 12's 4.3) ignores BINARY's default when it picks the stages to
+# build ("build: image not known"): give it, --build-arg BINARY=build.
 
-FROM rust:1.95-slim-bookworm AS build
+ARG BUILD_IMAGE=rust:1.95-slim-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+# Where the binary comes from: `build` compiles it here, `prebuilt` takes
+# target/release/ownerguard from the build context (`cargo build --release
+# --locked` on a glibc no newer than the runtime's: Debian 12's 2.36).
+ARG BINARY=build
+
+FROM ${BUILD_IMAGE} AS build
 WORKDIR /src
 # Dependencies first, so that a source change does not rebuild them.
 COPY Cargo.toml Cargo.lock ./
@@ -13,8 +35,16 @@ COPY src ./src
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin ownerguard \
     && strip target/release/ownerguard
 
-FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /src/target/release/ownerguard /usr/local/bin/ownerguard
+FROM ${BUILD_IMAGE} AS prebuilt
+WORKDIR /src
+COPY target/release/ownerguard target/release/ownerguard
+RUN strip target/release/ownerguard
+
+# The chosen one of the two above; a stage that is not used is not built.
+FROM ${BINARY} AS binary
+
+FROM ${RUNTIME_IMAGE} AS runtime
+COPY --from=binary /src/target/release/ownerguard /usr/local/bin/ownerguard
 USER 65532:65532
 EXPOSE 8443 9090
 ENTRYPOINT ["/usr/local/bin/ownerguard"]
