@@ -1,7 +1,10 @@
 // createbench: creates per second and latency percentiles of pod creates
 // through the real API server, with ownerguard's webhooks registered and
-// without, in the same run. Run by bench/create.sh inside the network
-// namespace it makes; a benchmark, never a test.
+// without, and with the same two registrations pointing at a no-op webhook
+// (the ceiling of examples/ceiling.rs: ownerguard's TLS and HTTP stack,
+// allowed, no patch), interleaved round by round in the same run. Run by
+// bench/create.sh inside the network namespace it makes; a benchmark, never
+// a test.
 package main
 
 import (
@@ -9,8 +12,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,11 +42,33 @@ func main() {
 	}
 }
 
+// Who the webhook configurations send the API server to.
+type registration int
+
+const (
+	none registration = iota
+	toOwnerguard
+	toCeiling
+)
+
+func (r registration) String() string {
+	return [...]string{"none", "ownerguard", "the ceiling"}[r]
+}
+
 type variant struct {
 	name     string
-	webhooks bool
+	to       registration
 	labelled bool
 }
+
+// The ceiling listens beside ownerguard on the Service's ClusterIP, on a
+// port added to the Service (the API server resolves a service webhook to
+// ClusterIP:port and accepts only a port the Service has); its count of
+// answered reviews on loopback.
+const (
+	ceilingPort  = 8444
+	ceilingStats = "127.0.0.1:19444"
+)
 
 func run(n, c, rounds int) error {
 	ctx := context.Background()
@@ -71,22 +101,29 @@ func run(n, c, rounds int) error {
 	if err != nil {
 		return err
 	}
+	ceiling, err := startCeiling(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	defer ceiling.Stop(10 * time.Second)
 	variants := []variant{
-		{"webhooks registered, labelled pods (mutate + validate called)", true, true},
-		{"webhooks registered, unlabelled pods (objectSelector: not called)", true, false},
-		{"no webhooks, labelled pods", false, true},
+		{"webhooks registered, labelled pods (mutate + validate called)", toOwnerguard, true},
+		{"webhooks registered, unlabelled pods (objectSelector: not called)", toOwnerguard, false},
+		{"the same registrations to a no-op webhook (the ceiling), labelled pods", toCeiling, true},
+		{"no webhooks, labelled pods", none, true},
 	}
 	results := map[string][]time.Duration{}
+	perRound := map[string][]time.Duration{}
 	walls := map[string]time.Duration{}
-	registered := true
+	registered := toOwnerguard
 	fmt.Printf("createbench: %d pods per round, %d clients, %d rounds of each variant\n", n, c, rounds)
 	for r := 0; r < rounds; r++ {
 		for _, va := range variants {
-			if va.webhooks != registered {
-				if err := setWebhooks(ctx, admin, va.webhooks, m, v, owner); err != nil {
+			if va.to != registered {
+				if err := setWebhooks(ctx, admin, registered, va.to, m, v, owner); err != nil {
 					return err
 				}
-				registered = va.webhooks
+				registered = va.to
 			}
 			labels := map[string]string{"bench": "1"}
 			if va.labelled {
@@ -98,19 +135,43 @@ func run(n, c, rounds int) error {
 				return fmt.Errorf("%s: %w", va.name, err)
 			}
 			results[va.name] = append(results[va.name], lat...)
+			sorted := append([]time.Duration(nil), lat...)
+			sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+			perRound[va.name] = append(perRound[va.name], pct(sorted, 50))
 			walls[va.name] += wall
 			if err := cleanup(ctx, admin, ns); err != nil {
 				return err
 			}
 		}
 	}
-	fmt.Printf("\n| variant | creates | creates/s | p50 | p90 | p99 |\n|---|---|---|---|---|---|\n")
+	fmt.Printf("\n| variant | creates | creates/s | p50 | p90 | p99 | p50 of each round |\n|---|---|---|---|---|---|---|\n")
 	for _, va := range variants {
 		lat := results[va.name]
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		fmt.Printf("| %s | %d | %.0f | %s | %s | %s |\n", va.name, len(lat),
-			float64(len(lat))/walls[va.name].Seconds(), ms(pct(lat, 50)), ms(pct(lat, 90)), ms(pct(lat, 99)))
+		var rounds []string
+		for _, d := range perRound[va.name] {
+			rounds = append(rounds, strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64))
+		}
+		fmt.Printf("| %s | %d | %.0f | %s | %s | %s | %s |\n", va.name, len(lat),
+			float64(len(lat))/walls[va.name].Seconds(), ms(pct(lat, 50)), ms(pct(lat, 90)), ms(pct(lat, 99)), strings.Join(rounds, ", "))
 	}
+	// ownerguard's cost over no webhook, as a multiple of what a webhook
+	// that does nothing costs on the same registrations.
+	og, noop, bare := results[variants[0].name], results[variants[2].name], results[variants[3].name]
+	for _, p := range []int{50, 99} {
+		added, noopAdded := pct(og, p)-pct(bare, p), pct(noop, p)-pct(bare, p)
+		ratio := "undefined (the no-op webhook added nothing measurable)"
+		if noopAdded > 0 {
+			ratio = fmt.Sprintf("%.2fx", float64(added)/float64(noopAdded))
+		}
+		fmt.Printf("p%d: ownerguard adds %s over no webhook, the no-op webhook %s: %s\n", p, ms(added), ms(noopAdded), ratio)
+	}
+	answered, err := ceilingCount()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("the no-op webhook answered %d reviews (its variant made %d creates, two webhooks each, plus the probes)\n",
+		answered, len(noop))
 	// What ownerguard itself spent on each review, from its decision log
 	// lines (JSON, as the chart configures it).
 	decisions, err := decisionDurations(cluster.Guard.Log)
@@ -212,21 +273,14 @@ func cleanup(ctx context.Context, admin *kubernetes.Clientset, ns string) error 
 	})
 }
 
-// setWebhooks registers or removes ownerguard's two configurations and
-// waits until the API server acts on it: a labelled pod naming a
-// missing owner is refused exactly while they are registered.
-func setWebhooks(ctx context.Context, admin *kubernetes.Clientset, on bool, m *admissionregistrationv1.MutatingWebhookConfiguration, v *admissionregistrationv1.ValidatingWebhookConfiguration, owner *corev1.Pod) error {
-	if on {
-		m, v = m.DeepCopy(), v.DeepCopy()
-		m.ResourceVersion, m.UID, m.ManagedFields = "", "", nil
-		v.ResourceVersion, v.UID, v.ManagedFields = "", "", nil
-		if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		if _, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	} else {
+// setWebhooks moves ownerguard's two configurations from one registration
+// to another (removed, or pointing at ownerguard, or at the ceiling: the
+// same configurations with the Service port of the ceiling) and waits until
+// the API server acts on it: a labelled pod naming a missing owner is
+// refused exactly while they point at ownerguard, and reaches the ceiling
+// exactly while they point at it.
+func setWebhooks(ctx context.Context, admin *kubernetes.Clientset, from, to registration, m *admissionregistrationv1.MutatingWebhookConfiguration, v *admissionregistrationv1.ValidatingWebhookConfiguration, owner *corev1.Pod) error {
+	if from != none {
 		if err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil {
 			return err
 		}
@@ -234,12 +288,100 @@ func setWebhooks(ctx context.Context, admin *kubernetes.Clientset, on bool, m *a
 			return err
 		}
 	}
+	if to != none {
+		m, v = m.DeepCopy(), v.DeepCopy()
+		m.ResourceVersion, m.UID, m.ManagedFields = "", "", nil
+		v.ResourceVersion, v.UID, v.ManagedFields = "", "", nil
+		if to == toCeiling {
+			port := int32(ceilingPort)
+			for i := range m.Webhooks {
+				if s := m.Webhooks[i].ClientConfig.Service; s != nil {
+					s.Port = &port
+				}
+			}
+			for i := range v.Webhooks {
+				if s := v.Webhooks[i].ClientConfig.Service; s != nil {
+					s.Port = &port
+				}
+			}
+		}
+		if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		if _, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
 	probe := pod("probe", map[string]string{"ownerguard.io/owner-pod": "missing", "ownerguard.io/owner-uid": "00000000-0000-0000-0000-000000000000"})
-	return harness.Until(ctx, 30*time.Second, 200*time.Millisecond, fmt.Sprintf("webhooks registered=%v in force", on), func() error {
-		_, err := admin.CoreV1().Pods(owner.Namespace).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if on == (err != nil) {
+	return harness.Until(ctx, 30*time.Second, 200*time.Millisecond, fmt.Sprintf("webhooks registered to %v in force", to), func() error {
+		before, err := ceilingCount()
+		if err != nil {
+			return err
+		}
+		_, err = admin.CoreV1().Pods(owner.Namespace).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		after, countErr := ceilingCount()
+		if countErr != nil {
+			return countErr
+		}
+		refused, reached := err != nil, after > before
+		switch {
+		case to == toOwnerguard && refused && !reached,
+			to == toCeiling && !refused && reached,
+			to == none && !refused && !reached:
 			return nil
 		}
-		return fmt.Errorf("probe: %v", err)
+		return fmt.Errorf("probe: refused %v (%v), reached the ceiling %v", refused, err, reached)
 	})
+}
+
+// startCeiling runs examples/ceiling.rs (CEILING_BIN) with the chart's
+// serving certificate on the Service's ClusterIP at ceilingPort, and adds
+// that port to the Service.
+func startCeiling(ctx context.Context, cluster *harness.Cluster) (*harness.Process, error) {
+	bin := os.Getenv("CEILING_BIN")
+	if bin == "" {
+		return nil, fmt.Errorf("CEILING_BIN is not set (run bench/create.sh)")
+	}
+	dir := filepath.Dir(cluster.Guard.CAFile)
+	proc, err := harness.Start("ceiling", cluster.Plane.Logs, nil, bin,
+		"--addr", net.JoinHostPort(cluster.Inst.ClusterIP, strconv.Itoa(ceilingPort)),
+		"--stats-addr", ceilingStats,
+		"--tls-cert", filepath.Join(dir, "tls.crt"), "--tls-key", filepath.Join(dir, "tls.key"))
+	if err != nil {
+		return nil, err
+	}
+	if err := harness.Until(ctx, 30*time.Second, 100*time.Millisecond, "the ceiling serving", func() error {
+		if done, err := proc.Exited(); done {
+			return fmt.Errorf("the ceiling exited: %v: %s", err, proc.Tail(5))
+		}
+		_, err := ceilingCount()
+		return err
+	}); err != nil {
+		proc.Stop(5 * time.Second)
+		return nil, err
+	}
+	admin := cluster.Admin
+	svc, err := admin.CoreV1().Services(cluster.Inst.Namespace).Get(ctx, cluster.Inst.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "ceiling", Port: ceilingPort, Protocol: corev1.ProtocolTCP})
+	if _, err := admin.CoreV1().Services(cluster.Inst.Namespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		return nil, err
+	}
+	return proc, nil
+}
+
+// ceilingCount is how many reviews the ceiling has answered.
+func ceilingCount() (int, error) {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + ceilingStats + "/count")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(body)))
 }
