@@ -10,12 +10,16 @@
 #     ceiling of examples/ceiling.rs (ownerguard's own TLS and HTTP stack,
 #     the chart's certificate, allowed, no patch), beside ownerguard on the
 #     Service's ClusterIP (the Service gets a port for it);
+#   - the same, the no-op webhook answering what ownerguard answers (its
+#     patch and audit annotations, taken from `ownerguard review`): what
+#     the API server pays for the content of the answers;
 #   - no webhooks, pods labelled.
 #
-# Then ownerguard's added latency over no webhook as a multiple of the
-# no-op webhook's, at p50 and p99. A benchmark: it measures and prints.
+# A round of WARMUP pods per variant first, not counted. Then ownerguard's
+# added latency over no webhook as a multiple of the no-op webhook's, at
+# p50 and p99. A benchmark: it measures and prints.
 #
-#   bash bench/create.sh [-n PODS_PER_ROUND] [-c CLIENTS] [-rounds R]
+#   bash bench/create.sh [-n PODS_PER_ROUND] [-c CLIENTS] [-rounds R] [-warmup PODS]
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 E2E_DIR="$REPO/e2e"

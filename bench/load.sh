@@ -20,9 +20,10 @@
 # CPU-second of the server core; the second does not depend on the client
 # keeping the core busy (on 2 cores the client has exactly one).
 #
-#   bash bench/load.sh [C] [D] [ROUNDS]     (16 10 3)
+#   bash bench/load.sh [C] [D] [ROUNDS]     (16 10 5)
 #
-# Loopback only; about 2 x ROUNDS x D seconds plus start-up. Exit 1 on its
+# Loopback only; about 2 x ROUNDS x D seconds plus start-up. The order
+# of the two turns alternates from round to round. Exit 1 on its
 # own errors (a server that does not start, a review answered wrongly, a
 # decision not logged).
 set -euo pipefail
@@ -30,7 +31,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 connections=${1:-16}
 seconds=${2:-10}
-rounds=${3:-3}
+rounds=${3:-5}
 server_cpu=${LOAD_SERVER_CPU:-1}
 client_cpu=${LOAD_CLIENT_CPU:-0}
 
@@ -80,13 +81,28 @@ drive ceiling "$ceiling_pid" "$ceiling_addr" 2 "${ceiling_expect[@]}" >/dev/null
 results="$BENCH_WORK/results.jsonl"
 decisions_before=$(grep -c '"message":"decision"' "$og_log" || true)
 og_answers=0
-for round in $(seq 1 "$rounds"); do
-  blog "round $round of $rounds: ownerguard, then the ceiling, ${seconds}s each"
+turn_ownerguard() {
+  local line
   line="$(drive ownerguard "$og_pid" "$og_addr" "$seconds" "${og_expect[@]}")"
   echo "$line" | jq -c --argjson r "$round" '. + {round: $r}' >>"$results"
   og_answers=$((og_answers + $(jq .answers <<<"$line")))
-  line="$(drive ceiling "$ceiling_pid" "$ceiling_addr" "$seconds" "${ceiling_expect[@]}")"
-  echo "$line" | jq -c --argjson r "$round" '. + {round: $r}' >>"$results"
+}
+turn_ceiling() {
+  drive ceiling "$ceiling_pid" "$ceiling_addr" "$seconds" "${ceiling_expect[@]}" |
+    jq -c --argjson r "$round" '. + {round: $r}' >>"$results"
+}
+# The order alternates, so that a drift of the machine during a round
+# does not always favour the same server.
+for round in $(seq 1 "$rounds"); do
+  if ((round % 2 == 1)); then
+    blog "round $round of $rounds: ownerguard, then the ceiling, ${seconds}s each"
+    turn_ownerguard
+    turn_ceiling
+  else
+    blog "round $round of $rounds: the ceiling, then ownerguard, ${seconds}s each"
+    turn_ceiling
+    turn_ownerguard
+  fi
 done
 sleep 0.5
 decisions=$(($(grep -c '"message":"decision"' "$og_log" || true) - decisions_before))

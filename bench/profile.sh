@@ -7,9 +7,10 @@
 #              while the timed reviews run (instrumentation off at start,
 #              then callgrind_control -i on/off around them):
 #              they repeat from run to run on a noisy machine. Instructions
-#              per review, the top functions by inclusive and by self cost,
-#              and self cost grouped by what it is (TLS, JSON, logging,
-#              allocation, patch, HTTP, runtime).
+#              per review, ownerguard's and the ceiling's (examples/ceiling.rs,
+#              the same way), the top functions of ownerguard by inclusive
+#              and by self cost, and self cost grouped by what it is (TLS,
+#              JSON, logging, allocation, patch, HTTP, runtime).
 #   perf       cpu-clock samples (software event: this VM has no hardware
 #              counters) at full speed, one core, 16 connections: the top
 #              functions by self samples and the same grouping, kernel
@@ -33,6 +34,8 @@ bench_init
 bench_build review_load
 inventory="$(bench_inventory 150000 names json)"
 body="$BENCH_DIR/review-create-3k.json"
+og_expect=('"allowed":true' '"patch":')
+ceiling_expect=('"allowed":true')
 expects=(--expect '"allowed":true' --expect '"patch":')
 
 # What a symbol is, by the crate or function it comes from: the first
@@ -63,48 +66,86 @@ categorize() {
     }'
 }
 
-run_callgrind() {
-  command -v valgrind >/dev/null || die "valgrind is not installed (apt-get install valgrind)"
-  local cg="$out_dir/callgrind.out"
-  rm -f "$cg"*
-  blog "callgrind: starting ownerguard under valgrind (the inventory loads slowly there)"
-  OG_WRAPPER="valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$cg" \
-    OG_START_TIMEOUT=900 og_start callgrind "" --pods "$inventory" || die "ownerguard did not start under valgrind"
-  wait_ready "$OG_METRICS" 900
-  local certs="$OG_DIR/certs"
-  # Warm: connections, allocator, lazy statics.
-  "$RELEASE/examples/review_load" --addr "$OG_ADDR" --ca "$certs/ca.crt" --body "$body" \
-    --connections 16 --seconds 3 "${expects[@]}" >/dev/null 2>>"$BENCH_WORK/client.log" || die "warm-up failed"
-  # Handshakes first, then instrumentation on, then the reviews: the
-  # count is of reviews on open keep-alive connections, as the API server
-  # reuses them.
-  local result="$BENCH_WORK/callgrind-client.out"
-  "$RELEASE/examples/review_load" --addr "$OG_ADDR" --ca "$certs/ca.crt" --body "$body" \
-    --connections 16 --seconds "$seconds" --hold 3 "${expects[@]}" >"$result" 2>"$BENCH_WORK/callgrind-client.log" &
+# callgrind_reviews NAME PID ADDR CA EXPECT...: warm PID's server, then
+# open the client's connections (handshakes), switch instrumentation on,
+# run the reviews, switch it off; prints how many were answered. The count
+# is of reviews on open keep-alive connections, as the API server reuses
+# them.
+callgrind_reviews() {
+  local name=$1 pid=$2 addr=$3 ca=$4
+  shift 4
+  local expect=() e
+  for e in "$@"; do expect+=(--expect "$e"); done
+  "$RELEASE/examples/review_load" --addr "$addr" --ca "$ca" --body "$body" \
+    --connections 16 --seconds 3 "${expect[@]}" >/dev/null 2>>"$BENCH_WORK/client.log" || die "warm-up of $name failed"
+  local out="$BENCH_WORK/callgrind-$name.out" log="$BENCH_WORK/callgrind-$name.log"
+  "$RELEASE/examples/review_load" --addr "$addr" --ca "$ca" --body "$body" \
+    --connections 16 --seconds "$seconds" --hold 3 "${expect[@]}" >"$out" 2>"$log" &
   local client=$!
   BENCH_PIDS+=("$client")
   for _ in $(seq 1 200); do
-    grep -q '^connected' "$BENCH_WORK/callgrind-client.log" 2>/dev/null && break
+    grep -q '^connected' "$log" 2>/dev/null && break
     sleep 0.05
   done
-  grep -q '^connected' "$BENCH_WORK/callgrind-client.log" || die "the client did not connect within 10 s"
-  callgrind_control -i on "$OG_PID" >/dev/null
-  wait "$client" || die "load failed: $(tail -n 3 "$BENCH_WORK/callgrind-client.log")"
-  result="$(tail -n 1 "$result")"
-  callgrind_control -i off "$OG_PID" >/dev/null
+  grep -q '^connected' "$log" || die "the client of $name did not connect within 10 s"
+  callgrind_control -i on "$pid" >/dev/null
+  wait "$client" || die "load on $name failed: $(tail -n 3 "$log")"
+  callgrind_control -i off "$pid" >/dev/null
+  local result
+  result="$(tail -n 1 "$out")"
+  [[ "$(jq .errors <<<"$result")" == 0 ]] || die "errors on $name under callgrind: $(tail -n 3 "$log")"
+  jq .answers <<<"$result"
+}
+
+# Instructions counted in a callgrind output file.
+callgrind_total() {
+  callgrind_annotate --threshold=100 "$1" 2>/dev/null |
+    awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }'
+}
+
+run_callgrind() {
+  command -v valgrind >/dev/null || die "valgrind is not installed (apt-get install valgrind)"
+  local cg="$out_dir/callgrind.out" cg_ceiling="$out_dir/callgrind-ceiling.out"
+  rm -f "$cg"* "$cg_ceiling"*
+  blog "callgrind: ownerguard under valgrind (the inventory loads slowly there)"
+  OG_WRAPPER="valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$cg" \
+    OG_START_TIMEOUT=900 og_start callgrind "" --pods "$inventory" || die "ownerguard did not start under valgrind"
+  wait_ready "$OG_METRICS" 900
+  local certs="$OG_DIR/certs" answers
+  answers=$(callgrind_reviews ownerguard "$OG_PID" "$OG_ADDR" "$certs/ca.crt" "${og_expect[@]}")
   stop_pid "$OG_PID"
-  local answers errors
-  answers=$(jq .answers <<<"$result")
-  errors=$(jq .errors <<<"$result")
-  [[ "$errors" == 0 ]] || die "$errors errors under callgrind"
+
+  # The ceiling the same way, with the same certificate: its instructions
+  # per review are the floor of this stack in user space.
+  blog "callgrind: the ceiling under valgrind"
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$cg_ceiling" \
+    "$RELEASE/examples/ceiling" --tls-cert "$certs/tls.crt" --tls-key "$certs/tls.key" \
+    >"$BENCH_WORK/ceiling.out" 2>"$BENCH_WORK/ceiling.log" &
+  local ceiling=$!
+  BENCH_PIDS+=("$ceiling")
+  for _ in $(seq 1 600); do
+    [[ -s "$BENCH_WORK/ceiling.out" ]] && break
+    sleep 0.05
+  done
+  local ceiling_addr ceiling_answers
+  ceiling_addr="$(jq -r .addr "$BENCH_WORK/ceiling.out")" || die "the ceiling did not start under valgrind"
+  ceiling_answers=$(callgrind_reviews ceiling "$ceiling" "$ceiling_addr" "$certs/ca.crt" "${ceiling_expect[@]}")
+  stop_pid "$ceiling"
+  local ceiling_total
+  ceiling_total=$(callgrind_total "$(find "$out_dir" -name 'callgrind-ceiling.out*' -printf '%s %p\n' | sort -rn | sed -n 1p | cut -d' ' -f2-)")
   local file
-  file="$(find "$out_dir" -name 'callgrind.out*' -printf '%s %p\n' | sort -rn | head -n 1 | cut -d' ' -f2-)"
+  file="$(find "$out_dir" -name 'callgrind.out*' -printf '%s %p\n' | sort -rn | sed -n 1p | cut -d' ' -f2-)"
   callgrind_annotate --inclusive=yes "$file" >"$out_dir/callgrind-inclusive.txt" 2>/dev/null
   callgrind_annotate --threshold=100 "$file" >"$out_dir/callgrind-self.txt" 2>/dev/null
   local total
   total=$(awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }' "$out_dir/callgrind-self.txt")
   echo
-  echo "callgrind: $answers reviews while collecting; $(awk -v t="$total" -v a="$answers" 'BEGIN { printf "%.0f", t / a }') instructions per review (all threads)"
+  local per_review ceiling_per_review
+  per_review=$(awk -v t="$total" -v a="$answers" 'BEGIN { printf "%.0f", t / a }')
+  ceiling_per_review=$(awk -v t="$ceiling_total" -v a="$ceiling_answers" 'BEGIN { printf "%.0f", t / a }')
+  echo "callgrind: instructions per review in user space (all threads, handshakes excluded):"
+  echo "ownerguard $per_review ($answers reviews), the ceiling $ceiling_per_review ($ceiling_answers reviews):"
+  echo "the ceiling's count is $(awk -v a="$ceiling_per_review" -v b="$per_review" 'BEGIN { printf "%.2f", a / b }') of ownerguard's (the kernel's share, TCP and system calls, is not counted: see perf)"
   echo
   echo "top 45 by inclusive cost (share of all instructions while collecting; the first are the runtime's and hyper's frames around everything):"
   echo

@@ -352,46 +352,53 @@ async fn run(options: Options) -> Result<(), String> {
             i += 1;
         }
     }
-    let mut holders = Vec::with_capacity(plan.len());
-    for is_idle in plan {
-        let permit = permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| e.to_string())?;
-        let (options, tls, body) = (options.clone(), tls.clone(), body.clone());
-        let (kind, opened_all) = (
-            if is_idle {
-                idle.clone()
-            } else {
-                stalled.clone()
-            },
-            opened_all.clone(),
-        );
-        holders.push(tokio::spawn(async move {
-            // Each opening within 30 s (a full backlog retries SYNs for
-            // minutes), so that the run stays bounded.
-            let opening = async {
-                if is_idle && options.protocol == Protocol::Http2 {
-                    idle_http2_client(&options, tls, body).await
-                } else if is_idle {
-                    idle_client(&options, tls, body).await
-                } else {
-                    stalled_client(&options).await
-                }
-            };
-            let opened = tokio::time::timeout(OPEN_TIMEOUT, opening)
-                .await
-                .unwrap_or_else(|_| Err(format!("not open after {OPEN_TIMEOUT:?}")));
-            drop(permit);
-            opened_all.fetch_add(1, Ordering::Relaxed);
-            match opened {
-                // Held until the server closes it or the end (abort below).
-                Ok((held, at)) => kind.hold(held, at, far).await,
-                Err(e) => kind.fail(e).await,
+    // Opened by a task of its own, so that progress is reported meanwhile.
+    let holders = Arc::new(std::sync::Mutex::new(Vec::with_capacity(plan.len())));
+    let opener = {
+        let (holders, options, tls, body) =
+            (holders.clone(), options.clone(), tls.clone(), body.clone());
+        let (idle, stalled, opened_all) = (idle.clone(), stalled.clone(), opened_all.clone());
+        tokio::spawn(async move {
+            for is_idle in plan {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    return;
+                };
+                let (options, tls, body) = (options.clone(), tls.clone(), body.clone());
+                let (kind, opened_all) = (
+                    if is_idle {
+                        idle.clone()
+                    } else {
+                        stalled.clone()
+                    },
+                    opened_all.clone(),
+                );
+                let holder = tokio::spawn(async move {
+                    // Each opening within 30 s (a full backlog retries SYNs for
+                    // minutes), so that the run stays bounded.
+                    let opening = async {
+                        if is_idle && options.protocol == Protocol::Http2 {
+                            idle_http2_client(&options, tls, body).await
+                        } else if is_idle {
+                            idle_client(&options, tls, body).await
+                        } else {
+                            stalled_client(&options).await
+                        }
+                    };
+                    let opened = tokio::time::timeout(OPEN_TIMEOUT, opening)
+                        .await
+                        .unwrap_or_else(|_| Err(format!("not open after {OPEN_TIMEOUT:?}")));
+                    drop(permit);
+                    opened_all.fetch_add(1, Ordering::Relaxed);
+                    match opened {
+                        // Held until the server closes it or the end (abort below).
+                        Ok((held, at)) => kind.hold(held, at, far).await,
+                        Err(e) => kind.fail(e).await,
+                    }
+                });
+                holders.lock().unwrap().push(holder);
             }
-        }));
-    }
+        })
+    };
     // Report every second until all are open, then through the hold.
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     let mut stop_at = None;
@@ -416,7 +423,8 @@ async fn run(options: Options) -> Result<(), String> {
         }
     }
     // Every socket still held is closed here.
-    for holder in holders {
+    opener.abort();
+    for holder in holders.lock().unwrap().drain(..) {
         holder.abort();
     }
     for (name, kind) in [("idle", &idle), ("stalled", &stalled)] {

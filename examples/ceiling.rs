@@ -12,6 +12,14 @@
 //! (no JSON parse), no log line.
 //!
 //!   ceiling --tls-cert FILE --tls-key FILE [--addr 127.0.0.1:0] [--stats-addr ADDR]
+//!           [--mutate-answer FILE] [--validate-answer FILE]
+//!
+//! With `--mutate-answer` (`--validate-answer`), `/mutate` (`/validate`)
+//! answers the response fields in FILE instead of `"allowed":true`: a JSON
+//! object of an AdmissionReview `response` without its uid, read once at
+//! start (bench/create.sh gives it ownerguard's own answer, patch and audit
+//! annotations included, to tell what the API server pays for the answer
+//! from what it pays for the call). Still no parse on the path of a review.
 //!
 //! Prints one JSON line on standard output once it listens:
 //! `{"message":"serving","addr":"...","stats_addr":"..."}`. With
@@ -59,11 +67,14 @@ struct Options {
     stats_addr: Option<SocketAddr>,
     tls_cert: PathBuf,
     tls_key: PathBuf,
+    mutate_answer: Option<PathBuf>,
+    validate_answer: Option<PathBuf>,
 }
 
 fn options() -> Result<Options, String> {
     let mut addr = "127.0.0.1:0".parse::<SocketAddr>().unwrap();
     let (mut stats_addr, mut tls_cert, mut tls_key) = (None, None, None);
+    let (mut mutate_answer, mut validate_answer) = (None, None);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -74,6 +85,8 @@ fn options() -> Result<Options, String> {
             }
             "--tls-cert" => tls_cert = Some(PathBuf::from(value()?)),
             "--tls-key" => tls_key = Some(PathBuf::from(value()?)),
+            "--mutate-answer" => mutate_answer = Some(PathBuf::from(value()?)),
+            "--validate-answer" => validate_answer = Some(PathBuf::from(value()?)),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -82,6 +95,8 @@ fn options() -> Result<Options, String> {
         stats_addr,
         tls_cert: tls_cert.ok_or("--tls-cert is required")?,
         tls_key: tls_key.ok_or("--tls-key is required")?,
+        mutate_answer,
+        validate_answer,
     })
 }
 
@@ -141,7 +156,42 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-async fn review(State(answered): State<Arc<AtomicU64>>, body: Body) -> Response {
+/// What follows the uid in an answer: `","allowed":true}}` or the fields
+/// of a given answer, closed.
+fn answer_tail(file: Option<&PathBuf>) -> Result<Vec<u8>, String> {
+    let Some(path) = file else {
+        return Ok(br#"","allowed":true}}"#.to_vec());
+    };
+    let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut response: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&text)
+        .map_err(|e| format!("{}: not a JSON object: {e}", path.display()))?;
+    response.remove("uid");
+    if response.is_empty() {
+        return Err(format!("{}: an empty answer", path.display()));
+    }
+    let fields = serde_json::Value::Object(response).to_string();
+    // `{"allowed":...}` -> `","allowed":...}}`: after the uid's closing quote.
+    Ok(format!("\",{}}}", &fields[1..]).into_bytes())
+}
+
+#[derive(Clone)]
+struct Served {
+    answered: Arc<AtomicU64>,
+    mutate: Arc<[u8]>,
+    validate: Arc<[u8]>,
+}
+
+async fn mutate(State(served): State<Served>, body: Body) -> Response {
+    let tail = served.mutate.clone();
+    review(&served.answered, &tail, body).await
+}
+
+async fn validate(State(served): State<Served>, body: Body) -> Response {
+    let tail = served.validate.clone();
+    review(&served.answered, &tail, body).await
+}
+
+async fn review(answered: &AtomicU64, tail: &[u8], body: Body) -> Response {
     let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "body too large\n").into_response(),
@@ -151,11 +201,10 @@ async fn review(State(answered): State<Arc<AtomicU64>>, body: Body) -> Response 
     };
     const HEAD: &[u8] =
         br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":""#;
-    const TAIL: &[u8] = br#"","allowed":true}}"#;
-    let mut answer = Vec::with_capacity(HEAD.len() + uid.len() + TAIL.len());
+    let mut answer = Vec::with_capacity(HEAD.len() + uid.len() + tail.len());
     answer.extend_from_slice(HEAD);
     answer.extend_from_slice(uid);
-    answer.extend_from_slice(TAIL);
+    answer.extend_from_slice(tail);
     answered.fetch_add(1, Ordering::Relaxed);
     (
         [(header::CONTENT_TYPE, "application/json")],
@@ -191,10 +240,15 @@ async fn serve(options: Options) -> Result<(), String> {
     );
     let _ = stdout.flush();
 
+    let served = Served {
+        answered,
+        mutate: answer_tail(options.mutate_answer.as_ref())?.into(),
+        validate: answer_tail(options.validate_answer.as_ref())?.into(),
+    };
     let app = Router::new()
-        .route("/mutate", post(review))
-        .route("/validate", post(review))
-        .with_state(answered);
+        .route("/mutate", post(mutate))
+        .route("/validate", post(validate))
+        .with_state(served);
     let acceptor = TlsAcceptor::from(tls);
     let graceful = GracefulShutdown::new();
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -250,7 +304,22 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::request_uid;
+    use super::{answer_tail, request_uid};
+
+    #[test]
+    fn a_given_answer_is_spliced_after_the_uid_without_its_own_uid() {
+        assert_eq!(answer_tail(None).unwrap(), br#"","allowed":true}}"#);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("answer.json");
+        std::fs::write(&file, r#"{"uid":"x","allowed":true,"patch":"W10="}"#).unwrap();
+        let tail = answer_tail(Some(&file)).unwrap();
+        let whole = [&br#"{"response":{"uid":"u-1"#[..], &tail].concat();
+        let parsed: serde_json::Value = serde_json::from_slice(&whole).unwrap();
+        assert_eq!(
+            parsed,
+            serde_json::json!({"response": {"uid": "u-1", "allowed": true, "patch": "W10="}})
+        );
+    }
 
     #[test]
     fn the_uid_is_the_request_one_not_another() {
