@@ -18,7 +18,7 @@
 # ownerguard (serve --pods examples/pods.yaml) for each phase. Every
 # second: its RSS, open file descriptors and threads, and how many
 # connections the abuse holds and how many the server has closed. Per
-# connection: (peak RSS - RSS before) / connections held at the peak.
+# connection: (RSS when the most were held - RSS before) / that many.
 #
 #   bash bench/abuse.sh [IDLE] [STALLED] [HOLD] [PHASES]   (10000 1000 30 "http1 h2")
 #
@@ -46,7 +46,7 @@ phase() {
   local abuse_out="$BENCH_WORK/abuse-$protocol.jsonl"
   local samples="$BENCH_WORK/samples-$protocol.tsv"
   local rss_before fds_before sampler reviewer abuse_done rss_after fds_after summary review
-  local peak_line peak_kb held_at_peak max_fds review_seconds og_pid certs
+  local most_line most_rss most_held peak_kb max_fds review_seconds og_pid certs
   # A fresh ownerguard for each phase, warmed by a few reviews.
   og_start "abuse-$protocol" "" --pods "$REPO/examples/pods.yaml" || die "ownerguard did not start"
   og_pid=$OG_PID
@@ -115,16 +115,19 @@ phase() {
         field($5, "idle_open"), field($5, "stalled_open"), field($5, "idle_closed_by_server"), field($5, "stalled_closed_by_server")
     }' "$samples"
   echo
-  peak_line="$(sort -t$'\t' -k2,2n "$samples" | tail -n 1)"
-  peak_kb=$(cut -f2 <<<"$peak_line")
-  held_at_peak=$(awk -F'\t' '{ if (match($5, /"idle_open":[0-9]+/)) i = substr($5, RSTART + 12, RLENGTH - 12); else i = 0;
-    if (match($5, /"stalled_open":[0-9]+/)) s = substr($5, RSTART + 15, RLENGTH - 15); else s = 0; print i + s }' <<<"$peak_line")
+  peak_kb=$(cut -f2 "$samples" | sort -n | sed -n '$p')
+  # The first sample holding the most connections: its RSS over them.
+  most_line="$(awk -F'\t' '{ if (match($5, /"idle_open":[0-9]+/)) i = substr($5, RSTART + 12, RLENGTH - 12); else i = 0;
+    if (match($5, /"stalled_open":[0-9]+/)) s = substr($5, RSTART + 15, RLENGTH - 15); else s = 0;
+    if (i + s > most) { most = i + s; line = $2 "\t" most } } END { print line }' "$samples")"
+  most_rss=$(cut -f1 <<<"$most_line")
+  most_held=$(cut -f2 <<<"$most_line")
   max_fds=$(cut -f3 "$samples" | sort -n | tail -n 1)
   echo "| figure | value |"
   echo "|---|---|"
   echo "| RSS before / peak / 5 s after the abuse closed | $(mib "$rss_before") / $(mib "$peak_kb") / $(mib "$rss_after") MiB |"
-  if [[ "${held_at_peak:-0}" -gt 0 ]]; then
-    echo "| memory per held connection at the peak | $(awk -v p="$peak_kb" -v b="$rss_before" -v n="$held_at_peak" 'BEGIN { printf "%.1f KiB (%d held)", (p - b) / n, n }') |"
+  if [[ "${most_held:-0}" -gt 0 ]]; then
+    echo "| memory per held connection, when the most were held | $(awk -v p="$most_rss" -v b="$rss_before" -v n="$most_held" 'BEGIN { printf "%.1f KiB ((%.1f - %.1f MiB) / %d held)", (p - b) / n, p / 1024, b / 1024, n }') |"
   fi
   echo "| open fds before / most / after | $fds_before / $max_fds / $fds_after |"
   jq -r '"| idle clients: opened / failed to open / closed by the server | \(.idle - .idle_failed) / \(.idle_failed) / \(.idle_closed_by_server)\(if .idle_close_after then " (after p50 \(.idle_close_after.p50_s) s, max \(.idle_close_after.max_s) s)" else "" end) |",
