@@ -1,18 +1,41 @@
 #!/usr/bin/env bash
-# Latency ownerguard adds to a real pod create: creates per second and
-# p50/p90/p99 of pod creates through the real API server (built and run
-# as by e2e/run, in a network namespace of its own), with ownerguard's
-# webhooks registered and without, interleaved in the same run.
-# A benchmark: it measures and prints, it asserts nothing.
+# Latency ownerguard adds to a real pod create (issue 17, target 6):
+# creates per second and p50/p90/p99 of pod creates through the real API
+# server (built and run as by e2e/run, in a network namespace of its own),
+# four variants interleaved round by round in the same run:
 #
-#   bash bench/create.sh [-n PODS_PER_ROUND] [-c CLIENTS] [-rounds R]
+#   - ownerguard's webhooks registered, pods labelled (mutate + validate);
+#   - registered, pods not labelled (the objectSelector spares them);
+#   - the same two registrations pointing at a no-op webhook instead: the
+#     ceiling of examples/ceiling.rs (ownerguard's own TLS and HTTP stack,
+#     the chart's certificate, allowed, no patch), beside ownerguard on the
+#     Service's ClusterIP (the Service gets a port for it);
+#   - the same, the no-op webhook answering what ownerguard answers (its
+#     patch and audit annotations, taken from `ownerguard review`): what
+#     the API server pays for the content of the answers;
+#   - no webhooks, pods labelled.
+#
+# A round of WARMUP pods per variant first, not counted. Then ownerguard's
+# added latency over no webhook as a multiple of the no-op webhook's, at
+# p50 and p99. A benchmark: it measures and prints.
+#
+#   bash bench/create.sh [-n PODS_PER_ROUND] [-c CLIENTS] [-rounds R] [-warmup PODS]
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 E2E_DIR="$REPO/e2e"
 # shellcheck source=e2e/lib.sh
 source "$E2E_DIR/lib.sh"
 
+# The ceiling first: built with the examples' (dev-dependency) features;
+# e2e_build then builds and copies the binary as it ships.
+log "building the ceiling (cargo build --release --example ceiling)"
+(cd "$REPO" && cargo build --release --locked --quiet --example ceiling)
+target="${CARGO_TARGET_DIR:-$REPO/target}"
+[[ "$target" = /* ]] || target="$REPO/$target"
 e2e_build
+CEILING_BIN="$E2E_BIN/ceiling"
+cp "$target/release/examples/ceiling" "$CEILING_BIN"
+export CEILING_BIN
 e2e_netns_up
 e2e_plane_env
 e2e_in_netns "$E2E_BIN/createbench" "$@"

@@ -1,22 +1,31 @@
-//! Benchmark of the owner cache, run by `bench/cache.sh`; figures go into
-//! docs/performance.md. Not a test: it measures, it does not judge.
+//! The owner cache in cluster mode, run by `bench/cache.sh` (issue 17,
+//! target 2): the real `ownerguard serve` against the loopback test API
+//! server (tests/apiserver, paged lists of 500 and watches, as kube-apiserver
+//! serves them) holding N pods in 1,000 namespaces, real-looking names and
+//! UUIDs. Measured from outside the process, through /proc and its ports:
 //!
-//! 1. The index alone: memory per pod (RSS growth while it is filled) and
-//!    lookups per second (one thread, random pods, uid compared).
-//! 2. The real `ownerguard serve` against the loopback test API server
-//!    holding N pods: time from start to `/readyz` (the paged list, the
-//!    index filled), and the process's RSS once ready.
+//! - the time from start to `/readyz` (the paged list, the index filled);
+//! - the peak RSS (VmHWM) up to then: the initial list;
+//! - the RSS once ready, and the same with no pod at all: their difference
+//!   over N is what each pod costs the process, the index and whatever the
+//!   allocator keeps for it;
+//! - then a relist: the watch is dropped and the next one answered
+//!   410 Gone, as after etcd compaction; the peak RSS from just before it
+//!   (VmHWM reset through /proc/PID/clear_refs) to the end of the relist
+//!   (the next watch request), the RSS after it, its duration, and whether
+//!   `/readyz` ever failed meanwhile;
+//! - `ownerguard_owner_cache_pods` after each, which must be N.
+//!
+//! Not a test: it measures; it fails only when the run itself goes wrong.
+//! Talks to ownerguard only through its command line, ports and /proc.
 
 #[path = "../tests/apiserver/mod.rs"]
 mod apiserver;
 #[path = "../tests/common/process.rs"]
 mod process;
 
-use std::process::Command;
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use ownerguard::cache::PodIndex;
 
 /// Pod names and uids shaped like a real cluster's: 1,000 namespaces,
 /// ReplicaSet-style names, canonical UUIDs.
@@ -40,78 +49,62 @@ fn pods(count: usize) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn index_figures(pods: &[(String, String, String)]) {
-    let metas: Vec<ObjectMeta> = pods
-        .iter()
-        .map(|(ns, name, uid)| ObjectMeta {
-            namespace: Some(ns.clone()),
-            name: Some(name.clone()),
-            uid: Some(uid.clone()),
-            ..Default::default()
-        })
-        .collect();
-    let index = PodIndex::default();
-    let before = process::rss_bytes("self");
-    for meta in &metas {
-        index.apply(meta);
-    }
-    let after = process::rss_bytes("self");
-    println!(
-        "index: {} pods, RSS growth {:.1} MiB, {:.0} bytes per pod",
-        index.len(),
-        (after - before) as f64 / 1048576.0,
-        (after - before) as f64 / pods.len() as f64
-    );
-
-    // The keys of a request are hot in cache (it was just decoded): query
-    // with a small batch of copied keys, pointing at random pods.
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    let batch: Vec<(String, String, String)> = (0..1024)
-        .map(|_| pods[(next() % pods.len() as u64) as usize].clone())
-        .collect();
-    let lookups = 2_000_000;
-    let started = Instant::now();
-    let mut found = 0usize;
-    for i in 0..lookups {
-        let (ns, name, uid) = &batch[i % batch.len()];
-        found += usize::from(index.get_matching(ns, name, uid).is_some());
-    }
-    let elapsed = started.elapsed();
-    assert_eq!(found, lookups);
-    let random_started = Instant::now();
-    for _ in 0..lookups {
-        let (ns, name, uid) = &pods[(next() % pods.len() as u64) as usize];
-        std::hint::black_box(index.get_matching(ns, name, uid));
-    }
-    let random = random_started.elapsed();
-    println!(
-        "index: same lookups with cold keys from all {}: {:.0} ns each",
-        pods.len(),
-        random.as_nanos() as f64 / lookups as f64
-    );
-    println!(
-        "index: {lookups} lookups in {:.2}s: {:.2} M lookups/s on one thread ({:.0} ns each)",
-        elapsed.as_secs_f64(),
-        lookups as f64 / elapsed.as_secs_f64() / 1e6,
-        elapsed.as_nanos() as f64 / lookups as f64
-    );
+/// `/proc/PID/status` field in KiB.
+fn proc_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
-async fn serve_figures(pods: Vec<(String, String, String)>) {
-    let count = pods.len();
+/// A plain HTTP/1.0 GET on the metrics port: (status, body).
+fn get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+    Some((status, body))
+}
+
+fn ready(metrics: &str) -> bool {
+    get(metrics, "/readyz").is_some_and(|(status, _)| status == 200)
+}
+
+fn cached_pods(metrics: &str) -> Option<u64> {
+    let (_, body) = get(metrics, "/metrics")?;
+    body.lines()
+        .find_map(|l| l.strip_prefix("ownerguard_owner_cache_pods "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+}
+
+struct Figures {
+    ready_after: Duration,
+    initial_peak_kb: u64,
+    ready_rss_kb: u64,
+    relist: Option<Relist>,
+}
+
+struct Relist {
+    took: Duration,
+    peak_kb: u64,
+    rss_after_kb: u64,
+    not_ready_polls: u64,
+    polls: u64,
+}
+
+async fn measure(count: usize, relist: bool) -> Result<Figures, String> {
     let server = apiserver::FakeApi::start().await;
-    server.api.load_pods(pods);
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = server.kubeconfig(dir.path());
+    server.api.load_pods(pods(count));
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let kubeconfig = server.kubeconfig(dir.path()).into_os_string();
     let binary = process::release_binary();
     let started = Instant::now();
-    let kubeconfig = kubeconfig.into_os_string();
     let env = [
         ("KUBECONFIG", kubeconfig.as_os_str()),
         ("OWNERGUARD_LOG", std::ffi::OsStr::new("info")),
@@ -124,49 +117,166 @@ async fn serve_figures(pods: Vec<(String, String, String)>) {
     } = tokio::task::block_in_place(|| process::spawn_serve(&binary, dir.path(), &[], &env));
     // Keep draining its log so it never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
-    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http();
-    let deadline = started + Duration::from_secs(300);
-    loop {
-        let ready = client
-            .get(format!("http://{metrics_addr}/readyz").parse().unwrap())
-            .await
-            .is_ok_and(|r| r.status() == 200);
-        if ready {
-            break;
+    let pid = child.id();
+    let result = async {
+        let deadline = started + Duration::from_secs(600);
+        while !ready(&metrics_addr) {
+            if child.try_wait().map_err(|e| e.to_string())?.is_some() {
+                return Err("ownerguard exited before it was ready".to_string());
+            }
+            if Instant::now() > deadline {
+                return Err("not ready after 600 s".to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert!(child.try_wait().unwrap().is_none(), "ownerguard exited");
-        assert!(Instant::now() < deadline, "not ready after 300s");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        let ready_after = started.elapsed();
+        let initial_peak_kb = proc_kb(pid, "VmHWM");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let ready_rss_kb = proc_kb(pid, "VmRSS");
+        let listed = cached_pods(&metrics_addr);
+        if listed != Some(count as u64) {
+            return Err(format!(
+                "{listed:?} pods cached after the list, not {count}"
+            ));
+        }
+        let relist = if relist {
+            Some(relist_figures(&server.api, pid, &metrics_addr, count).await?)
+        } else {
+            None
+        };
+        Ok(Figures {
+            ready_after,
+            initial_peak_kb,
+            ready_rss_kb,
+            relist,
+        })
     }
-    let ready_after = started.elapsed();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let rss = process::rss_bytes(&child.id().to_string());
-    println!(
-        "serve: {count} pods listed (pages of 500) and indexed, ready after {:.2}s",
-        ready_after.as_secs_f64()
-    );
-    println!(
-        "serve: process RSS once ready {:.1} MiB",
-        rss as f64 / 1048576.0
-    );
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+    .await;
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
         .status();
     let _ = child.wait();
+    result
 }
 
-fn main() {
+/// Drop the watch and answer the next one 410 Gone: ownerguard relists.
+/// Done when it watches again after listing.
+async fn relist_figures(
+    api: &apiserver::FakeApi,
+    pid: u32,
+    metrics: &str,
+    count: usize,
+) -> Result<Relist, String> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+        .map_err(|e| format!("cannot reset the peak RSS: {e}"))?;
+    let mark = api.calls().len();
+    let started = Instant::now();
+    api.update_faults(|f| f.gone_on_next_watch = true);
+    api.drop_watches();
+    let (mut polls, mut not_ready_polls) = (0, 0);
+    let deadline = started + Duration::from_secs(600);
+    loop {
+        let calls = api.calls();
+        let after = &calls[mark.min(calls.len())..];
+        let listed_at = after
+            .iter()
+            .position(|c| c.starts_with("GET /api/v1/pods") && !c.contains("watch="));
+        if listed_at.is_some_and(|at| after[at..].iter().any(|c| c.contains("watch=true"))) {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err("no relist within 600 s".into());
+        }
+        polls += 1;
+        if !ready(metrics) {
+            not_ready_polls += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = started.elapsed();
+    let peak_kb = proc_kb(pid, "VmHWM");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_after_kb = proc_kb(pid, "VmRSS");
+    let cached = cached_pods(metrics);
+    if cached != Some(count as u64) {
+        return Err(format!(
+            "{cached:?} pods cached after the relist, not {count}"
+        ));
+    }
+    Ok(Relist {
+        took,
+        peak_kb,
+        rss_after_kb,
+        not_ready_polls,
+        polls,
+    })
+}
+
+fn mib(kb: u64) -> String {
+    format!("{:.1} MiB", kb as f64 / 1024.0)
+}
+
+async fn run(count: usize) -> Result<(), String> {
+    eprintln!("cache_bench: ownerguard with no pod");
+    let empty = measure(0, false).await?;
+    eprintln!("cache_bench: ownerguard with {count} pods, then a relist after 410 Gone");
+    let full = measure(count, true).await?;
+    let relist = full.relist.as_ref().ok_or("no relist figures")?;
+    let per_pod = (full.ready_rss_kb.saturating_sub(empty.ready_rss_kb)) as f64 * 1024.0
+        / count.max(1) as f64;
+    println!();
+    println!(
+        "ownerguard serve, cluster mode, against the loopback test API server: {count} pods in 1,000 namespaces, pages of 500"
+    );
+    println!();
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!(
+        "| ready after (list and index, the test server's encoding on the same cores) | {:.1} s |",
+        full.ready_after.as_secs_f64()
+    );
+    println!(
+        "| peak RSS from start to ready (the initial list) | {} |",
+        mib(full.initial_peak_kb)
+    );
+    println!("| RSS once ready | {} |", mib(full.ready_rss_kb));
+    println!(
+        "| RSS once ready with no pod | {} |",
+        mib(empty.ready_rss_kb)
+    );
+    println!(
+        "| resident bytes per pod ((RSS with {count} - RSS with none) / {count}) | {per_pod:.0} |"
+    );
+    println!(
+        "| relist after 410 Gone: duration | {:.1} s |",
+        relist.took.as_secs_f64()
+    );
+    println!(
+        "| relist: peak RSS (from just before it to the next watch) | {} |",
+        mib(relist.peak_kb)
+    );
+    println!("| relist: RSS after it | {} |", mib(relist.rss_after_kb));
+    println!(
+        "| relist: /readyz not ready | {} of {} polls (every 10 ms) |",
+        relist.not_ready_polls, relist.polls
+    );
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
     let count: usize = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(150_000);
-    let pods = pods(count);
-    index_figures(&pods);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .unwrap();
-    runtime.block_on(serve_figures(pods));
+        .expect("a tokio runtime");
+    match runtime.block_on(run(count)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cache_bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

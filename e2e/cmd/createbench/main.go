@@ -1,16 +1,28 @@
 // createbench: creates per second and latency percentiles of pod creates
 // through the real API server, with ownerguard's webhooks registered and
-// without, in the same run. Run by bench/create.sh inside the network
-// namespace it makes; a benchmark, never a test.
+// without, and with the same two registrations pointing at a no-op webhook
+// (the ceiling of examples/ceiling.rs: ownerguard's TLS and HTTP stack,
+// allowed, no patch) or at the same no-op webhook answering ownerguard's
+// own answers (its patch and audit annotations, as `ownerguard review`
+// gives them), interleaved round by round in the same run. Run by
+// bench/create.sh inside the network namespace it makes; a benchmark, never
+// a test.
 package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,20 +39,59 @@ func main() {
 	n := flag.Int("n", 400, "pods created per round")
 	c := flag.Int("c", 8, "concurrent clients")
 	rounds := flag.Int("rounds", 2, "rounds of each variant, interleaved")
+	warmup := flag.Int("warmup", 50, "pods created per variant first, not counted (connections, caches)")
 	flag.Parse()
-	if err := run(*n, *c, *rounds); err != nil {
+	if err := run(*n, *c, *rounds, *warmup); err != nil {
 		fmt.Fprintln(os.Stderr, "createbench:", err)
 		os.Exit(1)
 	}
 }
 
+// Who the webhook configurations send the API server to.
+type registration int
+
+const (
+	none registration = iota
+	toOwnerguard
+	toCeiling
+	toReplay
+)
+
+func (r registration) String() string {
+	return [...]string{"none", "ownerguard", "the no-op webhook", "the no-op webhook with ownerguard's answers"}[r]
+}
+
 type variant struct {
 	name     string
-	webhooks bool
+	to       registration
 	labelled bool
 }
 
-func run(n, c, rounds int) error {
+// A ceiling (examples/ceiling.rs) listens beside ownerguard on the
+// Service's ClusterIP, on a port added to the Service (the API server
+// resolves a service webhook to ClusterIP:port and accepts only a port the
+// Service has); its count of answered reviews on loopback.
+type ceiling struct {
+	port  int32
+	stats string
+	proc  *harness.Process
+}
+
+// count is how many reviews the ceiling has answered.
+func (c *ceiling) count() (int, error) {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + c.stats + "/count")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(body)))
+}
+
+func run(n, c, rounds, warmup int) error {
 	ctx := context.Background()
 	cfg, err := harness.ConfigFromEnv()
 	if err != nil {
@@ -71,45 +122,112 @@ func run(n, c, rounds int) error {
 	if err != nil {
 		return err
 	}
+	labelled := map[string]string{"bench": "1", "ownerguard.io/owner-pod": owner.Name, "ownerguard.io/owner-uid": string(owner.UID)}
+	mutateAnswer, validateAnswer, err := ownerguardAnswers(ns, owner, labelled, filepath.Join(cluster.Plane.Work, "answers"))
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{mutateAnswer, validateAnswer} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("ownerguard's answer (%s, %d bytes without the envelope): %s\n", filepath.Base(f), len(data), data)
+	}
+	ceilings := map[registration]*ceiling{
+		toCeiling: {port: 8444, stats: "127.0.0.1:19444"},
+		toReplay:  {port: 8445, stats: "127.0.0.1:19445"},
+	}
+	if err := startCeiling(ctx, cluster, "ceiling", ceilings[toCeiling]); err != nil {
+		return err
+	}
+	defer ceilings[toCeiling].proc.Stop(10 * time.Second)
+	if err := startCeiling(ctx, cluster, "ceiling-replay", ceilings[toReplay],
+		"--mutate-answer", mutateAnswer, "--validate-answer", validateAnswer); err != nil {
+		return err
+	}
+	defer ceilings[toReplay].proc.Stop(10 * time.Second)
+	if err := addServicePorts(ctx, cluster, ceilings); err != nil {
+		return err
+	}
 	variants := []variant{
-		{"webhooks registered, labelled pods (mutate + validate called)", true, true},
-		{"webhooks registered, unlabelled pods (objectSelector: not called)", true, false},
-		{"no webhooks, labelled pods", false, true},
+		{"webhooks registered, labelled pods (mutate + validate called)", toOwnerguard, true},
+		{"webhooks registered, unlabelled pods (objectSelector: not called)", toOwnerguard, false},
+		{"the same registrations to a no-op webhook (the ceiling), labelled pods", toCeiling, true},
+		{"the same registrations to the no-op webhook answering ownerguard's answers, labelled pods", toReplay, true},
+		{"no webhooks, labelled pods", none, true},
 	}
 	results := map[string][]time.Duration{}
+	perRound := map[string][]time.Duration{}
 	walls := map[string]time.Duration{}
-	registered := true
-	fmt.Printf("createbench: %d pods per round, %d clients, %d rounds of each variant\n", n, c, rounds)
-	for r := 0; r < rounds; r++ {
+	registered := toOwnerguard
+	fmt.Printf("createbench: %d pods per round, %d clients, %d rounds of each variant (after a round of %d, not counted)\n", n, c, rounds, warmup)
+	for r := -1; r < rounds; r++ {
+		size := n
+		if r < 0 {
+			size = warmup
+		}
 		for _, va := range variants {
-			if va.webhooks != registered {
-				if err := setWebhooks(ctx, admin, va.webhooks, m, v, owner); err != nil {
+			if va.to != registered {
+				if err := setWebhooks(ctx, admin, registered, va.to, m, v, owner, ceilings); err != nil {
 					return err
 				}
-				registered = va.webhooks
+				registered = va.to
 			}
 			labels := map[string]string{"bench": "1"}
 			if va.labelled {
-				labels["ownerguard.io/owner-pod"] = owner.Name
-				labels["ownerguard.io/owner-uid"] = string(owner.UID)
+				labels = labelled
 			}
-			lat, wall, err := round(ctx, admin, ns, fmt.Sprintf("r%d-%d", r, len(results[va.name])), n, c, labels)
+			lat, wall, err := round(ctx, admin, ns, fmt.Sprintf("r%d-%d", r+1, len(results[va.name])), size, c, labels)
 			if err != nil {
 				return fmt.Errorf("%s: %w", va.name, err)
 			}
-			results[va.name] = append(results[va.name], lat...)
-			walls[va.name] += wall
 			if err := cleanup(ctx, admin, ns); err != nil {
 				return err
 			}
+			if r < 0 {
+				continue
+			}
+			results[va.name] = append(results[va.name], lat...)
+			sorted := append([]time.Duration(nil), lat...)
+			sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+			perRound[va.name] = append(perRound[va.name], pct(sorted, 50), pct(sorted, 99))
+			walls[va.name] += wall
 		}
 	}
-	fmt.Printf("\n| variant | creates | creates/s | p50 | p90 | p99 |\n|---|---|---|---|---|---|\n")
+	fmt.Printf("\n| variant | creates | creates/s | p50 | p90 | p99 | p50/p99 of each round |\n|---|---|---|---|---|---|---|\n")
 	for _, va := range variants {
 		lat := results[va.name]
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		fmt.Printf("| %s | %d | %.0f | %s | %s | %s |\n", va.name, len(lat),
-			float64(len(lat))/walls[va.name].Seconds(), ms(pct(lat, 50)), ms(pct(lat, 90)), ms(pct(lat, 99)))
+		var rounds []string
+		for i := 0; i+1 < len(perRound[va.name]); i += 2 {
+			p50, p99 := perRound[va.name][i], perRound[va.name][i+1]
+			rounds = append(rounds, strconv.FormatFloat(float64(p50.Microseconds())/1000, 'f', 1, 64)+"/"+
+				strconv.FormatFloat(float64(p99.Microseconds())/1000, 'f', 0, 64))
+		}
+		fmt.Printf("| %s | %d | %.0f | %s | %s | %s | %s |\n", va.name, len(lat),
+			float64(len(lat))/walls[va.name].Seconds(), ms(pct(lat, 50)), ms(pct(lat, 90)), ms(pct(lat, 99)), strings.Join(rounds, ", "))
+	}
+	// ownerguard's cost over no webhook, as a multiple of what a webhook
+	// that does nothing costs on the same registrations; and what the same
+	// webhook costs when it answers what ownerguard answers.
+	og, noop, replay, bare := results[variants[0].name], results[variants[2].name], results[variants[3].name], results[variants[4].name]
+	fmt.Println()
+	for _, p := range []int{50, 99} {
+		added, noopAdded, replayAdded := pct(og, p)-pct(bare, p), pct(noop, p)-pct(bare, p), pct(replay, p)-pct(bare, p)
+		ratio, replayRatio := "undefined (the no-op webhook added nothing measurable)", ratio(replayAdded, noopAdded)
+		if noopAdded > 0 {
+			ratio = fmt.Sprintf("%.2fx", float64(added)/float64(noopAdded))
+		}
+		fmt.Printf("p%d over no webhook: ownerguard adds %s, the no-op webhook %s (ownerguard: %s of it); the no-op webhook answering ownerguard's answers adds %s (%s)\n",
+			p, ms(added), ms(noopAdded), ratio, ms(replayAdded), replayRatio)
+	}
+	for _, r := range []registration{toCeiling, toReplay} {
+		answered, err := ceilings[r].count()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s answered %d reviews (its variant made %d creates, two webhooks each, plus the warm-up and the probes)\n", r, answered, n*rounds)
 	}
 	// What ownerguard itself spent on each review, from its decision log
 	// lines (JSON, as the chart configures it).
@@ -212,21 +330,22 @@ func cleanup(ctx context.Context, admin *kubernetes.Clientset, ns string) error 
 	})
 }
 
-// setWebhooks registers or removes ownerguard's two configurations and
-// waits until the API server acts on it: a labelled pod naming a
-// missing owner is refused exactly while they are registered.
-func setWebhooks(ctx context.Context, admin *kubernetes.Clientset, on bool, m *admissionregistrationv1.MutatingWebhookConfiguration, v *admissionregistrationv1.ValidatingWebhookConfiguration, owner *corev1.Pod) error {
-	if on {
-		m, v = m.DeepCopy(), v.DeepCopy()
-		m.ResourceVersion, m.UID, m.ManagedFields = "", "", nil
-		v.ResourceVersion, v.UID, v.ManagedFields = "", "", nil
-		if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		if _, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	} else {
+// ratio of two added latencies, as text.
+func ratio(a, b time.Duration) string {
+	if b <= 0 {
+		return "undefined"
+	}
+	return fmt.Sprintf("%.2fx the no-op webhook's", float64(a)/float64(b))
+}
+
+// setWebhooks moves ownerguard's two configurations from one registration
+// to another (removed, or pointing at ownerguard, or at a ceiling: the same
+// configurations with the Service port of the ceiling) and waits until the
+// API server acts on it: a labelled pod naming a missing owner is refused
+// exactly while they point at ownerguard, and reaches a ceiling exactly
+// while they point at it.
+func setWebhooks(ctx context.Context, admin *kubernetes.Clientset, from, to registration, m *admissionregistrationv1.MutatingWebhookConfiguration, v *admissionregistrationv1.ValidatingWebhookConfiguration, owner *corev1.Pod, ceilings map[registration]*ceiling) error {
+	if from != none {
 		if err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil {
 			return err
 		}
@@ -234,12 +353,226 @@ func setWebhooks(ctx context.Context, admin *kubernetes.Clientset, on bool, m *a
 			return err
 		}
 	}
+	if to != none {
+		m, v = m.DeepCopy(), v.DeepCopy()
+		m.ResourceVersion, m.UID, m.ManagedFields = "", "", nil
+		v.ResourceVersion, v.UID, v.ManagedFields = "", "", nil
+		if c := ceilings[to]; c != nil {
+			port := c.port
+			for i := range m.Webhooks {
+				if s := m.Webhooks[i].ClientConfig.Service; s != nil {
+					s.Port = &port
+				}
+			}
+			for i := range v.Webhooks {
+				if s := v.Webhooks[i].ClientConfig.Service; s != nil {
+					s.Port = &port
+				}
+			}
+		}
+		if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		if _, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	counts := func() (map[registration]int, error) {
+		out := map[registration]int{}
+		for r, c := range ceilings {
+			n, err := c.count()
+			if err != nil {
+				return nil, err
+			}
+			out[r] = n
+		}
+		return out, nil
+	}
 	probe := pod("probe", map[string]string{"ownerguard.io/owner-pod": "missing", "ownerguard.io/owner-uid": "00000000-0000-0000-0000-000000000000"})
-	return harness.Until(ctx, 30*time.Second, 200*time.Millisecond, fmt.Sprintf("webhooks registered=%v in force", on), func() error {
-		_, err := admin.CoreV1().Pods(owner.Namespace).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if on == (err != nil) {
+	return harness.Until(ctx, 30*time.Second, 200*time.Millisecond, fmt.Sprintf("webhooks registered to %v in force", to), func() error {
+		before, err := counts()
+		if err != nil {
+			return err
+		}
+		_, err = admin.CoreV1().Pods(owner.Namespace).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		after, countErr := counts()
+		if countErr != nil {
+			return countErr
+		}
+		refused := err != nil
+		reached := none
+		for r := range ceilings {
+			if after[r] > before[r] {
+				if reached != none {
+					return fmt.Errorf("probe reached two ceilings")
+				}
+				reached = r
+			}
+		}
+		// Refused by ownerguard only; reaching the ceiling registered only.
+		want := none
+		if ceilings[to] != nil {
+			want = to
+		}
+		if refused == (to == toOwnerguard) && reached == want {
 			return nil
 		}
-		return fmt.Errorf("probe: %v", err)
+		return fmt.Errorf("probe: refused %v (%v), reached %v", refused, err, reached)
 	})
+}
+
+// startCeiling runs examples/ceiling.rs (CEILING_BIN) as NAME with the
+// chart's serving certificate on the Service's ClusterIP at c.port.
+func startCeiling(ctx context.Context, cluster *harness.Cluster, name string, c *ceiling, args ...string) error {
+	bin := os.Getenv("CEILING_BIN")
+	if bin == "" {
+		return fmt.Errorf("CEILING_BIN is not set (run bench/create.sh)")
+	}
+	dir := filepath.Dir(cluster.Guard.CAFile)
+	args = append([]string{
+		"--addr", net.JoinHostPort(cluster.Inst.ClusterIP, strconv.Itoa(int(c.port))),
+		"--stats-addr", c.stats,
+		"--tls-cert", filepath.Join(dir, "tls.crt"), "--tls-key", filepath.Join(dir, "tls.key"),
+	}, args...)
+	proc, err := harness.Start(name, cluster.Plane.Logs, nil, bin, args...)
+	if err != nil {
+		return err
+	}
+	c.proc = proc
+	return harness.Until(ctx, 30*time.Second, 100*time.Millisecond, name+" serving", func() error {
+		if done, err := proc.Exited(); done {
+			return fmt.Errorf("%s exited: %v: %s", name, err, proc.Tail(5))
+		}
+		_, err := c.count()
+		return err
+	})
+}
+
+// addServicePorts gives the Service a port for each ceiling.
+func addServicePorts(ctx context.Context, cluster *harness.Cluster, ceilings map[registration]*ceiling) error {
+	svc, err := cluster.Admin.CoreV1().Services(cluster.Inst.Namespace).Get(ctx, cluster.Inst.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for r, c := range ceilings {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: fmt.Sprintf("ceiling-%d", r), Port: c.port, Protocol: corev1.ProtocolTCP})
+	}
+	_, err = cluster.Admin.CoreV1().Services(cluster.Inst.Namespace).Update(ctx, svc, metav1.UpdateOptions{})
+	return err
+}
+
+// ownerguardAnswers asks the ownerguard binary (OWNERGUARD_BIN, `review`,
+// offline, the owner in an inventory) what it answers on /mutate for a
+// bench pod with labels, and on /validate for that pod once patched; it
+// writes each response into dir and returns the two files.
+func ownerguardAnswers(ns string, owner *corev1.Pod, labels map[string]string, dir string) (string, string, error) {
+	bin := os.Getenv("OWNERGUARD_BIN")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	owners := map[string]any{"apiVersion": "v1", "kind": "PodList", "items": []any{
+		map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": owner.Name, "namespace": owner.Namespace, "uid": string(owner.UID)}},
+	}}
+	agent := pod("answer-0", labels)
+	agent.Namespace = ns
+	agent.APIVersion, agent.Kind = "v1", "Pod"
+	var object map[string]any
+	if err := roundTrip(agent, &object); err != nil {
+		return "", "", err
+	}
+	ownersFile, objectFile := filepath.Join(dir, "owners.json"), filepath.Join(dir, "pod.json")
+	if err := writeJSON(ownersFile, owners); err != nil {
+		return "", "", err
+	}
+	if err := writeJSON(objectFile, object); err != nil {
+		return "", "", err
+	}
+	review := func(webhook, file string) (map[string]any, error) {
+		out, err := exec.Command(bin, "review", "--webhook", webhook, "--pods", ownersFile, file).Output()
+		if err != nil {
+			return nil, fmt.Errorf("ownerguard review --webhook %s %s: %v: %s", webhook, file, err, out)
+		}
+		var answer struct {
+			Response map[string]any `json:"response"`
+		}
+		if err := json.Unmarshal(out, &answer); err != nil || answer.Response == nil || answer.Response["allowed"] != true {
+			return nil, fmt.Errorf("ownerguard review --webhook %s: not an allowed review: %s", webhook, out)
+		}
+		delete(answer.Response, "uid")
+		return answer.Response, nil
+	}
+	mutate, err := review("mutate", objectFile)
+	if err != nil {
+		return "", "", err
+	}
+	encoded, _ := mutate["patch"].(string)
+	patchText, err := base64.StdEncoding.DecodeString(encoded)
+	if err != nil || encoded == "" {
+		return "", "", fmt.Errorf("ownerguard's /mutate answer has no patch: %v", mutate)
+	}
+	var patch []struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value"`
+	}
+	if err := json.Unmarshal(patchText, &patch); err != nil {
+		return "", "", err
+	}
+	for _, op := range patch {
+		if err := add(object, op.Op, op.Path, op.Value); err != nil {
+			return "", "", err
+		}
+	}
+	patchedFile := filepath.Join(dir, "patched.json")
+	if err := writeJSON(patchedFile, object); err != nil {
+		return "", "", err
+	}
+	validate, err := review("validate", patchedFile)
+	if err != nil {
+		return "", "", err
+	}
+	mutateFile, validateFile := filepath.Join(dir, "mutate-answer.json"), filepath.Join(dir, "validate-answer.json")
+	if err := writeJSON(mutateFile, mutate); err != nil {
+		return "", "", err
+	}
+	return mutateFile, validateFile, writeJSON(validateFile, validate)
+}
+
+// add applies one JSON patch "add" on objects (what ownerguard's patches
+// are: members of metadata and its maps).
+func add(object map[string]any, op, path string, value any) error {
+	if op != "add" || !strings.HasPrefix(path, "/") {
+		return fmt.Errorf("patch op %s %s: only add on an object member is applied here", op, path)
+	}
+	tokens := strings.Split(path[1:], "/")
+	at := object
+	for i, token := range tokens {
+		token = strings.ReplaceAll(strings.ReplaceAll(token, "~1", "/"), "~0", "~")
+		if i == len(tokens)-1 {
+			at[token] = value
+			return nil
+		}
+		next, ok := at[token].(map[string]any)
+		if !ok {
+			return fmt.Errorf("patch path %s: %s is not an object", path, token)
+		}
+		at = next
+	}
+	return nil
+}
+
+func roundTrip(in, out any) error {
+	data, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, out)
+}
+
+func writeJSON(path string, value any) error {
+	data, err := json.Marshal(value)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
 }

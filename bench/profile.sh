@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Where ownerguard's time goes per review (issue 17, target 5): the hot
+# path of bench/load.sh (a 3.4 KB Pod CREATE that gets a patch, 150,000-pod
+# inventory, decision log on, HTTP/1.1 keep-alive), profiled two ways:
+#
+#   callgrind  instruction counts (valgrind --tool=callgrind), collected only
+#              while the timed reviews run (instrumentation off at start,
+#              then callgrind_control -i on/off around them):
+#              they repeat from run to run on a noisy machine. Instructions
+#              per review, ownerguard's and the ceiling's (examples/ceiling.rs,
+#              the same way), the top functions of ownerguard by inclusive
+#              and by self cost, and self cost grouped by what it is (TLS,
+#              JSON, logging, allocation, patch, HTTP, runtime).
+#   perf       cpu-clock samples (software event: this VM has no hardware
+#              counters) at full speed, one core, 16 connections: the top
+#              functions by self samples and the same grouping, kernel
+#              included (no call graph: the release build keeps no frame
+#              pointers; callgrind gives the inclusive view).
+#
+#   bash bench/profile.sh [callgrind|perf|both] [SECONDS]   (both 15)
+#
+# The release binary as built (symbols, no debug info: inlined functions
+# count in their caller). Reports and raw data go to
+# ${PROFILE_OUT:-target/profile}/. Loopback only; bounded.
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+what=${1:-both}
+seconds=${2:-15}
+out_dir="${PROFILE_OUT:-$TARGET/profile}"
+mkdir -p "$out_dir"
+
+bench_init
+bench_build review_load
+inventory="$(bench_inventory 150000 names json)"
+body="$BENCH_DIR/review-create-3k.json"
+og_expect=('"allowed":true' '"patch":')
+ceiling_expect=('"allowed":true')
+expects=(--expect '"allowed":true' --expect '"patch":')
+
+# What a symbol is, by the crate or function it comes from: the first
+# pattern that matches wins.
+categorize() {
+  awk -v total="$1" '
+    BEGIN {
+      n = split("kernel (system calls, TCP)|TLS (rustls, ring)|logging (tracing, its formatting and write)|JSON (serde_json, serde, the maps and strings it builds)|allocation (malloc, free, realloc)|copying (memcpy, memmove)|JSON patch, base64|HTTP (hyper, axum, http, tower, bytes)|metrics (prometheus-client)|runtime (tokio, futures, locks, clock)|ownerguard (decision, lookup)|other", names, "|")
+      pat[1] = "\\[k\\]"
+      pat[2] = "rustls|ring::|ring_core|aes_|gcm_|chacha|x25519|sha256|sha512|poly1305"
+      pat[3] = "tracing|core::fmt|alloc::fmt|fmt::Write|write_all|zmij|nu_ansi|sharded_slab|std::io::stdio|__GI___libc_write|__GI___writev"
+      pat[4] = "serde_json|serde::|serde_core|serde_derive|<serde|btree|from_utf8"
+      pat[5] = "malloc|free|realloc|calloc|_int_|tcache|unlink_chunk|alloc::raw_vec|__rust_alloc|__rust_dealloc|__rust_realloc|arena_|sysmalloc"
+      pat[6] = "memcpy|memmove|memset"
+      pat[7] = "json_patch|jsonptr|base64"
+      pat[8] = "hyper|axum|http::|http_body|tower|matchit|httparse|bytes::"
+      pat[9] = "prometheus"
+      pat[10] = "tokio|futures|mio::|parking_lot|std::sync|std::thread|core::sync|__lll_|pthread|futex|epoll|clock_gettime|__vdso"
+      pat[11] = "ownerguard"
+    }
+    {
+      cost = $1; $1 = ""; sym = $0
+      for (i = 1; i <= n; i++) if (i == n || sym ~ pat[i]) { sum[i] += cost; break }
+    }
+    END {
+      printf "| what (self cost, by symbol name) | share |\n|---|---|\n"
+      for (i = 1; i <= n; i++) if (sum[i] > 0) printf "| %s | %.1f %% |\n", names[i], 100 * sum[i] / total
+    }'
+}
+
+# callgrind_reviews NAME PID ADDR CA EXPECT...: warm PID's server, then
+# open the client's connections (handshakes), switch instrumentation on,
+# run the reviews, switch it off; prints how many were answered. The count
+# is of reviews on open keep-alive connections, as the API server reuses
+# them.
+callgrind_reviews() {
+  local name=$1 pid=$2 addr=$3 ca=$4
+  shift 4
+  local expect=() e
+  for e in "$@"; do expect+=(--expect "$e"); done
+  "$RELEASE/examples/review_load" --addr "$addr" --ca "$ca" --body "$body" \
+    --connections 16 --seconds 3 "${expect[@]}" >/dev/null 2>>"$BENCH_WORK/client.log" || die "warm-up of $name failed"
+  local out="$BENCH_WORK/callgrind-$name.out" log="$BENCH_WORK/callgrind-$name.log"
+  "$RELEASE/examples/review_load" --addr "$addr" --ca "$ca" --body "$body" \
+    --connections 16 --seconds "$seconds" --hold 3 "${expect[@]}" >"$out" 2>"$log" &
+  local client=$!
+  BENCH_PIDS+=("$client")
+  for _ in $(seq 1 200); do
+    grep -q '^connected' "$log" 2>/dev/null && break
+    sleep 0.05
+  done
+  grep -q '^connected' "$log" || die "the client of $name did not connect within 10 s"
+  callgrind_control -i on "$pid" >/dev/null
+  wait "$client" || die "load on $name failed: $(tail -n 3 "$log")"
+  callgrind_control -i off "$pid" >/dev/null
+  local result
+  result="$(tail -n 1 "$out")"
+  [[ "$(jq .errors <<<"$result")" == 0 ]] || die "errors on $name under callgrind: $(tail -n 3 "$log")"
+  jq .answers <<<"$result"
+}
+
+# Instructions counted in a callgrind output file.
+callgrind_total() {
+  callgrind_annotate --threshold=100 "$1" 2>/dev/null |
+    awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }'
+}
+
+run_callgrind() {
+  command -v valgrind >/dev/null || die "valgrind is not installed (apt-get install valgrind)"
+  local cg="$out_dir/callgrind.out" cg_ceiling="$out_dir/callgrind-ceiling.out"
+  rm -f "$cg"* "$cg_ceiling"*
+  blog "callgrind: ownerguard under valgrind (the inventory loads slowly there)"
+  OG_WRAPPER="valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$cg" \
+    OG_START_TIMEOUT=900 og_start callgrind "" --pods "$inventory" || die "ownerguard did not start under valgrind"
+  wait_ready "$OG_METRICS" 900
+  local certs="$OG_DIR/certs" answers
+  answers=$(callgrind_reviews ownerguard "$OG_PID" "$OG_ADDR" "$certs/ca.crt" "${og_expect[@]}")
+  stop_pid "$OG_PID"
+
+  # The ceiling the same way, with the same certificate: its instructions
+  # per review are the floor of this stack in user space.
+  blog "callgrind: the ceiling under valgrind"
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$cg_ceiling" \
+    "$RELEASE/examples/ceiling" --tls-cert "$certs/tls.crt" --tls-key "$certs/tls.key" \
+    >"$BENCH_WORK/ceiling.out" 2>"$BENCH_WORK/ceiling.log" &
+  local ceiling=$!
+  BENCH_PIDS+=("$ceiling")
+  for _ in $(seq 1 600); do
+    [[ -s "$BENCH_WORK/ceiling.out" ]] && break
+    sleep 0.05
+  done
+  local ceiling_addr ceiling_answers
+  ceiling_addr="$(jq -r .addr "$BENCH_WORK/ceiling.out")" || die "the ceiling did not start under valgrind"
+  ceiling_answers=$(callgrind_reviews ceiling "$ceiling" "$ceiling_addr" "$certs/ca.crt" "${ceiling_expect[@]}")
+  stop_pid "$ceiling"
+  local ceiling_total
+  ceiling_total=$(callgrind_total "$(find "$out_dir" -name 'callgrind-ceiling.out*' -printf '%s %p\n' | sort -rn | sed -n 1p | cut -d' ' -f2-)")
+  local file
+  file="$(find "$out_dir" -name 'callgrind.out*' -printf '%s %p\n' | sort -rn | sed -n 1p | cut -d' ' -f2-)"
+  callgrind_annotate --inclusive=yes "$file" >"$out_dir/callgrind-inclusive.txt" 2>/dev/null
+  callgrind_annotate --threshold=100 "$file" >"$out_dir/callgrind-self.txt" 2>/dev/null
+  local total
+  total=$(awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }' "$out_dir/callgrind-self.txt")
+  echo
+  local per_review ceiling_per_review
+  per_review=$(awk -v t="$total" -v a="$answers" 'BEGIN { printf "%.0f", t / a }')
+  ceiling_per_review=$(awk -v t="$ceiling_total" -v a="$ceiling_answers" 'BEGIN { printf "%.0f", t / a }')
+  echo "callgrind: instructions per review in user space (all threads, handshakes excluded):"
+  echo "ownerguard $per_review ($answers reviews), the ceiling $ceiling_per_review ($ceiling_answers reviews):"
+  echo "the ceiling's count is $(awk -v a="$ceiling_per_review" -v b="$per_review" 'BEGIN { printf "%.2f", a / b }') of ownerguard's (the kernel's share, TCP and system calls, is not counted: see perf)"
+  echo
+  echo "top 45 by inclusive cost (share of all instructions while collecting; the first are the runtime's and hyper's frames around everything):"
+  echo
+  echo "| share | function |"
+  echo "|---|---|"
+  awk -v total="$total" -v limit=45 '/^ *[0-9,]+ +\([ 0-9.]+%\) +[^ ]+:/ && n < limit {
+      cost = $1; gsub(",", "", cost); $1 = ""; $2 = ""; sub(/^ +/, "")
+      sub(/ \[[^]]*\]$/, ""); sub(/^[^:]*:/, "")
+      if (length($0) > 140) $0 = substr($0, 1, 140) "..."
+      printf "| %.1f %% | `%s` |\n", 100 * cost / total, $0; n++ }' "$out_dir/callgrind-inclusive.txt"
+  echo
+  echo "top 25 by self cost:"
+  echo
+  echo "| share | function |"
+  echo "|---|---|"
+  awk -v total="$total" -v limit=25 '/^ *[0-9,]+ +\([ 0-9.]+%\) +[^ ]+:/ && n < limit {
+      cost = $1; gsub(",", "", cost); $1 = ""; $2 = ""; sub(/^ +/, "")
+      sub(/ \[[^]]*\]$/, ""); sub(/^[^:]*:/, "")
+      if (length($0) > 140) $0 = substr($0, 1, 140) "..."
+      printf "| %.1f %% | `%s` |\n", 100 * cost / total, $0; n++ }' "$out_dir/callgrind-self.txt"
+  echo
+  echo "self cost by kind:"
+  echo
+  awk '/^ *[0-9,]+ +\([ 0-9.]+%\) +[^ ]+:/ { cost = $1; gsub(",", "", cost); $1 = ""; $2 = ""
+      sub(/^ +/, ""); sub(/ \[[^]]*\]$/, ""); sub(/^[^:]*:/, ""); print cost, $0 }' \
+    "$out_dir/callgrind-self.txt" | categorize "$total"
+}
+
+run_perf() {
+  command -v perf >/dev/null || die "perf is not installed"
+  blog "perf: ownerguard on core 1, client on core 0, ${seconds}s"
+  og_start perf 1 --pods "$inventory" || die "ownerguard did not start"
+  wait_ready "$OG_METRICS" 120
+  local certs="$OG_DIR/certs"
+  taskset -c 0 "$RELEASE/examples/review_load" --addr "$OG_ADDR" --ca "$certs/ca.crt" --body "$body" \
+    --connections 16 --seconds 3 "${expects[@]}" >/dev/null 2>>"$BENCH_WORK/client.log" || die "warm-up failed"
+  perf record -e cpu-clock -F 1999 -p "$OG_PID" -o "$out_dir/perf.data" -- sleep "$seconds" \
+    >"$BENCH_WORK/perf-record.log" 2>&1 &
+  local perf_pid=$!
+  BENCH_PIDS+=("$perf_pid")
+  local result
+  result="$(taskset -c 0 "$RELEASE/examples/review_load" --addr "$OG_ADDR" --ca "$certs/ca.crt" --body "$body" \
+    --connections 16 --seconds "$seconds" "${expects[@]}" 2>>"$BENCH_WORK/client.log" | tail -n 1)" || die "load failed"
+  wait "$perf_pid" || die "perf record failed: $(tail -n 3 "$BENCH_WORK/perf-record.log")"
+  stop_pid "$OG_PID"
+  perf report -i "$out_dir/perf.data" --no-children --sort symbol --stdio --percent-limit 0.01 \
+    2>/dev/null | grep -E '^ +[0-9.]+%' | sed -E 's/ +- +- *$//; s/ +/ /g; s/^ //' >"$out_dir/perf-self.txt"
+  echo
+  echo "perf: $(jq .answers <<<"$result") reviews at $(jq .per_second <<<"$result")/s while sampling (ownerguard alone on core 1)"
+  echo
+  echo "top 30 by self samples ([k]: kernel):"
+  echo
+  echo "| share | function |"
+  echo "|---|---|"
+  awk 'n < 30 { share = $1; $1 = ""; sub(/^ +/, ""); if (length($0) > 140) $0 = substr($0, 1, 140) "..."
+      printf "| %s | `%s` |\n", share, $0; n++ }' "$out_dir/perf-self.txt"
+  echo
+  echo "self samples by kind:"
+  echo
+  awk '{ share = $1; sub("%", "", share); $1 = ""; print share * 1000, $0 }' "$out_dir/perf-self.txt" |
+    categorize 100000
+}
+
+case "$what" in
+  callgrind) run_callgrind ;;
+  perf) run_perf ;;
+  both) run_callgrind; run_perf ;;
+  *) die "unknown profile $what (callgrind, perf or both)" ;;
+esac
+echo
+echo "raw data and full reports: $out_dir"
