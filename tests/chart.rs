@@ -2255,7 +2255,22 @@ fn helm_cilium_recipe_admits_the_api_servers_identity_where_an_ip_block_cannot()
         "ipBlock advice",
     );
 
-    let objects = render_ci(&helm, "cilium-values.yaml");
+    let recipe = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chart/cilium-values.yaml");
+    let lint = Command::new(&helm)
+        .args(["lint", "--strict"])
+        .arg(chart())
+        .args(["--kube-version", KUBE_VERSION, "-f"])
+        .arg(&recipe)
+        .args(["--set", "certificates.chart.allowRenderWithoutCluster=true"])
+        .output()
+        .unwrap();
+    assert!(
+        lint.status.success(),
+        "{}",
+        String::from_utf8_lossy(&lint.stdout)
+    );
+    let recipe = recipe.to_str().unwrap();
+    let objects = render_with(&helm, &["-f", recipe]);
     assert!(objects.iter().any(|o| o["kind"] == "CiliumNetworkPolicy"));
     let webhook = webhook_pod_port(&objects);
     expect_reach(
@@ -2297,10 +2312,11 @@ fn helm_cilium_recipe_admits_the_api_servers_identity_where_an_ip_block_cannot()
         "Cilium recipe without Cilium",
     );
     // With webhookFrom's peers too, Cilium admits both.
-    let both = render_ci_with(
+    let both = render_with(
         &helm,
-        "cilium-values.yaml",
         &[
+            "-f",
+            recipe,
             "--set",
             "networkPolicy.webhookFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=kube-system",
             "--set",
@@ -2323,16 +2339,4 @@ fn helm_cilium_recipe_admits_the_api_servers_identity_where_an_ip_block_cannot()
         checks.iter().all(|c| c.verdict == Verdict::Ok),
         "{checks:#?}"
     );
-}
-
-fn render_ci_with(helm: &Path, file: &str, extra: &[&str]) -> Vec<Value> {
-    let path = chart().join("ci").join(file);
-    let mut args = vec![
-        "-f",
-        path.to_str().unwrap(),
-        "--set",
-        "certificates.chart.allowRenderWithoutCluster=true",
-    ];
-    args.extend_from_slice(extra);
-    render(helm, &args).unwrap_or_else(|e| panic!("{file} {extra:?}: {e}"))
 }
