@@ -88,22 +88,31 @@ func (p *Plane) runContainer(ctx context.Context, c kubernetes.Interface, in *In
 	if err != nil {
 		return err
 	}
-	// The service-account volume: the pod's token, the namespace's
-	// kube-root-ca.crt (published by the root-CA controller), the namespace.
-	var rootCA *corev1.ConfigMap
-	err = Until(ctx, 30*time.Second, 200*time.Millisecond, "kube-root-ca.crt in "+in.Namespace, func() error {
-		rootCA, err = c.CoreV1().ConfigMaps(in.Namespace).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
-		return err
-	})
-	if err != nil {
-		return err
+	// The service-account volume of a Deployment's template (a pod has its
+	// own, added by the ServiceAccount admission plugin and written with
+	// the others): the token, the namespace's kube-root-ca.crt (published
+	// by the root-CA controller), the namespace.
+	hasServiceAccount := false
+	for _, m := range og.mounts {
+		hasServiceAccount = hasServiceAccount || filepath.Clean(m.path) == ServiceAccountMountPath
 	}
-	sa, err := NewVolume(filepath.Join(dir, "volumes", "kube-api-access"), in.Pod.SecurityContext.FSGroup)
-	if err != nil {
-		return err
-	}
-	if err := sa.Write(ServiceAccountPayload(opt.Token, []byte(rootCA.Data["ca.crt"]), in.Namespace, in.Pod.SecurityContext.FSGroup)); err != nil {
-		return err
+	if !hasServiceAccount {
+		var rootCA *corev1.ConfigMap
+		err = Until(ctx, 30*time.Second, 200*time.Millisecond, "kube-root-ca.crt in "+in.Namespace, func() error {
+			rootCA, err = c.CoreV1().ConfigMaps(in.Namespace).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		sa, err := NewVolume(filepath.Join(dir, "volumes", "kube-api-access"), in.Pod.SecurityContext.FSGroup)
+		if err != nil {
+			return err
+		}
+		if err := sa.Write(ServiceAccountPayload(opt.Token, []byte(rootCA.Data["ca.crt"]), in.Namespace, in.Pod.SecurityContext.FSGroup)); err != nil {
+			return err
+		}
+		og.mounts = append(og.mounts, mount{host: sa.Dir, path: ServiceAccountMountPath, readOnly: true})
 	}
 	api := opt.APIServer
 	if api == "" {
@@ -135,7 +144,6 @@ func (p *Plane) runContainer(ctx context.Context, c kubernetes.Interface, in *In
 		}
 		args = append(args, "-v", spec)
 	}
-	args = append(args, "-v", sa.Dir+":"+ServiceAccountMountPath+":ro")
 	// What the kubelet gives every container: the API server's in-cluster
 	// address (the kubernetes Service; here the node's, as kube-proxy would
 	// lead there), then the container's env.

@@ -237,7 +237,7 @@ func (p *Plane) Launch(ctx context.Context, c kubernetes.Interface, in *Installa
 		return nil, err
 	}
 	og := &Ownerguard{ServerName: in.Name + "." + in.Namespace + ".svc"}
-	if err := og.projectVolumes(ctx, c, in, dir); err != nil {
+	if err := og.projectVolumes(ctx, c, in, dir, opt.Token); err != nil {
 		return nil, err
 	}
 	og.Addr = opt.Addr
@@ -294,10 +294,12 @@ type mount struct {
 	readOnly   bool
 }
 
-// projectVolumes writes each Secret and ConfigMap volume the container
-// mounts, as the kubelet would; any other kind of volume is refused (the
-// suite would not run what the chart deploys).
-func (og *Ownerguard) projectVolumes(ctx context.Context, c kubernetes.Interface, in *Installation, dir string) error {
+// projectVolumes writes each Secret, ConfigMap and projected volume the
+// container mounts, as the kubelet would (a pod's kube-api-access volume,
+// which the ServiceAccount admission plugin adds, holds token); any other
+// kind of volume is refused (the suite would not run what the chart
+// deploys).
+func (og *Ownerguard) projectVolumes(ctx context.Context, c kubernetes.Interface, in *Installation, dir, token string) error {
 	fsGroup := in.Pod.SecurityContext.FSGroup
 	tls := in.tlsVolume()
 	for _, m := range in.Pod.Containers[0].VolumeMounts {
@@ -343,8 +345,16 @@ func (og *Ownerguard) projectVolumes(ctx context.Context, c kubernetes.Interface
 			if err := host.Write(payload); err != nil {
 				return err
 			}
+		case volume.Projected != nil:
+			payload, err := projectedPayload(ctx, c, in.Namespace, volume.Projected, token, fsGroup)
+			if err != nil {
+				return fmt.Errorf("volume %s: %w", m.Name, err)
+			}
+			if err := host.Write(payload); err != nil {
+				return err
+			}
 		default:
-			return fmt.Errorf("volume %s: only Secret and ConfigMap volumes are projected here", m.Name)
+			return fmt.Errorf("volume %s: only Secret, ConfigMap and projected volumes are written here", m.Name)
 		}
 		og.mounts = append(og.mounts, mount{host: host.Dir, path: m.MountPath, readOnly: m.ReadOnly})
 	}

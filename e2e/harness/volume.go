@@ -1,11 +1,17 @@
 package harness
 
 import (
+	"context"
+	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubernetes/pkg/volume/configmap"
 	"k8s.io/kubernetes/pkg/volume/secret"
 	volumeutil "k8s.io/kubernetes/pkg/volume/util"
@@ -99,6 +105,69 @@ func ServiceAccountPayload(token string, caCert []byte, namespace string, fsGrou
 		"ca.crt":    {Data: caCert, Mode: 0o644},
 		"namespace": {Data: []byte(namespace), Mode: 0o644},
 	}
+}
+
+// projectedPayload is a projected volume's files (pkg/volume/projected):
+// a service-account token (token: the pod's), ConfigMap and Secret items,
+// and the downward API's metadata.namespace and metadata.name (of the
+// pod the token is bound to is not known here: the namespace only).
+func projectedPayload(ctx context.Context, c kubernetes.Interface, namespace string, source *corev1.ProjectedVolumeSource, token string, fsGroup *int64) (map[string]volumeutil.FileProjection, error) {
+	mode := int32(corev1.ProjectedVolumeSourceDefaultMode)
+	if source.DefaultMode != nil {
+		mode = *source.DefaultMode
+	}
+	payload := map[string]volumeutil.FileProjection{}
+	for _, s := range source.Sources {
+		switch {
+		case s.ServiceAccountToken != nil:
+			tokenMode := mode
+			if fsGroup != nil {
+				tokenMode = 0o600
+			}
+			payload[s.ServiceAccountToken.Path] = volumeutil.FileProjection{Data: []byte(token), Mode: tokenMode}
+		case s.ConfigMap != nil:
+			// The kubelet retries a mount until the ConfigMap exists (a
+			// fresh namespace's kube-root-ca.crt comes a moment after it).
+			var cm *corev1.ConfigMap
+			err := Until(ctx, 30*time.Second, 200*time.Millisecond, "configmap "+s.ConfigMap.Name, func() error {
+				var err error
+				cm, err = c.CoreV1().ConfigMaps(namespace).Get(ctx, s.ConfigMap.Name, metav1.GetOptions{})
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+			files, err := configmap.MakePayload(s.ConfigMap.Items, cm, &mode, s.ConfigMap.Optional != nil && *s.ConfigMap.Optional)
+			if err != nil {
+				return nil, err
+			}
+			maps.Copy(payload, files)
+		case s.Secret != nil:
+			sec, err := c.CoreV1().Secrets(namespace).Get(ctx, s.Secret.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			files, err := secret.MakePayload(s.Secret.Items, sec, &mode, s.Secret.Optional != nil && *s.Secret.Optional)
+			if err != nil {
+				return nil, err
+			}
+			maps.Copy(payload, files)
+		case s.DownwardAPI != nil:
+			for _, item := range s.DownwardAPI.Items {
+				if item.FieldRef == nil || item.FieldRef.FieldPath != "metadata.namespace" {
+					return nil, fmt.Errorf("downward API item %s: only metadata.namespace is written here", item.Path)
+				}
+				m := mode
+				if item.Mode != nil {
+					m = *item.Mode
+				}
+				payload[item.Path] = volumeutil.FileProjection{Data: []byte(namespace), Mode: m}
+			}
+		default:
+			return nil, fmt.Errorf("a projected source the suite does not write")
+		}
+	}
+	return payload, nil
 }
 
 // ServiceAccountMountPath is where the kubelet mounts the projected token.
