@@ -43,8 +43,10 @@ import (
 //     connection stays with its pod (conntrack); with no endpoint at all
 //     nothing listens, and a connection is refused, as kube-proxy's REJECT.
 //
-// It does not pull images (the image is local), schedule, or run the
-// liveness probe.
+// It does not pull images (the image is local), schedule (every pod is
+// bound to NodeName), run the liveness probe, or retry a pod whose start
+// failed (its volumes' objects must exist when it appears, as the chart's
+// Secret does in chart mode).
 type Node struct {
 	plane     *Plane
 	client    kubernetes.Interface
