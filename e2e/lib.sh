@@ -7,7 +7,13 @@ E2E_NODE_IP=10.200.0.1
 E2E_SERVICE_CIDR=10.96.0.0/24
 E2E_NETNS=""
 E2E_WORK=""
-export E2E_BIN E2E_NODE_IP E2E_SERVICE_CIDR
+# How ownerguard runs in place of the chart's pods: "image" (the image
+# .ci/image builds, run by podman as the chart's Deployment says) or
+# "process" (the release binary, for a machine without podman).
+E2E_OWNERGUARD="${E2E_OWNERGUARD:-image}"
+# The image .ci/image builds (the same default, the same override).
+OWNERGUARD_IMAGE="${OWNERGUARD_IMAGE:-localhost/ownerguard:$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO/Cargo.toml" | head -n 1)}"
+export E2E_BIN E2E_NODE_IP E2E_SERVICE_CIDR E2E_OWNERGUARD OWNERGUARD_IMAGE
 
 log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -16,6 +22,7 @@ log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # its own module (e2e/helm/go.mod). Builds run at the lowest priority.
 e2e_build() {
   local stamp want
+  e2e_image_present
   want="$(cd "$E2E_DIR" && find . -path ./.bin -prune -o -path ./.work -prune -o \
       \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' -o -name lib.sh \) -type f -print0 \
     | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
@@ -62,6 +69,21 @@ e2e_build() {
   export OWNERGUARD_BIN
 }
 
+# With E2E_OWNERGUARD=image, the image must be there before anything is
+# built (the suite checks, before it starts, that it holds this build).
+e2e_image_present() {
+  case "$E2E_OWNERGUARD" in
+    process) log "ownerguard runs as a process (E2E_OWNERGUARD=process), not from the image" ;;
+    image)
+      command -v podman >/dev/null \
+        || { log "E2E_OWNERGUARD=image needs podman: run \`bash .ci/image build\` (it installs it), or E2E_OWNERGUARD=process"; return 1; }
+      podman image exists "$OWNERGUARD_IMAGE" \
+        || { log "no image $OWNERGUARD_IMAGE: build it with \`bash .ci/image build\` (or E2E_OWNERGUARD=process)"; return 1; }
+      log "ownerguard runs from the image $OWNERGUARD_IMAGE" ;;
+    *) log "E2E_OWNERGUARD=$E2E_OWNERGUARD: want image or process"; return 1 ;;
+  esac
+}
+
 # A network namespace of our own: loopback, and a bridge without ports
 # (a "dummy" link is not in every kernel; a bridge is) holding the node
 # address, the default route (nothing leaves: the bridge has no port) and,
@@ -79,6 +101,15 @@ e2e_netns_up() {
   ip -n "$E2E_NETNS" addr add "$E2E_NODE_IP/24" dev og0
   ip -n "$E2E_NETNS" link set og0 up
   ip -n "$E2E_NETNS" route add default dev og0
+  # ownerguard listens on a Service's port 443 with every capability
+  # dropped, as the chart runs it: containerd lets a pod's containers bind
+  # any port this way (enable_unprivileged_ports), for the pod's own
+  # network namespace.
+  ip netns exec "$E2E_NETNS" sysctl -qw net.ipv4.ip_unprivileged_port_start=0
+  # podman runs from this shell's namespaces (the harness enters them),
+  # as a kubelet's runtime does from the host's.
+  E2E_HOST_PID=$$
+  export E2E_HOST_PID
   log "network namespace $E2E_NETNS, work directory $E2E_WORK"
 }
 
@@ -109,6 +140,15 @@ e2e_cleanup() {
       done
       # shellcheck disable=SC2086
       [[ -n "$pids" ]] && kill -KILL $pids 2>/dev/null
+    fi
+    # The containers run in the namespace but their conmon does not (ip
+    # netns pids does not see it): gone with their process (--rm); any
+    # left is removed by the label the harness gives them.
+    if command -v podman >/dev/null; then
+      local left
+      left="$(podman ps -aq --filter "label=io.ownerguard.e2e.netns=$E2E_NETNS" 2>/dev/null)"
+      # shellcheck disable=SC2086
+      [[ -n "$left" ]] && podman rm -f -t 0 $left >/dev/null 2>&1
     fi
     ip netns del "$E2E_NETNS"
   fi

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -45,6 +46,12 @@ func Up(ctx context.Context, cfg Config, repo, record string) (*Cluster, error) 
 
 func (c *Cluster) up(ctx context.Context, repo, record string) error {
 	plane := c.Plane
+	if Mode() == "image" {
+		// Before anything starts: the image must hold this very build.
+		if err := CheckImage(ctx, Image(), os.Getenv("OWNERGUARD_BIN")); err != nil {
+			return err
+		}
+	}
 	if err := plane.StartEtcd(ctx); err != nil {
 		return err
 	}
@@ -78,14 +85,11 @@ func (c *Cluster) StartGuard(ctx context.Context, record string) error {
 	if err != nil {
 		return err
 	}
-	kubeconfig := filepath.Join(c.Plane.Work, "ownerguard-sa.kubeconfig")
-	if err := c.Plane.ServiceAccountKubeconfig(ctx, c.Admin, inst, pods[0], kubeconfig); err != nil {
+	token, err := PodToken(ctx, c.Admin, inst, pods[0])
+	if err != nil {
 		return err
 	}
-	opt := ServeOptions{Name: "ownerguard", Kubeconfig: kubeconfig}
-	if record != "" {
-		opt.ExtraArgs = []string{"--record=" + record}
-	}
+	opt := ServeOptions{Name: "ownerguard", Token: token, Record: record, Hostname: pods[0].Name}
 	c.Guard, err = c.Plane.Serve(ctx, c.Admin, inst, opt)
 	if err != nil {
 		return err
@@ -110,12 +114,17 @@ func Chart(repo string) string {
 	return filepath.Join(repo, "charts", "ownerguard")
 }
 
-// ChartSettings are the values every install and render here sets: an
-// image name that never resolves (the chart's pods never run: ownerguard
-// runs in their place) and, when the chart has one, no post-install check
-// Job (no kubelet runs it: helm install would wait for it in vain).
+// ChartSettings are the values every install and render here sets: the
+// image the suite runs in place of the chart's pods (OWNERGUARD_IMAGE;
+// with E2E_OWNERGUARD=process, a name that never resolves) and, when the
+// chart has one, no post-install check Job (no kubelet runs it: helm
+// install would wait for it in vain).
 func ChartSettings(chart string) []string {
-	settings := []string{"--set", "image.repository=e2e.invalid/ownerguard", "--set", "image.tag=e2e"}
+	repository, tag := "e2e.invalid/ownerguard", "e2e"
+	if Mode() == "image" {
+		repository, tag = splitImage(Image())
+	}
+	settings := []string{"--set", "image.repository=" + repository, "--set", "image.tag=" + tag}
 	if chartHasValue(chart, "check", "afterInstall") {
 		settings = append(settings, "--set", "check.afterInstall=false")
 	}
@@ -138,4 +147,13 @@ func chartHasValue(chart, key, sub string) bool {
 	}
 	_, ok = m[sub]
 	return ok
+}
+
+// splitImage splits name:tag (a port in the registry's host is not a tag).
+func splitImage(image string) (repository, tag string) {
+	i := strings.LastIndex(image, ":")
+	if i < 0 || strings.Contains(image[i:], "/") {
+		return image, "latest"
+	}
+	return image[:i], image[i+1:]
 }

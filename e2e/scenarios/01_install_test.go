@@ -185,7 +185,7 @@ func TestInstall(t *testing.T) {
 			t.Fatalf("the Deployment mounts %q, not the given Secret", secondInst.SecretName)
 		}
 		second, err := plane.Serve(ctx, admin, secondInst, harness.ServeOptions{Name: "ownerguard-secret-mode",
-			Kubeconfig: plane.AdminKubeconfig, MetricsPort: 9452})
+			Token: plane.PKI.AdminToken, MetricsPort: 9452})
 		must(t, err, "serve the secret-mode installation")
 		defer second.Stop(30 * time.Second)
 		ns := newNamespace(t, "secretmode", workerRules)

@@ -30,11 +30,11 @@ func TestClusterLookup(t *testing.T) {
 	doomed := newPod(t, ns, "owner-doomed")
 
 	lookup, err := plane.Serve(ctx, admin, inst, harness.ServeOptions{
-		Name: "ownerguard-lookup", Kubeconfig: plane.OwnerguardAdminKubeconfig, Addr: "127.0.0.1:8450", MetricsPort: 9450})
+		Name: "ownerguard-lookup", Token: plane.PKI.OwnerguardAdminToken, Addr: "127.0.0.1:8450", MetricsPort: 9450})
 	must(t, err, "serve with the admin kubeconfig")
 	defer lookup.Stop(30 * time.Second)
 	open, err := plane.Serve(ctx, admin, inst, harness.ServeOptions{
-		Name: "ownerguard-fail-open", Kubeconfig: plane.OwnerguardAdminKubeconfig, Addr: "127.0.0.1:8451", MetricsPort: 9451,
+		Name: "ownerguard-fail-open", Token: plane.PKI.OwnerguardAdminToken, Addr: "127.0.0.1:8451", MetricsPort: 9451,
 		ExtraArgs: []string{"--fail-open"}})
 	must(t, err, "serve with --fail-open")
 	defer open.Stop(30 * time.Second)

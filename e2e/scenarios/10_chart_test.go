@@ -1,10 +1,10 @@
 package scenarios
 
 // The chart's production properties (issue 10), proved against the real
-// API server and real Helm; ownerguard runs as a process in place of the
-// chart's pods, with the chart's certificate, and the install check (a
-// Job or a helm test Pod, which no kubelet runs here) runs as a process
-// with the identity the chart gives it.
+// API server and real Helm; ownerguard runs in place of the chart's pods
+// (from the image, as the Deployment says), with the chart's certificate,
+// and the install check (a Job or a helm test Pod, which no kubelet runs
+// here) runs as a process with the identity the chart gives it.
 
 import (
 	"bytes"
@@ -335,21 +335,16 @@ func notAfter(t *testing.T, certPEM []byte) time.Time {
 	return cert.NotAfter
 }
 
-// serveSecret does what kubelet and the reload do in a pod: the guard's
-// certificate files take the Secret's content (the key first, so a
-// half-swapped pair is refused and the old one stays), and the server
-// serves it within its reload interval.
+// serveSecret does what the kubelet and the reload do in a pod: the
+// guard's Secret volume takes the Secret's content (the kubelet's own
+// writer: both files swapped at once, with ..data), and the server serves
+// it within its reload interval.
 func serveSecret(t *testing.T, og *harness.Ownerguard, namespace, secret string) {
 	t.Helper()
 	ctx := ctxFor(t, time.Minute)
 	s, err := admin.CoreV1().Secrets(namespace).Get(ctx, secret, metav1.GetOptions{})
 	must(t, err, "the serving Secret")
-	dir := filepath.Dir(og.CAFile)
-	for _, f := range []string{"tls.key", "tls.crt"} {
-		tmp := filepath.Join(dir, "."+f)
-		must(t, os.WriteFile(tmp, s.Data[f], 0o600), "write "+f)
-		must(t, os.Rename(tmp, filepath.Join(dir, f)), "swap "+f)
-	}
+	must(t, og.ProjectSecret(s), "project the Secret into the guard's volume")
 	want := float64(notAfter(t, s.Data["tls.crt"]).Unix())
 	must(t, harness.Until(ctx, 30*time.Second, 250*time.Millisecond, "the certificate reloaded", func() error {
 		got, err := og.Metric("ownerguard_tls_certificate_expiry_timestamp_seconds", nil)
@@ -516,10 +511,9 @@ func TestChartSecretModeRotation(t *testing.T) {
 		Data: map[string][]byte{"tls.crt": read(old, "tls.crt"), "tls.key": read(old, "tls.key")}}, metav1.CreateOptions{})
 	must(t, err, "the serving Secret")
 	helm := func(verb, bundle string) {
-		_, err := plane.Helm(ctx, verb, name, chartDir(), "--namespace", name,
-			"--set", "image.repository=e2e.invalid/ownerguard", "--set", "check.afterInstall=false",
+		_, err := plane.Helm(ctx, append([]string{verb, name, chartDir(), "--namespace", name,
 			"--set", "certificates.mode=secret", "--set", "certificates.secret.name=serving",
-			"--set", "certificates.secret.caBundle="+bundle)
+			"--set", "certificates.secret.caBundle=" + bundle}, harness.ChartSettings(chartDir())...)...)
 		must(t, err, "helm "+verb)
 	}
 	helm("install", b64(read(old, "ca.crt")))
@@ -530,7 +524,7 @@ func TestChartSecretModeRotation(t *testing.T) {
 	})
 	in, err := harness.ReadInstallation(ctx, admin, name, name)
 	must(t, err, "the installation")
-	og, err := plane.Serve(ctx, admin, in, harness.ServeOptions{Name: name, Kubeconfig: plane.AdminKubeconfig, MetricsPort: 9461})
+	og, err := plane.Serve(ctx, admin, in, harness.ServeOptions{Name: name, Token: plane.PKI.AdminToken, MetricsPort: 9461})
 	must(t, err, "serve the secret-mode installation")
 	defer og.Stop(30 * time.Second)
 
