@@ -116,6 +116,33 @@ fn parse_uuid(text: &str) -> Option<[u8; 16]> {
 struct Entry {
     uid: Uid,
     terminating: bool,
+    /// When the pod was last seen whole: listed, added, or read live
+    /// ([`Stamp`]). A MODIFIED event does not count: on the watch of every
+    /// pod it carries no phase, and a change that was lost (the deletion,
+    /// the phase's own event) is what the age bounds.
+    confirmed: Stamp,
+}
+
+/// A moment, in tenths of a second since the index's epoch, rounded down:
+/// an age computed from it is never smaller than the real one. Four bytes
+/// rather than an `Instant`'s sixteen, in every entry; thirteen years.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Stamp(u32);
+
+/// The unit of a [`Stamp`].
+const STAMP_TICK_MS: u64 = 100;
+
+impl Stamp {
+    fn at(epoch: Instant, at: Instant) -> Self {
+        let ms = at.saturating_duration_since(epoch).as_millis() / u128::from(STAMP_TICK_MS);
+        Self(u32::try_from(ms).unwrap_or(u32::MAX))
+    }
+
+    /// How long before `now` this was.
+    fn age(self, epoch: Instant, now: Instant) -> Duration {
+        now.saturating_duration_since(epoch)
+            .saturating_sub(Duration::from_millis(u64::from(self.0) * STAMP_TICK_MS))
+    }
 }
 
 /// foldhash rather than SipHash: several times faster on short keys, and
@@ -150,14 +177,15 @@ impl Scope {
 }
 
 /// A relist in progress: the pods listed so far, swapped in at the end.
-#[derive(Default)]
+/// Each is stamped with the moment the list began: it was there then.
 pub struct Relist {
     pods: Pods,
+    started: Stamp,
 }
 
 impl Relist {
     pub fn add(&mut self, metadata: &ObjectMeta) {
-        if let Some((namespace, name, entry)) = entry_of(metadata) {
+        if let Some((namespace, name, entry)) = entry_of(metadata, self.started) {
             insert(&mut self.pods, namespace, name, entry);
         }
     }
@@ -180,12 +208,40 @@ fn insert(pods: &mut Pods, namespace: &str, name: &str, entry: Entry) {
 
 /// The index. Readers take a shared lock for one hash lookup; the watch
 /// takes the exclusive lock per event.
-#[derive(Default)]
 pub struct PodIndex {
     pods: RwLock<Pods>,
+    /// What the entries' stamps count from.
+    epoch: Instant,
 }
 
-fn entry_of(metadata: &ObjectMeta) -> Option<(&str, &str, Entry)> {
+impl Default for PodIndex {
+    fn default() -> Self {
+        Self {
+            pods: RwLock::default(),
+            epoch: Instant::now(),
+        }
+    }
+}
+
+/// A pod of the index, with how long ago it was last seen whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedPod {
+    pub pod: ObservedPod,
+    /// Since it was listed, added, or read live; a bound from above.
+    pub age: Duration,
+}
+
+/// How a watch event or a list saw a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Whole: ADDED (a pod is created pending, not finished), or listed.
+    Whole,
+    /// A change (MODIFIED): its uid and deletion are current, but the age
+    /// of the entry stays that of its last whole sighting.
+    Changed,
+}
+
+fn entry_of(metadata: &ObjectMeta, confirmed: Stamp) -> Option<(&str, &str, Entry)> {
     let (namespace, name, uid) = (
         metadata.namespace.as_deref()?,
         metadata.name.as_deref()?,
@@ -197,6 +253,7 @@ fn entry_of(metadata: &ObjectMeta) -> Option<(&str, &str, Entry)> {
         Entry {
             uid: Uid::new(uid),
             terminating: metadata.deletion_timestamp.is_some(),
+            confirmed,
         },
     ))
 }
@@ -216,18 +273,41 @@ impl PodIndex {
 
     /// Whether pod `name` of `namespace` is known with `uid`; `Some(pod)`
     /// only then. Avoids formatting the uid on the hot path.
-    pub fn get_matching(&self, namespace: &str, name: &str, uid: &str) -> Option<ObservedPod> {
+    pub fn get_matching(&self, namespace: &str, name: &str, uid: &str) -> Option<IndexedPod> {
         // The allocation for the answer is made after the lock is released.
-        let terminating = {
+        let (terminating, confirmed) = {
             let pods = self.pods.read().ok()?;
             let entry = pods.get(namespace)?.get(name)?;
-            entry.uid.matches(uid).then_some(entry.terminating)?
+            entry
+                .uid
+                .matches(uid)
+                .then_some((entry.terminating, entry.confirmed))?
         };
-        Some(ObservedPod {
-            uid: uid.to_string(),
-            terminating,
-            finished: None,
+        Some(IndexedPod {
+            pod: ObservedPod {
+                uid: uid.to_string(),
+                terminating,
+                finished: None,
+            },
+            age: confirmed.age(self.epoch, Instant::now()),
         })
+    }
+
+    /// A live GET that began at `asked` found pod `name` of `namespace`
+    /// with `uid`, running: its entry, if it still holds that uid, counts
+    /// as seen whole then. An entry the watch has removed or replaced
+    /// since is left as it is: a live answer never brings a pod back.
+    pub fn confirm(&self, namespace: &str, name: &str, uid: &str, asked: Instant) {
+        let stamp = Stamp::at(self.epoch, asked);
+        if let Ok(mut pods) = self.pods.write()
+            && let Some(entry) = pods
+                .get_mut(namespace)
+                .and_then(|names| names.get_mut(name))
+            && entry.uid.matches(uid)
+            && !entry.terminating
+        {
+            entry.confirmed = entry.confirmed.max(stamp);
+        }
     }
 
     /// Whether pod `name` of `namespace` is known with `uid`.
@@ -253,12 +333,27 @@ impl PodIndex {
             .collect()
     }
 
-    /// A pod was added or changed.
-    pub fn apply(&self, metadata: &ObjectMeta) {
-        let Some((namespace, name, entry)) = entry_of(metadata) else {
+    /// A new relist, its entries stamped now.
+    pub fn relist(&self) -> Relist {
+        Relist {
+            pods: Pods::default(),
+            started: Stamp::at(self.epoch, Instant::now()),
+        }
+    }
+
+    /// A pod was added (`Seen::Whole`) or changed.
+    pub fn apply(&self, metadata: &ObjectMeta, seen: Seen) {
+        let now = Stamp::at(self.epoch, Instant::now());
+        let Some((namespace, name, mut entry)) = entry_of(metadata, now) else {
             return;
         };
         if let Ok(mut pods) = self.pods.write() {
+            if seen == Seen::Changed
+                && let Some(old) = pods.get(namespace).and_then(|names| names.get(name))
+                && old.uid == entry.uid
+            {
+                entry.confirmed = old.confirmed;
+            }
             insert(&mut pods, namespace, name, entry);
         }
     }
@@ -289,11 +384,26 @@ impl PodIndex {
         }
     }
 
-    /// Replace everything `scope` covers by the result of a relist.
-    pub fn replace(&self, scope: &Scope, relist: Relist) {
+    /// Replace everything `scope` covers by the result of a relist. A pod
+    /// the index already held with the same uid keeps its stamp: a list
+    /// says that it is there, not what phase it is in, so it does not make
+    /// an old entry young.
+    pub fn replace(&self, scope: &Scope, mut relist: Relist) {
         let Ok(mut pods) = self.pods.write() else {
             return;
         };
+        for (namespace, names) in &mut relist.pods {
+            let Some(old) = pods.get(namespace) else {
+                continue;
+            };
+            for (name, entry) in names.iter_mut() {
+                if let Some(old) = old.get(name)
+                    && old.uid == entry.uid
+                {
+                    entry.confirmed = entry.confirmed.min(old.confirmed);
+                }
+            }
+        }
         match scope {
             Scope::All => *pods = relist.pods,
             Scope::Namespace(namespace) => {
@@ -481,14 +591,14 @@ impl Feed {
     }
 
     fn added(&self, metadata: &ObjectMeta) {
-        self.index().apply(metadata);
+        self.index().apply(metadata, Seen::Whole);
         if let Self::Finished { pods, phase } = self {
             pods.notify(|| FinishedPod::of(metadata, *phase).map(FinishedChange::Finished));
         }
     }
 
     fn modified(&self, metadata: &ObjectMeta) {
-        self.index().apply(metadata);
+        self.index().apply(metadata, Seen::Changed);
     }
 
     fn deleted(&self, metadata: &ObjectMeta) {
@@ -520,13 +630,16 @@ impl Feed {
 }
 
 /// Which pods the watch covers (`--namespace`, none: all;
-/// `--owner-selector`), and how long a silent watch stays trusted.
+/// `--owner-selector`), how long a silent watch stays trusted, and how old
+/// an entry may be to answer alone.
 #[derive(Debug, Clone)]
 pub struct WatchSettings {
     pub namespaces: Vec<String>,
     pub selector: Option<String>,
     /// `--watch-silence-limit`.
     pub silence_limit: Duration,
+    /// `--cache-max-age`.
+    pub max_age: Duration,
 }
 
 impl Default for WatchSettings {
@@ -535,6 +648,7 @@ impl Default for WatchSettings {
             namespaces: Vec::new(),
             selector: None,
             silence_limit: DEFAULT_SILENCE_LIMIT,
+            max_age: DEFAULT_MAX_AGE,
         }
     }
 }
@@ -542,6 +656,13 @@ impl Default for WatchSettings {
 /// The API server's watch cache sends each watcher a bookmark about every
 /// minute: 90 s without one is a watch that has stopped speaking.
 pub const DEFAULT_SILENCE_LIMIT: Duration = Duration::from_secs(90);
+
+/// An entry older than this is read live again before it answers: the
+/// bound on how long a lost event (a deletion, a phase) can keep a gone
+/// owner alive in the cache, whatever the stream does. Five minutes costs
+/// one GET per owner that keeps creating per five minutes (a thousand
+/// active workers: about 3 GETs a second, well inside `--lookup-rate`).
+pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(300);
 
 /// How long the API server keeps one watch open before the client starts
 /// the next (client-go's reflector and kube's watcher use the same).
@@ -667,6 +788,7 @@ pub struct Watches {
     pub finished: Arc<FinishedPods>,
     scopes: Vec<(Scope, ScopeHealth)>,
     silence_limit: Duration,
+    max_age: Duration,
 }
 
 impl Watches {
@@ -685,10 +807,24 @@ impl Watches {
     /// Pod `name` of `namespace` as the watches last saw it, when it has
     /// `uid`: the index says whether it is being deleted, the set of
     /// finished pods whether it has finished.
-    pub fn get(&self, namespace: &str, name: &str, uid: &str) -> Option<ObservedPod> {
-        let mut pod = self.index.get_matching(namespace, name, uid)?;
-        pod.finished = self.finished.phase_of(namespace, name, uid);
-        Some(pod)
+    pub fn get(&self, namespace: &str, name: &str, uid: &str) -> Option<IndexedPod> {
+        let mut hit = self.index.get_matching(namespace, name, uid)?;
+        hit.pod.finished = self.finished.phase_of(namespace, name, uid);
+        Some(hit)
+    }
+
+    /// Whether `hit` was seen whole recently enough to answer alone
+    /// (`--cache-max-age`). An older one is read live: a lost deletion on a
+    /// stream that keeps speaking (so that the silence limit never trips)
+    /// makes a gone owner look alive for at most this long.
+    pub fn young(&self, hit: &IndexedPod) -> bool {
+        hit.age <= self.max_age
+    }
+
+    /// A live GET that began at `asked` found pod `name` of `namespace`
+    /// running with `uid` ([`PodIndex::confirm`]).
+    pub fn confirm(&self, namespace: &str, name: &str, uid: &str, asked: Instant) {
+        self.index.confirm(namespace, name, uid, asked);
     }
 
     /// Whether a cache hit in `namespace` may answer alone (SPEC §4): every
@@ -764,6 +900,7 @@ impl Watches {
             finished,
             scopes,
             silence_limit: settings.silence_limit,
+            max_age: settings.max_age,
         }
     }
 }
@@ -825,7 +962,7 @@ impl Watch {
     /// List every pod of the scope, page by page, into a new index swapped
     /// in whole at the end. Returns the list's resourceVersion.
     async fn relist(&self) -> Result<String, kube::Error> {
-        let mut relist = Relist::default();
+        let mut relist = self.feed.index().relist();
         let mut params = ListParams::default().limit(LIST_PAGE);
         if let Some(selector) = &self.selector {
             params = params.labels(selector);
@@ -1023,22 +1160,68 @@ mod tests {
     #[test]
     fn apply_then_get_then_delete() {
         let index = PodIndex::default();
-        index.apply(&meta("agents", "w-1", U1, false));
+        index.apply(&meta("agents", "w-1", U1, false), Seen::Whole);
         assert_eq!(index.get("agents", "w-1"), Some(ObservedPod::running(U1)));
         assert!(index.get_matching("agents", "w-1", U1).is_some());
         assert!(index.get_matching("agents", "w-1", "other").is_none());
         assert_eq!(index.get("other", "w-1"), None);
-        index.apply(&meta("agents", "w-1", U1, true));
+        index.apply(&meta("agents", "w-1", U1, true), Seen::Changed);
         assert!(index.get("agents", "w-1").unwrap().terminating);
         index.delete(&meta("agents", "w-1", U1, true));
         assert_eq!(index.get("agents", "w-1"), None);
         assert!(index.is_empty());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn an_entry_ages_from_its_last_whole_sighting_not_its_last_change() {
+        let index = PodIndex::default();
+        let age = |index: &PodIndex| index.get_matching("agents", "w-1", U1).unwrap().age;
+        index.apply(&meta("agents", "w-1", U1, false), Seen::Whole);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        // A MODIFIED (a label, a status change) does not make it young: it
+        // carries no phase, and the change that was lost is what ages.
+        index.apply(&meta("agents", "w-1", U1, false), Seen::Changed);
+        assert_eq!(age(&index), Duration::from_secs(10));
+        // A live GET that found it running does, from when it was asked.
+        let asked = Instant::now();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        index.confirm("agents", "w-1", U1, asked);
+        assert_eq!(age(&index), Duration::from_secs(2));
+        // Not for another uid, and not a pod being deleted.
+        index.confirm("agents", "w-1", "other", Instant::now());
+        assert_eq!(age(&index), Duration::from_secs(2));
+        index.apply(&meta("agents", "w-1", U1, true), Seen::Changed);
+        index.confirm("agents", "w-1", U1, Instant::now());
+        assert_eq!(age(&index), Duration::from_secs(2));
+        // A live answer never brings back a pod the watch removed.
+        index.delete(&meta("agents", "w-1", U1, true));
+        index.confirm("agents", "w-1", U1, Instant::now());
+        assert!(index.get("agents", "w-1").is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_relist_keeps_the_age_of_a_pod_it_already_held() {
+        let index = PodIndex::default();
+        index.apply(&meta("agents", "old", U1, false), Seen::Whole);
+        index.apply(&meta("agents", "replaced", U1, false), Seen::Whole);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let mut relist = index.relist();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        relist.add(&meta("agents", "old", U1, false));
+        relist.add(&meta("agents", "replaced", "uid-2", false));
+        relist.add(&meta("agents", "new", U1, false));
+        index.replace(&Scope::All, relist);
+        let age = |name: &str, uid: &str| index.get_matching("agents", name, uid).unwrap().age;
+        assert_eq!(age("old", U1), Duration::from_secs(31));
+        // Another uid is another pod, and a new one is as old as the list.
+        assert_eq!(age("replaced", "uid-2"), Duration::from_secs(1));
+        assert_eq!(age("new", U1), Duration::from_secs(1));
+    }
+
     #[test]
     fn late_delete_of_an_old_pod_keeps_its_successor() {
         let index = PodIndex::default();
-        index.apply(&meta("agents", "w-1", "new-uid", false));
+        index.apply(&meta("agents", "w-1", "new-uid", false), Seen::Whole);
         index.delete(&meta("agents", "w-1", "old-uid", true));
         assert_eq!(
             index.get("agents", "w-1").map(|p| p.uid),
@@ -1049,15 +1232,15 @@ mod tests {
     #[test]
     fn relist_replaces_only_its_scope() {
         let index = PodIndex::default();
-        index.apply(&meta("a", "gone", U1, false));
-        index.apply(&meta("b", "kept", U1, false));
-        let mut relist = Relist::default();
+        index.apply(&meta("a", "gone", U1, false), Seen::Whole);
+        index.apply(&meta("b", "kept", U1, false), Seen::Whole);
+        let mut relist = index.relist();
         relist.add(&meta("a", "fresh", U1, false));
         index.replace(&Scope::Namespace("a".into()), relist);
         assert_eq!(index.get("a", "gone"), None);
         assert!(index.get("a", "fresh").is_some());
         assert!(index.get("b", "kept").is_some());
-        let mut relist = Relist::default();
+        let mut relist = index.relist();
         relist.add(&meta("c", "only", U1, false));
         index.replace(&Scope::All, relist);
         assert_eq!(index.len(), 1);
@@ -1096,7 +1279,7 @@ mod tests {
         assert_eq!(pods.phase_of("agents", "evicted", "uid-2"), None);
         assert_eq!(pods.len(), 1);
         // A relist of one phase and one scope leaves the other phase alone.
-        let mut relist = Relist::default();
+        let mut relist = pods.failed.relist();
         relist.add(&meta("agents", "later", "uid-3", false));
         failed.replace(&Scope::All, relist);
         assert_eq!(
@@ -1121,7 +1304,7 @@ mod tests {
         // a pod that finished.
         failed.modified(&meta("agents", "w-1", U1, true));
         failed.deleted(&meta("agents", "w-1", U1, true));
-        failed.replace(&Scope::Namespace("agents".into()), Relist::default());
+        failed.replace(&Scope::Namespace("agents".into()), pods.failed.relist());
         let pod = FinishedPod {
             namespace: "agents".into(),
             name: "w-1".into(),
@@ -1172,12 +1355,15 @@ mod tests {
                 },
             )],
             silence_limit: DEFAULT_SILENCE_LIMIT,
+            max_age: DEFAULT_MAX_AGE,
         };
-        watches.index.apply(&meta("agents", "w-1", U1, false));
+        watches
+            .index
+            .apply(&meta("agents", "w-1", U1, false), Seen::Whole);
         finished_feed(&watches.finished, Finished::Succeeded)
             .added(&meta("agents", "w-1", U1, false));
         assert_eq!(
-            watches.get("agents", "w-1", U1).unwrap().finished,
+            watches.get("agents", "w-1", U1).unwrap().pod.finished,
             Some(Finished::Succeeded)
         );
         assert_eq!(watches.get("agents", "w-1", "uid-9"), None);

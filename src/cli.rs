@@ -273,6 +273,13 @@ pub struct ServeArgs {
     #[arg(long, default_value = "90s", value_parser = duration)]
     pub watch_silence_limit: Duration,
 
+    /// A cached owner last seen whole (listed, added, or read live) longer
+    /// ago than this is read live again before it answers, and a running
+    /// pod found live is young again: a deletion lost on a stream that
+    /// keeps speaking makes a gone owner look alive for at most this long.
+    #[arg(long, default_value = "5m", value_parser = duration)]
+    pub cache_max_age: Duration,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
 }

@@ -390,17 +390,33 @@ enum Configuration {
 }
 
 impl Configuration {
-    fn path(self) -> &'static str {
+    fn kind(self) -> &'static str {
         match self {
-            Self::Mutating => "/mutate",
-            Self::Validating => "/validate",
+            Self::Mutating => "MutatingWebhookConfiguration",
+            Self::Validating => "ValidatingWebhookConfiguration",
         }
     }
+
     fn word(self) -> &'static str {
         match self {
             Self::Mutating => "mutating",
             Self::Validating => "validating",
         }
+    }
+}
+
+/// How many webhooks the installation's configuration of that kind holds;
+/// `None` when there is no such configuration.
+fn webhook_count(installation: &Installation, configuration: Configuration) -> Option<usize> {
+    match configuration {
+        Configuration::Mutating => installation
+            .mutating
+            .as_ref()
+            .map(|c| c.webhooks.iter().flatten().count()),
+        Configuration::Validating => installation
+            .validating
+            .as_ref()
+            .map(|c| c.webhooks.iter().flatten().count()),
     }
 }
 
@@ -686,23 +702,9 @@ pub fn serving_certificate_source(deployment: &Deployment) -> ServingCertificate
 pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> Vec<Check> {
     let mut checks = Vec::new();
     let (name, namespace) = (&options.name, &options.namespace);
-    for (kind, webhook_count) in [
-        (
-            "MutatingWebhookConfiguration",
-            installation
-                .mutating
-                .as_ref()
-                .map(|c| c.webhooks.iter().flatten().count()),
-        ),
-        (
-            "ValidatingWebhookConfiguration",
-            installation
-                .validating
-                .as_ref()
-                .map(|c| c.webhooks.iter().flatten().count()),
-        ),
-    ] {
-        checks.push(match webhook_count {
+    for configuration in [Configuration::Mutating, Configuration::Validating] {
+        let kind = configuration.kind();
+        checks.push(match webhook_count(installation, configuration) {
             None => line(
                 Verdict::Fail,
                 kind,
@@ -772,7 +774,9 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
 
     let key_prefix = flags.map_or(DEFAULT_KEY_PREFIX, |f| f.key_prefix.as_str());
     checks.push(check_others(installation, key_prefix));
-    for webhook in webhooks(installation) {
+    let webhooks = webhooks(installation);
+    checks.extend(check_roles(&webhooks, installation, key_prefix));
+    for webhook in webhooks {
         checks.push(check_ca_bundle(&webhook, &chain, now));
         if let Some(view) = server.as_ref().and_then(|s| s.as_ref().ok()) {
             checks.push(check_service(
@@ -787,14 +791,20 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
                     .unwrap_or_default(),
             ));
         }
-        let role = role(&webhook, key_prefix);
-        checks.push(check_path(&webhook, role));
-        checks.push(check_rules(&webhook, role));
-        checks.push(check_object_selector(&webhook, role, key_prefix));
-        checks.push(check_match_conditions(&webhook, role, key_prefix));
+        // A webhook of no known role was failed by check_roles: what it
+        // should call and select cannot be told.
+        let role = Role::of(&webhook, key_prefix);
+        if let Some(role) = role {
+            checks.push(check_path(&webhook, role));
+            checks.push(check_rules(&webhook, role));
+            checks.push(check_object_selector(&webhook, role, key_prefix));
+            checks.push(check_match_conditions(&webhook, role, key_prefix));
+        }
         checks.push(check_exclusion(&webhook, namespace));
         if let Some(flags) = flags {
-            checks.push(check_policy(&webhook, role, flags));
+            if let Some(role) = role {
+                checks.push(check_policy(&webhook, role, flags));
+            }
             checks.push(check_timeout(&webhook, flags));
         }
     }
@@ -1068,14 +1078,11 @@ fn check_path(webhook: &WebhookView<'_>, role: Role) -> Check {
     // The cluster-wide switch calls /validate-all, which fails open on a
     // lookup failure as its webhook does; /validate there works too, but
     // denies a lookup failure with 503 under failurePolicy Ignore.
-    let expected = match (webhook.configuration, role) {
-        (Configuration::Validating, Role::Unlabelled) => "/validate-all",
-        (configuration, _) => configuration.path(),
-    };
+    let expected = role.path();
     if path == expected {
         return line(Verdict::Ok, subject, format!("calls {path}"));
     }
-    if role == Role::Unlabelled && path == "/validate" {
+    if role == Role::ValidateAll && path == "/validate" {
         return line(
             Verdict::Warn,
             subject,
@@ -1104,29 +1111,134 @@ fn check_path(webhook: &WebhookView<'_>, role: Role) -> Check {
     )
 }
 
-/// What a webhook is for, read from its objectSelector.
+/// What a webhook is for, read from its configuration and its name as the
+/// chart writes them, never from its selector or its conditions: those are
+/// what the checks judge against the role (an inverted selector read as
+/// the role would pass itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
-    /// Objects carrying the owner-pod label.
-    Labelled,
-    /// validation.allPodOwnerReferences: every other object.
-    Unlabelled,
+    /// `mutate.<keyPrefix>`, mutating: completes labelled objects.
+    Mutate,
+    /// `validate.<keyPrefix>`, validating: guarantees labelled objects.
+    Validate,
+    /// `validate-all.<keyPrefix>`, validating: the opt-in
+    /// validation.allPodOwnerReferences, for every other object.
+    ValidateAll,
 }
 
-fn role(webhook: &WebhookView<'_>, key_prefix: &str) -> Role {
-    let key = format!("{key_prefix}/owner-pod");
-    let unlabelled = webhook
-        .object_selector
-        .and_then(|s| s.match_expressions.as_ref())
-        .is_some_and(|e| {
-            e.iter()
-                .any(|e| e.key == key && e.operator == "DoesNotExist")
-        });
-    if unlabelled {
-        Role::Unlabelled
-    } else {
-        Role::Labelled
+impl Role {
+    const ALL: [Self; 3] = [Self::Mutate, Self::Validate, Self::ValidateAll];
+
+    /// The role of `webhook`, when its configuration and name are one the
+    /// chart writes for `key_prefix`.
+    fn of(webhook: &WebhookView<'_>, key_prefix: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|role| {
+            role.configuration() == webhook.configuration && webhook.name == role.name(key_prefix)
+        })
     }
+
+    fn name(self, key_prefix: &str) -> String {
+        let word = match self {
+            Self::Mutate => "mutate",
+            Self::Validate => "validate",
+            Self::ValidateAll => "validate-all",
+        };
+        format!("{word}.{key_prefix}")
+    }
+
+    fn configuration(self) -> Configuration {
+        match self {
+            Self::Mutate => Configuration::Mutating,
+            Self::Validate | Self::ValidateAll => Configuration::Validating,
+        }
+    }
+
+    /// The path of ownerguard this role calls.
+    fn path(self) -> &'static str {
+        match self {
+            Self::Mutate => "/mutate",
+            Self::Validate => "/validate",
+            Self::ValidateAll => "/validate-all",
+        }
+    }
+
+    /// Whether it judges the objects carrying the owner-pod label.
+    fn labelled(self) -> bool {
+        self != Self::ValidateAll
+    }
+
+    /// What goes wrong when this webhook is missing.
+    fn missing(self) -> &'static str {
+        match self {
+            Self::Mutate => {
+                "labelled objects are never completed, so /validate refuses every labelled create"
+            }
+            Self::Validate => {
+                "nothing guarantees the final object after the other mutating webhooks ran"
+            }
+            Self::ValidateAll => "",
+        }
+    }
+}
+
+/// Every webhook has a role, and the two that every install needs are
+/// there: roles come from names, so a webhook of an unknown name, or one
+/// in the other configuration (the two configurations' webhooks
+/// swapped), fails here rather than being judged as what its selector
+/// looks like.
+fn check_roles(
+    webhooks: &[WebhookView<'_>],
+    installation: &Installation,
+    key_prefix: &str,
+) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for webhook in webhooks {
+        if Role::of(webhook, key_prefix).is_some() {
+            continue;
+        }
+        let misplaced = Role::ALL
+            .into_iter()
+            .find(|role| webhook.name == role.name(key_prefix));
+        let detail = match misplaced {
+            Some(role) => format!(
+                "{} belongs in the {} configuration: a {} webhook cannot do its work",
+                webhook.name,
+                role.configuration().word(),
+                webhook.configuration.word()
+            ),
+            None => format!(
+                "not a webhook this chart writes for keyPrefix {key_prefix} (mutating: {}; validating: {}, {}): its role, so what it must call and select, cannot be told",
+                Role::Mutate.name(key_prefix),
+                Role::Validate.name(key_prefix),
+                Role::ValidateAll.name(key_prefix)
+            ),
+        };
+        checks.push(line(
+            Verdict::Fail,
+            format!("role of {}", webhook.label()),
+            detail,
+        ));
+    }
+    for role in [Role::Mutate, Role::Validate] {
+        // A configuration missing or empty is failed on its own line.
+        if webhook_count(installation, role.configuration()).unwrap_or(0) == 0
+            || webhooks
+                .iter()
+                .any(|w| Role::of(w, key_prefix) == Some(role))
+        {
+            continue;
+        }
+        checks.push(line(
+            Verdict::Fail,
+            format!("webhook {}", role.name(key_prefix)),
+            format!(
+                "not in the {} configuration: {}",
+                role.configuration().word(),
+                role.missing()
+            ),
+        ));
+    }
+    checks
 }
 
 fn check_rules(webhook: &WebhookView<'_>, role: Role) -> Check {
@@ -1155,7 +1267,7 @@ fn check_rules(webhook: &WebhookView<'_>, role: Role) -> Check {
             "no rule covers CREATE of namespaced objects: the webhook is never called when an object is made",
         );
     }
-    if role == Role::Labelled && !namespaced.iter().any(|r| has(r, "UPDATE")) {
+    if role.labelled() && !namespaced.iter().any(|r| has(r, "UPDATE")) {
         return line(
             Verdict::Fail,
             subject,
@@ -1179,7 +1291,7 @@ fn check_rules(webhook: &WebhookView<'_>, role: Role) -> Check {
         .iter()
         .flat_map(|r| r.resources.iter().flatten().cloned())
         .collect();
-    let verdict = if role == Role::Labelled {
+    let verdict = if role.labelled() {
         Verdict::Warn
     } else {
         Verdict::Ok
@@ -1197,9 +1309,10 @@ fn check_rules(webhook: &WebhookView<'_>, role: Role) -> Check {
 fn check_object_selector(webhook: &WebhookView<'_>, role: Role, key_prefix: &str) -> Check {
     let subject = format!("objectSelector of {}", webhook.label());
     let key = format!("{key_prefix}/owner-pod");
-    let (operator, meaning) = match role {
-        Role::Labelled => ("Exists", "every labelled object"),
-        Role::Unlabelled => ("DoesNotExist", "every object without the owner label"),
+    let (operator, meaning) = if role.labelled() {
+        ("Exists", "every labelled object")
+    } else {
+        ("DoesNotExist", "every object without the owner label")
     };
     let selector = webhook.object_selector.cloned().unwrap_or_default();
     let labels = selector.match_labels.clone().unwrap_or_default();
@@ -1225,9 +1338,10 @@ fn check_object_selector(webhook: &WebhookView<'_>, role: Role, key_prefix: &str
 /// skip objects ownerguard must judge, and nothing else would tell.
 fn check_match_conditions(webhook: &WebhookView<'_>, role: Role, key_prefix: &str) -> Check {
     let subject = format!("matchConditions of {}", webhook.label());
-    let expected = match role {
-        Role::Labelled => conditions::labelled(key_prefix),
-        Role::Unlabelled => conditions::pod_references(key_prefix),
+    let expected = if role.labelled() {
+        conditions::labelled(key_prefix)
+    } else {
+        conditions::pod_references(key_prefix)
     };
     if webhook.match_conditions.is_empty() {
         return line(
@@ -1296,7 +1410,7 @@ fn check_exclusion(webhook: &WebhookView<'_>, namespace: &str) -> Check {
 fn check_policy(webhook: &WebhookView<'_>, role: Role, flags: &ServeFlags) -> Check {
     let subject = format!("failurePolicy of {}", webhook.label());
     let ignore = webhook.failure_policy == "Ignore";
-    if role == Role::Unlabelled {
+    if role == Role::ValidateAll {
         // The cluster-wide switch has its own policy on purpose.
         return if ignore {
             line(

@@ -131,6 +131,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 namespaces: args.namespaces.clone(),
                 selector: args.owner_selector.clone(),
                 silence_limit: args.watch_silence_limit,
+                max_age: args.cache_max_age,
             };
             info!(namespaces = ?settings.namespaces, selector = ?settings.selector,
                 "owner lookup from the cluster: pod watch, then live GET");

@@ -644,6 +644,78 @@ async fn a_silent_watch_is_not_trusted_a_lost_delete_is_caught_live() {
     assert!(cluster.gets().is_empty());
 }
 
+// Issue 19: the bound holds on a stream that keeps speaking.
+
+#[tokio::test]
+async fn a_deletion_lost_on_a_live_stream_is_caught_once_the_entry_is_older_than_the_max_age() {
+    let max_age = Duration::from_millis(800);
+    let settings = WatchSettings {
+        max_age,
+        ..WatchSettings::default()
+    };
+    let cluster = Cluster::start(settings, running_workers).await;
+    cluster.synced().await;
+    eventually("the watch", || {
+        cluster.api().open_watches() == WATCHES_PER_SCOPE
+    })
+    .await;
+    cluster.api().clear_calls();
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(response["auditAnnotations"]["owner-source"], "cache");
+    // w-1's deletion is lost; other pods' events keep the stream alive,
+    // so the watch stays trusted throughout.
+    cluster
+        .api()
+        .update_faults(|f| f.drop_events_of = Some("w-1".into()));
+    cluster.api().remove(apiserver::Kind::Pod, NS, "w-1");
+    let started = Instant::now();
+    let mut churn = 0;
+    while started.elapsed() < max_age + Duration::from_millis(400) {
+        churn += 1;
+        cluster.api().put_pod(NS, &format!("churn-{churn}"), U2);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(cluster.watches.trusted(NS), "the watch kept speaking");
+    assert!(
+        cluster.watches.index.get(NS, "w-1").is_some(),
+        "the cache still has the gone owner"
+    );
+    assert!(cluster.gets().is_empty(), "{:?}", cluster.gets());
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(
+        response["allowed"], false,
+        "a gone owner answered from an entry older than --cache-max-age"
+    );
+    assert_eq!(response["status"]["code"], 403);
+    assert_eq!(cluster.gets().len(), 1, "the old entry was read live");
+
+    // A running owner read live is young again: one GET per max age.
+    cluster.api().clear_calls();
+    let response = cluster.review("w-2", U2, None).await;
+    assert_eq!(response["auditAnnotations"]["owner-source"], "api");
+    let response = cluster.review("w-2", U2, None).await;
+    assert_eq!(response["auditAnnotations"]["owner-source"], "cache");
+    assert_eq!(cluster.gets().len(), 1, "{:?}", cluster.gets());
+}
+
+#[tokio::test]
+async fn an_old_entry_never_answers_alone_when_the_api_is_down() {
+    let max_age = Duration::from_millis(500);
+    let settings = WatchSettings {
+        max_age,
+        ..WatchSettings::default()
+    };
+    let cluster = Cluster::start(settings, running_workers).await;
+    cluster.synced().await;
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(response["auditAnnotations"]["owner-source"], "cache");
+    cluster.api().update_faults(|f| f.down = true);
+    tokio::time::sleep(max_age + Duration::from_millis(200)).await;
+    let response = cluster.review("w-1", U1, None).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["code"], 503, "{response}");
+}
+
 #[tokio::test]
 async fn a_failing_watch_is_not_trusted_until_it_recovers() {
     let cluster = Cluster::start(WatchSettings::default(), running_workers).await;

@@ -423,6 +423,70 @@ async fn an_object_selector_that_never_matches_fails() {
     .await;
 }
 
+// Issue 19: a webhook's role is its configuration and name, never its
+// selector.
+
+#[tokio::test]
+async fn an_inverted_selector_without_conditions_fails_whichever_webhook() {
+    for (path, kind) in [(MUTATING, "mutating"), (VALIDATING, "validating")] {
+        let mut setup = Setup::healthy();
+        let webhook = &mut setup.at(path)["webhooks"][0];
+        webhook["objectSelector"]["matchExpressions"][0]["operator"] = json!("DoesNotExist");
+        webhook.as_object_mut().unwrap().remove("matchConditions");
+        fails(
+            &setup,
+            1,
+            &[&format!("objectSelector of {kind}")],
+            "must be exactly ownerguard.io/owner-pod Exists",
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn the_two_configurations_webhooks_swapped_fail() {
+    let mut setup = Setup::healthy();
+    let mutate = setup.at(MUTATING)["webhooks"][0].clone();
+    let validate = setup.at(VALIDATING)["webhooks"][0].clone();
+    setup.at(MUTATING)["webhooks"][0] = validate;
+    setup.at(VALIDATING)["webhooks"][0] = mutate;
+    let failures = fails(
+        &setup,
+        4,
+        &["role of", "webhook mutate.", "webhook validate."],
+        "",
+    )
+    .await;
+    for expected in [
+        "FAIL role of mutating validate.ownerguard.io: validate.ownerguard.io belongs in the validating configuration",
+        "FAIL role of validating mutate.ownerguard.io: mutate.ownerguard.io belongs in the mutating configuration",
+        "FAIL webhook mutate.ownerguard.io: not in the mutating configuration: labelled objects are never completed",
+        "FAIL webhook validate.ownerguard.io: not in the validating configuration",
+    ] {
+        assert!(
+            failures.iter().any(|f| f.starts_with(expected)),
+            "no `{expected}` in {failures:#?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_webhook_of_a_name_the_chart_does_not_write_fails() {
+    let mut setup = Setup::healthy();
+    setup.at(VALIDATING)["webhooks"][0]["name"] = json!("validate-pods.example.com");
+    let failures = fails(
+        &setup,
+        2,
+        &["role of validating validate-pods", "webhook validate."],
+        "",
+    )
+    .await;
+    assert!(
+        failures[0].contains("its role, so what it must call and select, cannot be told"),
+        "{failures:#?}"
+    );
+}
+
 #[tokio::test]
 async fn own_namespace_not_excluded_fails() {
     let mut setup = Setup::healthy();

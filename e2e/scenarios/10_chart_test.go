@@ -589,11 +589,19 @@ func TestChartRefusals(t *testing.T) {
 // --- doctor fails on each broken installation -------------------------------
 
 func TestChartDoctor(t *testing.T) {
-	doctor := func(t *testing.T) (string, error) {
-		out, err := ownerguardCmd(ctxFor(t, time.Minute), plane.AdminKubeconfig, "doctor", "--namespace", releaseNamespace, "--name", releaseName, "--probe", "default")
-		t.Logf("ownerguard doctor:\n%s", out)
+	// doctorWith runs doctor, with the probe unless alone: a broken
+	// configuration that only the probe caught would be found by a probe
+	// of the API server, not by reading the configuration (issue 19).
+	doctorWith := func(t *testing.T, alone bool) (string, error) {
+		args := []string{"doctor", "--namespace", releaseNamespace, "--name", releaseName}
+		if !alone {
+			args = append(args, "--probe", "default")
+		}
+		out, err := ownerguardCmd(ctxFor(t, time.Minute), plane.AdminKubeconfig, args...)
+		t.Logf("ownerguard %s:\n%s", strings.Join(args, " "), out)
 		return out, err
 	}
+	doctor := func(t *testing.T) (string, error) { return doctorWith(t, false) }
 	ctx := ctxFor(t, 5*time.Minute)
 	t.Run("PassesOnTheInstallationWithTheProbe", func(t *testing.T) {
 		waitDeploymentReady(ctx, t)
@@ -684,33 +692,58 @@ func TestChartDoctor(t *testing.T) {
 		})
 	}
 
+	inverted := func() *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: ownerPodLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}}
+	}
 	for _, c := range []struct {
 		name   string
 		break_ func(t *testing.T) func()
 		fails  []string
+		// Without --probe: the configuration alone must tell.
+		alone bool
 	}{
+		{"MutatingSelectorInvertedWithoutConditions", webhooks(func(m *admissionregistrationv1.MutatingWebhookConfiguration, _ *admissionregistrationv1.ValidatingWebhookConfiguration) {
+			m.Webhooks[0].ObjectSelector = inverted()
+			m.Webhooks[0].MatchConditions = nil
+		}), []string{"FAIL objectSelector of mutating " + mutateWebhook}, true},
+		{"ValidatingSelectorInvertedWithoutConditions", webhooks(func(_ *admissionregistrationv1.MutatingWebhookConfiguration, v *admissionregistrationv1.ValidatingWebhookConfiguration) {
+			v.Webhooks[0].ObjectSelector = inverted()
+			v.Webhooks[0].MatchConditions = nil
+		}), []string{"FAIL objectSelector of validating " + validateWebhook}, true},
+		{"WebhooksOfTheTwoConfigurationsSwapped", webhooks(func(m *admissionregistrationv1.MutatingWebhookConfiguration, v *admissionregistrationv1.ValidatingWebhookConfiguration) {
+			mw, vw := m.Webhooks[0], v.Webhooks[0]
+			m.Webhooks[0] = admissionregistrationv1.MutatingWebhook{Name: vw.Name, ClientConfig: vw.ClientConfig, Rules: vw.Rules,
+				FailurePolicy: vw.FailurePolicy, MatchPolicy: vw.MatchPolicy, NamespaceSelector: vw.NamespaceSelector, ObjectSelector: vw.ObjectSelector,
+				SideEffects: vw.SideEffects, TimeoutSeconds: vw.TimeoutSeconds, AdmissionReviewVersions: vw.AdmissionReviewVersions,
+				MatchConditions: vw.MatchConditions, ReinvocationPolicy: mw.ReinvocationPolicy}
+			v.Webhooks[0] = admissionregistrationv1.ValidatingWebhook{Name: mw.Name, ClientConfig: mw.ClientConfig, Rules: mw.Rules,
+				FailurePolicy: mw.FailurePolicy, MatchPolicy: mw.MatchPolicy, NamespaceSelector: mw.NamespaceSelector, ObjectSelector: mw.ObjectSelector,
+				SideEffects: mw.SideEffects, TimeoutSeconds: mw.TimeoutSeconds, AdmissionReviewVersions: mw.AdmissionReviewVersions,
+				MatchConditions: mw.MatchConditions}
+		}), []string{"FAIL role of mutating " + validateWebhook, "FAIL role of validating " + mutateWebhook,
+			"FAIL webhook " + mutateWebhook, "FAIL webhook " + validateWebhook}, true},
 		{"PathsSwapped", webhooks(func(m *admissionregistrationv1.MutatingWebhookConfiguration, v *admissionregistrationv1.ValidatingWebhookConfiguration) {
 			m.Webhooks[0].ClientConfig.Service.Path = ptr("/validate")
 			v.Webhooks[0].ClientConfig.Service.Path = ptr("/mutate")
-		}), []string{"FAIL path of mutating " + mutateWebhook, "FAIL path of validating " + validateWebhook}},
+		}), []string{"FAIL path of mutating " + mutateWebhook, "FAIL path of validating " + validateWebhook}, false},
 		{"WebhookAtTheRootPath", webhooks(func(m *admissionregistrationv1.MutatingWebhookConfiguration, _ *admissionregistrationv1.ValidatingWebhookConfiguration) {
 			m.Webhooks[0].ClientConfig.Service.Path = ptr("/")
-		}), []string{"FAIL path of mutating " + mutateWebhook}},
+		}), []string{"FAIL path of mutating " + mutateWebhook}, false},
 		{"WebhookAtTheMetricsPort", webhooks(func(_ *admissionregistrationv1.MutatingWebhookConfiguration, v *admissionregistrationv1.ValidatingWebhookConfiguration) {
 			v.Webhooks[0].ClientConfig.Service.Port = ptr(int32(9090))
-		}), []string{"FAIL service of validating " + validateWebhook}},
+		}), []string{"FAIL service of validating " + validateWebhook}, false},
 		{"NoWebhooks", webhooks(func(_ *admissionregistrationv1.MutatingWebhookConfiguration, v *admissionregistrationv1.ValidatingWebhookConfiguration) {
 			v.Webhooks = nil
-		}), []string{"FAIL ValidatingWebhookConfiguration: " + releaseName + " has no webhooks"}},
+		}), []string{"FAIL ValidatingWebhookConfiguration: " + releaseName + " has no webhooks"}, false},
 		{"RulesOnlyDelete", webhooks(func(m *admissionregistrationv1.MutatingWebhookConfiguration, _ *admissionregistrationv1.ValidatingWebhookConfiguration) {
 			for i := range m.Webhooks[0].Rules {
 				m.Webhooks[0].Rules[i].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Delete}
 			}
 			m.Webhooks[0].MatchConditions = nil
-		}), []string{"FAIL rules of mutating " + mutateWebhook}},
+		}), []string{"FAIL rules of mutating " + mutateWebhook}, false},
 		{"ObjectSelectorThatNeverMatches", webhooks(func(m *admissionregistrationv1.MutatingWebhookConfiguration, _ *admissionregistrationv1.ValidatingWebhookConfiguration) {
 			m.Webhooks[0].ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{ownerPodLabel: "never"}}
-		}), []string{"FAIL objectSelector of mutating " + mutateWebhook, "FAIL probe in default"}},
+		}), []string{"FAIL objectSelector of mutating " + mutateWebhook, "FAIL probe in default"}, false},
 		{"SecretUnderAnotherVolumeName", func(t *testing.T) func() {
 			otherSecret(t)
 			return deployment(func(d *appsv1.Deployment) {
@@ -718,11 +751,11 @@ func TestChartDoctor(t *testing.T) {
 				spec.Volumes = []corev1.Volume{{Name: "serving", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "serving-elsewhere"}}}}
 				spec.Containers[0].VolumeMounts[0].Name = "serving"
 			})(t)
-		}, []string{"FAIL caBundle of mutating " + mutateWebhook, "FAIL caBundle of validating " + validateWebhook}},
+		}, []string{"FAIL caBundle of mutating " + mutateWebhook, "FAIL caBundle of validating " + validateWebhook}, false},
 		{"FlagsInCommand", deployment(func(d *appsv1.Deployment) {
 			c := &d.Spec.Template.Spec.Containers[0]
 			c.Command, c.Args = c.Args, nil
-		}), []string{"FAIL server: ", "FAIL serving certificate: "}},
+		}), []string{"FAIL server: ", "FAIL serving certificate: "}, false},
 		{"DisruptionBudgetOfAll", func(t *testing.T) func() {
 			pdb, err := admin.PolicyV1().PodDisruptionBudgets(releaseNamespace).Get(ctx, releaseName, metav1.GetOptions{})
 			must(t, err, "the PodDisruptionBudget")
@@ -741,11 +774,11 @@ func TestChartDoctor(t *testing.T) {
 					t.Errorf("restore the PodDisruptionBudget: %v", err)
 				}
 			}
-		}, []string{"FAIL PodDisruptionBudget: "}},
+		}, []string{"FAIL PodDisruptionBudget: "}, false},
 	} {
 		t.Run("FailsOn"+c.name, func(t *testing.T) {
 			restore := c.break_(t)
-			out, err := doctor(t)
+			out, err := doctorWith(t, c.alone)
 			restore()
 			if err == nil {
 				t.Fatal("doctor passed a broken installation")

@@ -254,21 +254,33 @@ impl OwnerLookup for ClusterLookup {
             let Some(hit) = hit else {
                 return self.get(namespace, name, query.deadline).await;
             };
+            let young = self.watches.young(&hit);
             let cached = || Lookup {
                 source: Source::Cache,
-                outcome: Ok(Some(hit.clone())),
+                outcome: Ok(Some(hit.pod.clone())),
             };
-            if self.watches.trusted(namespace) {
+            if young && self.watches.trusted(namespace) {
                 return cached();
             }
-            // A watch of the scope (of every pod, or of finished pods)
-            // failed or went silent: the hit is checked live, and
-            // the live answer wins. When there is none (the API server
-            // unreachable), a hit heard within the silence limit still
-            // answers: staleness stays within that limit either way.
+            // An entry older than --cache-max-age, or a watch of the scope
+            // (of every pod, or of finished pods) that failed or went
+            // silent: the hit is checked live, and the live answer wins.
+            // A running pod found live makes its entry young again. When
+            // there is no live answer (the API server unreachable), a
+            // young hit heard within the silence limit still answers:
+            // staleness stays within both bounds either way.
+            let asked = Instant::now();
             let live = self.get(namespace, name, query.deadline).await;
-            if live.outcome.is_err() && self.watches.recent(namespace) {
-                return cached();
+            match &live.outcome {
+                Ok(Some(pod))
+                    if pod.uid == query.expected_uid
+                        && !pod.terminating
+                        && pod.finished.is_none() =>
+                {
+                    self.watches.confirm(namespace, name, &pod.uid, asked);
+                }
+                Err(_) if young && self.watches.recent(namespace) => return cached(),
+                _ => {}
             }
             live
         })

@@ -90,6 +90,10 @@ pub struct Faults {
     /// Changes are not sent to open watches, which stay open: a stream that
     /// lost its events, or went silent.
     pub mute_watches: bool,
+    /// Changes of the object of this name are not sent to open watches;
+    /// every other change is: a stream that lost one pod's events and
+    /// keeps speaking.
+    pub drop_events_of: Option<String>,
     /// DELETE of this kind (of this name only, when given) answers this
     /// code.
     pub delete_fails: Option<(Kind, Option<String>, u16)>,
@@ -547,7 +551,13 @@ fn event_line(event: &str, object: &Value, metadata_only: bool) -> Bytes {
 }
 
 fn broadcast(inner: &mut Inner, change: &Change) {
-    if inner.faults.mute_watches {
+    if inner.faults.mute_watches
+        || inner
+            .faults
+            .drop_events_of
+            .as_deref()
+            .is_some_and(|name| change.object["metadata"]["name"] == name)
+    {
         return;
     }
     inner.watchers.retain(|watcher| {
