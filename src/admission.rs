@@ -794,15 +794,24 @@ impl OwnerReference {
     /// Whether this reference means a pod: its kind reads as `Pod` or
     /// `Pods` to a person, in any case, with invisible characters or
     /// Unicode confusables ([`reads_as_any`]: `pod`, `POD`, `Pod\u{200b}`,
-    /// Cyrillic `Роd`...). Whatever its apiVersion: those that are not
-    /// exactly [`Self::is_pod`] are references the collector cannot resolve,
-    /// and so never deletes the object by (SPEC §3 rules 6 and 15). Only
-    /// the kind is read: any apiVersion beside a pod-like kind but the
-    /// collector's `v1` is already a reference it cannot resolve, so an
-    /// apiVersion a person reads as `v1` (`V1`, `v１`) needs no rule of its
-    /// own.
+    /// Cyrillic `Роd`...), or it is not ASCII at all. Whatever its
+    /// apiVersion: those that are not exactly [`Self::is_pod`] are
+    /// references the collector cannot resolve, and so never deletes the
+    /// object by (SPEC §3 rules 6 and 15). Only the kind is read: any
+    /// apiVersion beside a pod-like kind but the collector's `v1` is
+    /// already a reference it cannot resolve, so an apiVersion a person
+    /// reads as `v1` (`V1`, `v１`) needs no rule of its own.
+    ///
+    /// Every kind outside ASCII counts: no API serves one (a built-in
+    /// kind is ASCII, and the API server takes a CustomResourceDefinition
+    /// only when its kind, lowercased, is a DNS-1035 label), so such a
+    /// reference never resolves, whatever a person reads in it. Reading
+    /// alone is a list in disguise: the skeleton of UTS #39 leaves small
+    /// capitals (`ᴘᴏᴅ`), modifier, circled and negative-squared letters
+    /// (`ᴾᵒᵈ`, `ⓟⓞⓓ`, `🅟🅞🅓`) as they are. The chart's CEL sends every
+    /// such kind for the same reason.
     pub fn means_pod(&self) -> bool {
-        reads_as_any(&self.kind, &["pod", "pods"])
+        !self.kind.is_ascii() || reads_as_any(&self.kind, &["pod", "pods"])
     }
 }
 

@@ -45,10 +45,12 @@ pub enum WebhookKind {
     /// owner label. It refuses only what the garbage collector cannot
     /// resolve to a live pod (SPEC §3 rule 13): a reference not exactly
     /// `v1`/`Pod` (rules 6, 15), malformed or with a name no pod can have,
-    /// to a pod that is missing, has another uid or is being deleted (the
-    /// same liveness as `/validate`: an owner on its way out takes the
-    /// object with it, and the ephemeral-volume controller skips such pods
-    /// itself). Never a blocking reference, never by the requester check
+    /// to a pod that is missing, has another uid or is being deleted (an
+    /// owner on its way out takes the object with it, and the
+    /// ephemeral-volume controller skips such pods itself). A finished pod
+    /// is an owner here: the collector resolves it, and that controller
+    /// makes claims for finished pods too. Never a blocking reference,
+    /// never by the requester check
     /// ([`Self::judges_policy`]). A failed lookup is allowed with a
     /// warning, as its webhook's `failurePolicy: Ignore` allows an outage.
     #[serde(rename = "validate-all")]
@@ -147,6 +149,9 @@ pub struct Checks {
     pub at: Subject,
     lookups: Vec<LookupNeed>,
     work: Work,
+    /// Which webhook decides: `/validate-all` takes a finished owner as
+    /// the collector does.
+    webhook: WebhookKind,
 }
 
 #[derive(Debug)]
@@ -276,11 +281,19 @@ pub fn decide(
     lookups: &HashMap<String, Lookup>,
     policy: &Policy,
 ) -> Result<Allowed, Denial> {
-    let Checks { at, work, .. } = checks;
+    let Checks {
+        at, work, webhook, ..
+    } = checks;
     let mut judge = Judge {
         at,
         lookups,
         fail_open: policy.fail_open,
+        // The collector resolves a reference to a finished pod (its object
+        // is there), and the ephemeral-volume controller makes claims for
+        // finished pods too (it skips only those being deleted): the
+        // cluster-wide webhook, which refuses only what the collector
+        // cannot resolve (rule 13), takes it as an owner.
+        finished_is_owner: webhook == WebhookKind::ValidateAll,
         warnings: Vec::new(),
         owner: None,
     };
@@ -316,6 +329,8 @@ struct Judge<'a> {
     at: Subject,
     lookups: &'a HashMap<String, Lookup>,
     fail_open: bool,
+    /// A finished pod is an owner (`/validate-all` only).
+    finished_is_owner: bool,
     warnings: Vec<String>,
     owner: Option<CheckedOwner>,
 }
@@ -328,6 +343,7 @@ impl Judge<'_> {
             Some(Ok(None)) => Liveness::NotFound,
             Some(Ok(Some(pod))) if pod.uid != uid => Liveness::OtherUid,
             Some(Ok(Some(pod))) if pod.terminating => Liveness::Terminating,
+            Some(Ok(Some(_))) if self.finished_is_owner => Liveness::Live,
             Some(Ok(Some(pod))) => pod.finished.map_or(Liveness::Live, Liveness::Finished),
         }
     }

@@ -9,6 +9,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::owner::resolve::SameName;
+
 /// Why a body is not a review ownerguard can decide: HTTP 400.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
@@ -273,8 +275,7 @@ pub enum Denial {
          another worker's object, even an orphaned one; create an object of its own instead (a pod \
          that manages objects for other pods of its namespace needs its service account \
          '{service_account}' on ownerguard's delegate list, --delegate {service_account})",
-        Shown(.reference), Shown(.owner),
-        if *.same_name { " (an earlier pod of that name)" } else { "" }
+        Shown(.reference), Shown(.owner), .same_name
     )]
     RequesterAdoptsObject {
         at: Subject,
@@ -283,8 +284,30 @@ pub enum Denial {
         requester: String,
         /// The pod the first added reference names (the requester's).
         reference: String,
-        /// The owner has the requester's name under another uid.
-        same_name: bool,
+        /// The owner has the requester's name (under another uid, or
+        /// none recorded).
+        same_name: SameName,
+        /// `namespace/name` of the requester's service account.
+        service_account: String,
+    },
+
+    /// An UPDATE from a pod releases an object that another pod owns: it
+    /// removes a Pod reference or an owner label, and the removal stands
+    /// (SPEC §3 UPDATE).
+    #[error(
+        "{at}: the update from pod '{requester}' removes an ownerReference or an owner label of an \
+         object owned by pod '{}'{}: ownership is set at creation, so a worker cannot release \
+         another worker's object, even an orphaned one; leave its owner labels and references as \
+         they are (a pod that manages objects for other pods of its namespace needs its service \
+         account '{service_account}' on ownerguard's delegate list, --delegate {service_account})",
+        Shown(.owner), .same_name
+    )]
+    RequesterReleasesObject {
+        at: Subject,
+        /// The owner that is not the requester.
+        owner: String,
+        requester: String,
+        same_name: SameName,
         /// `namespace/name` of the requester's service account.
         service_account: String,
     },
@@ -518,6 +541,25 @@ pub enum Denial {
         what: &'static str,
     },
 
+    /// An UPDATE labels a template of an object that records no uid for
+    /// its owner (labelled by name before ownerguard), and the template
+    /// gives none: what a controller makes from it would be refused for
+    /// want of a uid (SPEC §3 rule 12), and ownerguard cannot complete it.
+    #[error(
+        "{at}: its {template} {field} declares owner pod '{owner}' without label {key}, and the \
+         object records no uid for its owner, so what is made from it would be refused: set label \
+         {key} on the template to the uid of the running owner pod (downward API metadata.uid)"
+    )]
+    TemplateUidUnknown {
+        at: Subject,
+        owner: String,
+        /// What the template makes: `pod template`, `claim template`...
+        template: &'static str,
+        /// Where it is: `spec.template`.
+        field: String,
+        key: String,
+    },
+
     /// An UPDATE changes an owner label, or its name annotation.
     #[error(
         "{at}: the update changes {key} of owner pod '{}' from {old} to {new}: ownership is set at \
@@ -658,12 +700,14 @@ impl Denial {
             | Self::ConflictingUid { .. }
             | Self::TooManyReferences { .. }
             | Self::TemplateOwnerMismatch { .. }
+            | Self::TemplateUidUnknown { .. }
             | Self::MissingOldObject { .. }
             | Self::MissingObject { .. } => 400,
             Self::LookupFailed { .. } => 503,
             Self::UidDisagreesWithRequester { .. }
             | Self::RequesterNotOwner { .. }
             | Self::RequesterAdoptsObject { .. }
+            | Self::RequesterReleasesObject { .. }
             | Self::OwnerNotFound { .. }
             | Self::OwnerUidMismatch { .. }
             | Self::OwnerTerminating { .. }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use ownerguard::admit::WebhookKind;
 use ownerguard::fixture::{self, CaseConfig};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -455,6 +455,53 @@ fn every_rule_has_a_golden_case() {
             true,
             None,
         ),
+        // Issue 14's third review: a pod releases only what it owns, a
+        // name alone proves no ownership, templates of an object labelled
+        // by name, the references beside the owner's, every kind outside
+        // ASCII, a finished pod on /validate-all.
+        (
+            "update-new-pod-of-the-owners-name-strips-its-predecessors-uid-label",
+            false,
+            Some(403),
+        ),
+        (
+            "update-pod-adopts-an-object-labelled-by-name-only",
+            false,
+            Some(403),
+        ),
+        ("update-pod-strips-another-workers-orphan", false, Some(403)),
+        (
+            "update-legacy-deployment-template-names-another-worker",
+            false,
+            Some(400),
+        ),
+        (
+            "update-legacy-deployment-template-labelled-without-uid",
+            false,
+            Some(400),
+        ),
+        (
+            "update-statefulset-controller-takes-back-its-pods-claim-reference",
+            true,
+            None,
+        ),
+        ("create-small-capital-pod-kind", false, Some(400)),
+        (
+            "create-validate-all-small-capital-pod-kind",
+            false,
+            Some(400),
+        ),
+        (
+            "update-another-pod-removes-a-terminating-owners-reference",
+            false,
+            Some(403),
+        ),
+        (
+            "update-owner-removes-dangling-references-over-the-limit",
+            true,
+            None,
+        ),
+        ("create-validate-all-claim-of-a-finished-pod", true, None),
     ];
     for (case, allowed, code) in expectations {
         let response = read_json(&common::fixtures().join(case).join(fixture::RESPONSE));
@@ -466,6 +513,73 @@ fn every_rule_has_a_golden_case() {
         );
     }
     let _ = WebhookKind::Mutate;
+}
+
+/// The oracle rejects what ownerguard answered for the third review's
+/// cases before they were fixed (the reviewer's findings, forged here as
+/// answers): each would pass again only if the oracle stopped judging it.
+#[test]
+fn the_oracle_rejects_the_answers_the_third_review_found_wrong() {
+    let allow = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "response": {"uid": "req-1", "allowed": true}});
+    let deny = |code: u16, message: &str| {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "response": {"uid": "req-1", "allowed": false, "status": {"code": code, "message": message}}})
+    };
+    for (case, old_answer) in [
+        (
+            "update-new-pod-of-the-owners-name-strips-its-predecessors-uid-label",
+            allow.clone(),
+        ),
+        (
+            "update-pod-adopts-an-object-labelled-by-name-only",
+            allow.clone(),
+        ),
+        ("update-pod-strips-another-workers-orphan", allow.clone()),
+        (
+            "update-legacy-deployment-template-names-another-worker",
+            allow.clone(),
+        ),
+        (
+            "update-legacy-deployment-template-labelled-without-uid",
+            allow.clone(),
+        ),
+        (
+            "update-statefulset-controller-takes-back-its-pods-claim-reference",
+            deny(
+                403,
+                "PersistentVolumeClaim 'data-db-3' in namespace 'agents': the update removes the ownerReference to pod 'db-3' (owner pod 'w-1'), which is running: leave it",
+            ),
+        ),
+        ("create-small-capital-pod-kind", allow.clone()),
+        (
+            "update-another-pod-removes-a-terminating-owners-reference",
+            allow.clone(),
+        ),
+        (
+            "create-validate-all-claim-of-a-finished-pod",
+            deny(
+                403,
+                "PersistentVolumeClaim 'done-scratch' in namespace 'agents': owner pod 'done' has finished (phase Succeeded): create it from a running worker pod",
+            ),
+        ),
+    ] {
+        let dir = common::fixtures().join(case);
+        let config: CaseConfig =
+            serde_saphyr::from_str(&std::fs::read_to_string(dir.join(fixture::CASE)).unwrap())
+                .unwrap();
+        let mut request = read_json(&dir.join(fixture::REQUEST));
+        request["request"]["uid"] = json!("req-1");
+        let judged = common::oracle::judge(
+            &request,
+            &common::oracle_pods(&dir),
+            common::oracle_hook(config.webhook),
+            &common::oracle_settings(&config),
+            200,
+            &old_answer,
+        );
+        assert!(judged.is_err(), "{case}: the oracle accepts {old_answer}");
+    }
 }
 
 /// `/validate-all` (the chart's cluster-wide switch, failurePolicy Ignore)

@@ -94,7 +94,11 @@ pub(super) fn plan(
         if mutate && owner.by_self && annotation(meta, &labels.pod_name).is_none() {
             patch.add_annotation(meta, &labels.pod_name, name);
         }
-        templates::complete(head, None, &at, &owner.claim, labels, webhook, &mut patch)?;
+        let template_owner = templates::TemplateOwner {
+            name: &owner.claim.name,
+            uid: Some(&owner.claim.uid),
+        };
+        templates::complete(head, None, &at, template_owner, labels, webhook, &mut patch)?;
     }
 
     // Every Pod reference non-blocking: a `true` is set to false with a
@@ -125,6 +129,7 @@ pub(super) fn plan(
     }));
     Ok(Some(Checks {
         at,
+        webhook,
         lookups,
         work: super::Work::Create(Work {
             claims,

@@ -22,11 +22,19 @@
 
 use crate::admission::{ObjectHead, Template, TemplatePath};
 use crate::error::{Denial, Subject};
-use crate::owner::Claim;
 use crate::owner::resolve::{OwnerLabels, REQUESTING_POD, annotation, label};
 use crate::patch::MetadataPatch;
 
 use super::WebhookKind;
+
+/// The object's owner, as its templates must declare it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TemplateOwner<'a> {
+    pub name: &'a str,
+    /// `None`: an object labelled by name only, before ownerguard; a
+    /// template the update labels must then give the uid itself.
+    pub uid: Option<&'a str>,
+}
 
 /// Check that every template carrying the owner label names the object's
 /// `owner`, and (on `/mutate`) complete it with the owner's uid label, and
@@ -48,12 +56,13 @@ use super::WebhookKind;
 ///
 /// [`Denial::TemplateOwnerMismatch`]: a template that declares another
 /// owner, or another uid: what is made from it would belong to another
-/// worker, or be refused.
+/// worker, or be refused. [`Denial::TemplateUidUnknown`] (`/mutate`): a
+/// template labelled anew without its uid on an object that records none.
 pub(super) fn complete(
     head: &ObjectHead,
     old: Option<&ObjectHead>,
     at: &Subject,
-    owner: &Claim,
+    owner: TemplateOwner<'_>,
     labels: &OwnerLabels,
     webhook: WebhookKind,
     patch: &mut MetadataPatch,
@@ -83,10 +92,19 @@ pub(super) fn complete(
             continue;
         }
         if value == REQUESTING_POD && template.annotation(&labels.pod_name).is_none() {
-            patch.add_template_annotation(template, &labels.pod_name, &owner.name);
+            patch.add_template_annotation(template, &labels.pod_name, owner.name);
         }
         if template.label(&labels.uid).is_none() {
-            patch.add_template_label(template, &labels.uid, &owner.uid);
+            let Some(uid) = owner.uid else {
+                return Err(Denial::TemplateUidUnknown {
+                    at: at.clone(),
+                    owner: owner.name.to_string(),
+                    template: template.path.noun(),
+                    field: template.path.field(),
+                    key: labels.uid.clone(),
+                });
+            };
+            patch.add_template_label(template, &labels.uid, uid);
         }
         if value == REQUESTING_POD {
             name_the_carrier(head, &templates, template.path, owner, labels, patch);
@@ -102,12 +120,12 @@ fn check(
     template: &Template,
     value: &str,
     at: &Subject,
-    owner: &Claim,
+    owner: TemplateOwner<'_>,
     labels: &OwnerLabels,
 ) -> Result<(), Denial> {
     let mismatch = |template_owner: &str, what| Denial::TemplateOwnerMismatch {
         at: at.clone(),
-        owner: owner.name.clone(),
+        owner: owner.name.to_string(),
         template: template.path.noun(),
         field: template.path.field(),
         template_owner: template_owner.to_string(),
@@ -130,9 +148,9 @@ fn check(
         }
         _ => {}
     }
-    match template.label(&labels.uid) {
-        Some(uid) if uid != owner.uid => {
-            Err(mismatch(&owner.name, "with the uid label of another pod"))
+    match (template.label(&labels.uid), owner.uid) {
+        (Some(uid), Some(owner_uid)) if uid != owner_uid => {
+            Err(mismatch(owner.name, "with the uid label of another pod"))
         }
         _ => Ok(()),
     }
@@ -150,7 +168,7 @@ fn name_the_carrier(
     head: &ObjectHead,
     templates: &[Template],
     path: TemplatePath,
-    owner: &Claim,
+    owner: TemplateOwner<'_>,
     labels: &OwnerLabels,
     patch: &mut MetadataPatch,
 ) {
@@ -159,7 +177,7 @@ fn name_the_carrier(
             let meta = &head.metadata;
             let by_name = label(meta, &labels.pod).is_some_and(|v| v != REQUESTING_POD);
             if by_name && annotation(meta, &labels.pod_name).is_none() {
-                patch.add_annotation(meta, &labels.pod_name, &owner.name);
+                patch.add_annotation(meta, &labels.pod_name, owner.name);
             }
         }
         TemplatePath::JobTemplatePodTemplate => {
@@ -170,7 +188,7 @@ fn name_the_carrier(
                 && job.label(&labels.pod).is_some_and(|v| v != REQUESTING_POD)
                 && job.annotation(&labels.pod_name).is_none()
             {
-                patch.add_template_annotation(job, &labels.pod_name, &owner.name);
+                patch.add_template_annotation(job, &labels.pod_name, owner.name);
             }
         }
         _ => {}

@@ -1301,7 +1301,14 @@ fn every_denial_names_object_namespace_owner_and_fix() {
             owner: owner.clone(),
             requester: "w-2".into(),
             reference: "w-2".into(),
-            same_name: false,
+            same_name: crate::owner::resolve::SameName::No,
+            service_account: "agents/worker".into(),
+        },
+        Denial::RequesterReleasesObject {
+            at: at.clone(),
+            owner: owner.clone(),
+            requester: "w-2".into(),
+            same_name: crate::owner::resolve::SameName::No,
             service_account: "agents/worker".into(),
         },
         Denial::SelfWithoutPodIdentity {
@@ -1402,6 +1409,13 @@ fn every_denial_names_object_namespace_owner_and_fix() {
             template_owner: "w-2".into(),
             what: "in its owner-pod label",
         },
+        Denial::TemplateUidUnknown {
+            at: at.clone(),
+            owner: owner.clone(),
+            template: "pod template",
+            field: "spec.template".into(),
+            key: key.clone(),
+        },
         Denial::OwnerLabelChanged {
             at: at.clone(),
             owner: owner.clone(),
@@ -1463,6 +1477,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::UidDisagreesWithRequester { .. }
         | Denial::RequesterNotOwner { .. }
         | Denial::RequesterAdoptsObject { .. }
+        | Denial::RequesterReleasesObject { .. }
         | Denial::SelfWithoutPodIdentity { .. }
         | Denial::StrayOwnerAnnotation { .. }
         | Denial::HalfClaim { .. }
@@ -1480,6 +1495,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::ConflictingUid { .. }
         | Denial::TooManyReferences { .. }
         | Denial::TemplateOwnerMismatch { .. }
+        | Denial::TemplateUidUnknown { .. }
         | Denial::OwnerLabelChanged { .. }
         | Denial::OwnerLabelAdded { .. }
         | Denial::OwnerLabelRemoved { .. }
@@ -1492,7 +1508,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::OwnerLabelOmitted { .. } => true,
         Denial::ClusterScoped { .. } => false,
     };
-    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 33);
+    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 35);
     for denial in denials {
         let message = denial.to_string();
         assert!(message.contains("Job 'step-7'"), "no object: {message}");
@@ -1871,7 +1887,7 @@ fn update_requester_check_a_new_pod_of_the_owners_name_is_another_worker() {
         matches!(
             &err,
             Denial::RequesterAdoptsObject {
-                same_name: true,
+                same_name: crate::owner::resolve::SameName::EarlierPod,
                 ..
             }
         ),
@@ -1883,15 +1899,132 @@ fn update_requester_check_a_new_pod_of_the_owners_name_is_another_worker() {
 }
 
 #[test]
-fn update_requester_check_what_still_passes() {
-    // The owner completing its own object made before install.
+fn update_requester_check_an_object_labelled_by_name_only_proves_no_owner() {
+    // Labelled by name before ownerguard (or its uid label removed since):
+    // a pod of that name may be the one that made it, or a later one.
     let legacy = object(json!({"ownerguard.io/owner-pod": "w-1"}), None);
+    let new = with_references(
+        legacy.clone(),
+        &[pod_reference("w-1", "uid-1", Some(false))],
+    );
+    let req = update_from_pod(new, legacy, "w-1", "uid-1");
+    let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Denial::RequesterAdoptsObject {
+                same_name: crate::owner::resolve::SameName::UidUnknown,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("records no uid"), "{err}");
+}
+
+#[test]
+fn update_requester_check_a_pod_releases_only_what_it_owns() {
+    // A new pod of the old owner's name strips the uid label of its
+    // predecessor's orphan (to adopt it by name next): refused.
+    let orphan = object(owner_labels("w-1", "uid-old"), Some(json!([])));
+    let stripped = object(json!({"ownerguard.io/owner-pod": "w-1"}), Some(json!([])));
+    let req = update_from_pod(stripped, orphan.clone(), "w-1", "uid-new");
+    let err = mutate(&req, running(&[("w-1", "uid-new")])).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Denial::RequesterReleasesObject {
+                same_name: crate::owner::resolve::SameName::EarlierPod,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // Another pod removing the reference of an owner being deleted (the
+    // collector's orphaning is the collector's, rule 14): refused.
+    let owned = owned("w-1", "uid-1");
+    let orphaned = object(owner_labels("w-1", "uid-1"), Some(json!([])));
+    let req = update_from_pod(orphaned.clone(), owned.clone(), "w-2", "uid-2");
+    let err = mutate(&req, lookups(&[("w-1", Ok(Some(("uid-1", true))))])).unwrap_err();
+    assert!(
+        matches!(&err, Denial::RequesterReleasesObject { owner, requester, .. } if owner == "w-1" && requester == "w-2"),
+        "{err:?}"
+    );
+    // Another pod removing every owner label of an orphan: refused.
+    let unlabelled = object(json!({}), Some(json!([])));
+    let req = update_from_pod(unlabelled.clone(), orphan.clone(), "w-2", "uid-2");
+    assert!(matches!(
+        mutate(&req, running(&[])).unwrap_err(),
+        Denial::RequesterReleasesObject { .. }
+    ));
+    // The owner itself, and a person or controller: as before.
+    let req = update_from_pod(orphaned.clone(), owned.clone(), "w-1", "uid-1");
+    assert!(mutate(&req, lookups(&[("w-1", Ok(Some(("uid-1", true))))])).is_ok());
+    let (req, _) = request("UPDATE", unlabelled, Some(orphan));
+    assert!(mutate(&req, running(&[])).is_ok());
+    // A replace by another pod that leaves out what ownerguard added while
+    // the owner runs releases nothing: it is put back.
+    let replaced = object(json!({"ownerguard.io/owner-pod": "w-1"}), None);
+    let req = update_from_pod(replaced, owned, "w-2", "uid-2");
+    let allowed = mutate(&req, lookups(&[("w-1", Ok(Some(("uid-1", false))))])).unwrap();
+    assert!(!allowed.patch.is_empty());
+}
+
+#[test]
+fn update_a_reference_beside_the_owners_may_go_while_its_pod_runs() {
+    // The statefulset controller's claim retention: it marks a claim with
+    // its pod's controller reference on scale-down, and takes it back when
+    // the pod returns to the set; the worker's reference stays.
+    let marked = with_references(
+        owned("w-1", "uid-1"),
+        &[
+            json!({"apiVersion": "v1", "kind": "Pod", "name": "db-3", "uid": "uid-db", "controller": true, "blockOwnerDeletion": false}),
+        ],
+    );
+    let (_, review) = request("UPDATE", owned("w-1", "uid-1"), Some(marked.clone()));
+    let req = as_user(
+        review,
+        "system:serviceaccount:kube-system:statefulset-controller",
+    );
+    let allowed = mutate(&req, running(&[("w-1", "uid-1"), ("db-3", "uid-db")])).unwrap();
+    assert!(allowed.patch.is_empty());
+    // The owner's own reference stays judged: refused while it runs.
+    let bare = object(owner_labels("w-1", "uid-1"), Some(json!([])));
+    let (_, review) = request("UPDATE", bare, Some(owned("w-1", "uid-1")));
+    let req = as_user(
+        review,
+        "system:serviceaccount:kube-system:statefulset-controller",
+    );
+    assert!(matches!(
+        validate(&req, running(&[("w-1", "uid-1")])).unwrap_err(),
+        Denial::OwnerReferenceRemoved { .. }
+    ));
+    // Without the owner's reference (an object from before ownerguard),
+    // every running pod's reference stays.
+    let legacy = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([pod_reference("db-3", "uid-db", Some(false))])),
+    );
+    let bare = object(owner_labels("w-1", "uid-1"), Some(json!([])));
+    let (req, _) = request("UPDATE", bare, Some(legacy));
+    assert!(matches!(
+        mutate(&req, running(&[("w-1", "uid-1"), ("db-3", "uid-db")])).unwrap_err(),
+        Denial::OwnerReferenceRemoved { .. }
+    ));
+}
+
+#[test]
+fn update_requester_check_what_still_passes() {
+    // The owner completing its own object made before install, which
+    // records its uid.
+    let legacy = object(owner_labels("w-1", "uid-1"), None);
     let new = with_references(
         legacy.clone(),
         &[pod_reference("w-1", "uid-1", Some(false))],
     );
     let req = update_from_pod(new.clone(), legacy.clone(), "w-1", "uid-1");
     assert!(mutate(&req, running(&[("w-1", "uid-1")])).is_ok());
+    let legacy = object(json!({"ownerguard.io/owner-pod": "w-1"}), None);
     // The owner itself, adding nothing new: its own object, any edit.
     let mut edited = owned("w-1", "uid-1");
     edited["data"]["a"] = json!("c");

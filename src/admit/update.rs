@@ -21,7 +21,7 @@ use crate::names::is_pod_name;
 use crate::owner::Claim;
 use crate::owner::resolve::{
     GARBAGE_COLLECTOR, NamedOwner, OwnerLabels, REQUESTING_POD, annotation, check_adoption,
-    check_requester, label, reference_owners, references,
+    check_release, check_requester, label, reference_owners, references,
 };
 use crate::patch::MetadataPatch;
 
@@ -53,6 +53,12 @@ pub(super) struct Work {
     /// The uid label or name annotation the update leaves out while
     /// keeping the owner label.
     omitted: Vec<Omitted>,
+    /// What the requester check says of a pod that releases the object,
+    /// once a removal stands (its pod gone, the owner not running).
+    release: Result<Option<String>, Denial>,
+    /// Whether the owner's liveness decides the labels: they are left out
+    /// or removed while the owner held its reference.
+    owner_judged: bool,
 }
 
 /// The owner of the old object, by its labels.
@@ -148,6 +154,25 @@ pub(super) fn plan(
     };
     let mut warnings = Vec::new();
     let (old_references, new_references) = (references(old), references(meta));
+    // The pod the old object's owner label names, by name (`Self`: its
+    // name annotation), whether or not a uid is recorded for it.
+    let label_owner = label_owner_name(old, labels);
+    // Which removed references stay judged (kept while their pod runs):
+    // the owner's, when the old object has it; every one otherwise. A Pod
+    // reference beside the owner's may go: the object still dies with its
+    // owner, and Kubernetes' controllers remove such references of their
+    // own (the statefulset controller's claim retention takes its pod's
+    // reference back when the pod returns to the set).
+    let owner_referenced = label_owner.is_some_and(|name| {
+        old_references
+            .iter()
+            .any(|r| r.is_pod() && r.name == name && !r.uid.is_empty())
+    });
+    let protected = |reference: &OwnerReference| {
+        !owner_referenced || label_owner == Some(reference.name.as_str())
+    };
+    // A removal that stands at once (not the owner's reference).
+    let mut released = false;
     // Indexed by uid: an object may carry thousands of references, and
     // comparing every pair would let one UPDATE hold a core for seconds.
     let mut new_by_uid: HashMap<&str, Vec<usize>> = HashMap::new();
@@ -201,7 +226,7 @@ pub(super) fn plan(
             .filter(|&index| is_the_reference(&new_references[index]))
             .collect();
         if kept.is_empty() {
-            if !garbage_collector {
+            if !garbage_collector && protected(before) {
                 let owners = owner
                     .as_ref()
                     .is_some_and(|o| o.uid == before.uid && o.name == before.name);
@@ -209,6 +234,8 @@ pub(super) fn plan(
                     reference: before.clone(),
                     restorable: mutate && owners && owner_label_kept,
                 });
+            } else if !garbage_collector {
+                released = true;
             }
             continue;
         }
@@ -274,14 +301,41 @@ pub(super) fn plan(
     }
     // Every reference the update adds names the requester itself by now
     // (or the requester check is off or warns): it must own the object
-    // already.
+    // already. So must a pod whose update releases it.
+    let owners = owners_of_record(old, labels, written.as_ref());
     warnings.extend(check_adoption(
-        &owners_of_record(old, labels, written.as_ref()),
+        &owners,
         &claims,
         &at,
         requester.as_ref(),
         policy.requester_policy(webhook),
     )?);
+    // Whom the release concerns: the owner the labels name, beside whose
+    // reference the others may go; every pod referenced when no label
+    // names one.
+    let labelled_owner = label_owner.is_some() && !owners.is_empty();
+    let release_owners = if labelled_owner {
+        &owners[..1]
+    } else {
+        &owners[..]
+    };
+    let mut release = check_release(
+        release_owners,
+        &at,
+        requester.as_ref(),
+        policy.requester_policy(webhook),
+    );
+    // Labels that go with no running owner to ask about (none known, or
+    // one that was never referenced) go at once.
+    let owner_judged = owner
+        .as_ref()
+        .is_some_and(|o| !omitted.is_empty() || (label_removed.is_some() && o.referenced));
+    if (label_removed.is_some() || !omitted.is_empty()) && !owner_judged {
+        released = true;
+    }
+    if released {
+        warnings.extend(std::mem::replace(&mut release, Ok(None))?);
+    }
     for claim in &claims {
         let crate::owner::Origin::Reference(index) = claim.origin else {
             continue;
@@ -325,9 +379,18 @@ pub(super) fn plan(
         }
     }
 
-    // Templates are completed for an owner a pod can be only.
-    let owner_claim = record.as_ref().filter(|o| is_pod_name(&o.name));
-    if owner_label_kept && let Some(owner) = owner_claim {
+    // Templates are completed for an owner a pod can be only; for one the
+    // object names without a uid (labelled before ownerguard), they are
+    // checked, and a template labelled anew must give the uid itself.
+    let template_owner = match record.as_ref() {
+        Some(owner) => Some(templates::TemplateOwner {
+            name: &owner.name,
+            uid: Some(&owner.uid),
+        }),
+        None => label_owner.map(|name| templates::TemplateOwner { name, uid: None }),
+    }
+    .filter(|owner| is_pod_name(owner.name));
+    if owner_label_kept && let Some(owner) = template_owner {
         templates::complete(
             head,
             request.old_object.as_ref(),
@@ -359,9 +422,7 @@ pub(super) fn plan(
                 fresh: r.restorable,
             }),
     );
-    if let Some(owner) = &owner
-        && (!omitted.is_empty() || (label_removed.is_some() && owner.referenced))
-    {
+    if let Some(owner) = owner.as_ref().filter(|_| owner_judged) {
         lookups.push(LookupNeed {
             name: owner.name.clone(),
             uid: owner.uid.clone(),
@@ -373,6 +434,7 @@ pub(super) fn plan(
     }
     Ok(Some(Checks {
         at,
+        webhook,
         lookups: merge_lookups(lookups),
         work: super::Work::Update(Box::new(Work {
             claims,
@@ -388,8 +450,19 @@ pub(super) fn plan(
             removed,
             label_removed,
             omitted,
+            release,
+            owner_judged,
         })),
     }))
+}
+
+/// The name the owner label of `meta` gives (`Self`: its name annotation).
+fn label_owner_name<'m>(meta: &'m ObjectMeta, labels: &OwnerLabels) -> Option<&'m str> {
+    match label(meta, &labels.pod)? {
+        REQUESTING_POD => annotation(meta, &labels.pod_name),
+        name => Some(name),
+    }
+    .filter(|name| !name.is_empty())
 }
 
 /// Whether the new object keeps, under any apiVersion, kind or name, the
@@ -626,9 +699,13 @@ pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch,
         judge.require_owner(claim)?;
     }
     let mut patch = work.patch;
+    // Whether a removal stands (a reference whose pod is gone, labels of an
+    // owner that no longer runs): then a pod must own what it releases.
+    let mut released = false;
     for removed in &work.removed {
         let reference = &removed.reference;
         if !is_pod_name(&reference.name) || !judge.is_live(&reference.name, &reference.uid)? {
+            released = true;
             continue;
         }
         if !removed.restorable {
@@ -650,14 +727,17 @@ pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch,
     {
         judge.owner = None;
     }
-    let Some(owner) = &work.owner else {
+    let owner_runs = match &work.owner {
+        Some(owner) => work.owner_judged && judge.is_live(&owner.name, &owner.uid)?,
+        None => false,
+    };
+    let labels_go = work.label_removed.is_some() || !work.omitted.is_empty();
+    if released || (labels_go && !owner_runs) {
+        judge.warnings.extend(work.release?);
+    }
+    let Some(owner) = work.owner.as_ref().filter(|_| owner_runs) else {
         return Ok(patch);
     };
-    let owner_judged =
-        !work.omitted.is_empty() || (work.label_removed.is_some() && owner.referenced);
-    if !owner_judged || !judge.is_live(&owner.name, &owner.uid)? {
-        return Ok(patch);
-    }
     if let Some(key) = &work.label_removed {
         return Err(Denial::OwnerLabelRemoved {
             at: judge.at.clone(),

@@ -6,6 +6,7 @@
 //! what is looked up cannot carry anything an API path would read.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 
 use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID, ObjectMeta, OwnerReference, UserInfo};
 use crate::error::{Denial, Shown, Subject};
@@ -522,9 +523,8 @@ pub struct NamedOwner {
 /// (`owners`: its owner label's, as written, and its Pod references'),
 /// SPEC §3 UPDATE: no pod makes itself co-owner of another worker's
 /// object, nor adopts an orphaned one (an orphan's owner is gone, but the
-/// object still names it). The requester is one of the owners when it has
-/// that owner's name and, where the object gives one, its uid: a new pod
-/// of the same name is another worker.
+/// object still names it). The requester is one of the owners only when
+/// it has that owner's name and the uid the object gives it ([`owned_by`]).
 ///
 /// Returns the warning to give under `--requester-check warn`.
 ///
@@ -539,16 +539,10 @@ pub fn check_adoption(
     requester: Option<&Requester>,
     policy: RequesterPolicy<'_>,
 ) -> Result<Option<String>, Denial> {
-    let (Some(requester), Some(first)) = (requester, added.first()) else {
+    let Some(first) = added.first() else {
         return Ok(None);
     };
-    if policy.mode == RequesterCheck::Off || requester.is_delegate(policy.delegates) {
-        return Ok(None);
-    }
-    let is_requester = |owner: &&NamedOwner| {
-        owner.name == requester.name && owner.uid.as_ref().is_none_or(|uid| uid == &requester.uid)
-    };
-    let Some(owner) = owners.iter().find(|owner| !is_requester(owner)) else {
+    let Some((requester, owner)) = another_owner(owners, requester, policy) else {
         return Ok(None);
     };
     match policy.mode {
@@ -562,9 +556,105 @@ pub fn check_adoption(
             owner: owner.name.clone(),
             requester: requester.name.clone(),
             reference: first.name.clone(),
-            same_name: owner.name == requester.name,
+            same_name: SameName::of(owner, requester),
             service_account: format!("{}/{}", requester.namespace, requester.service_account),
         }),
+    }
+}
+
+/// Compare a pod-bound requester whose update releases the object (removes
+/// a Pod reference, or an owner label or the uid label, and the removal
+/// stands: its pod is gone, or is not the owner) with the pods that own it
+/// (`owners`), SPEC §3 UPDATE: no pod orphans another worker's object, nor
+/// strips the owner labels of an orphan so that it can be adopted by name.
+/// The same comparison as [`check_adoption`].
+///
+/// Returns the warning to give under `--requester-check warn`.
+///
+/// # Errors
+///
+/// [`Denial::RequesterReleasesObject`] under `enforce`, unless the
+/// requester's service account is a delegate.
+pub fn check_release(
+    owners: &[NamedOwner],
+    at: &Subject,
+    requester: Option<&Requester>,
+    policy: RequesterPolicy<'_>,
+) -> Result<Option<String>, Denial> {
+    let Some((requester, owner)) = another_owner(owners, requester, policy) else {
+        return Ok(None);
+    };
+    match policy.mode {
+        RequesterCheck::Warn => Ok(Some(format!(
+            "request from pod '{}' releases an object owned by pod '{}'",
+            requester.name,
+            Shown(&owner.name)
+        ))),
+        _ => Err(Denial::RequesterReleasesObject {
+            at: at.clone(),
+            owner: owner.name.clone(),
+            requester: requester.name.clone(),
+            same_name: SameName::of(owner, requester),
+            service_account: format!("{}/{}", requester.namespace, requester.service_account),
+        }),
+    }
+}
+
+/// The requester (pod-bound, compared: the check on, the requester no
+/// delegate) and the first of `owners` that is not it.
+fn another_owner<'r, 'o>(
+    owners: &'o [NamedOwner],
+    requester: Option<&'r Requester>,
+    policy: RequesterPolicy<'_>,
+) -> Option<(&'r Requester, &'o NamedOwner)> {
+    let requester = requester?;
+    if policy.mode == RequesterCheck::Off || requester.is_delegate(policy.delegates) {
+        return None;
+    }
+    let owner = owners.iter().find(|owner| !owned_by(owner, requester))?;
+    Some((requester, owner))
+}
+
+/// Whether `owner` is `requester`: the same name and the uid the object
+/// records for it. A new pod of the same name is another worker, and an
+/// object that records no uid for its owner (labelled by name only before
+/// ownerguard, or whose uid label was removed) proves no ownership to a
+/// pod of that name: the pod that made it may be long gone.
+fn owned_by(owner: &NamedOwner, requester: &Requester) -> bool {
+    owner.name == requester.name && owner.uid.as_ref() == Some(&requester.uid)
+}
+
+/// How an owner that is not the requester relates to it by name, for the
+/// message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SameName {
+    /// Another name: another worker.
+    No,
+    /// The requester's name under another uid: an earlier pod.
+    EarlierPod,
+    /// The requester's name with no uid recorded: which pod cannot be told.
+    UidUnknown,
+}
+
+impl SameName {
+    fn of(owner: &NamedOwner, requester: &Requester) -> Self {
+        match (&owner.uid, owner.name == requester.name) {
+            (_, false) => Self::No,
+            (Some(_), true) => Self::EarlierPod,
+            (None, true) => Self::UidUnknown,
+        }
+    }
+}
+
+impl fmt::Display for SameName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::No => "",
+            Self::EarlierPod => " (an earlier pod of that name)",
+            Self::UidUnknown => {
+                " (by name only: the object records no uid for it, so it cannot be told to be this pod)"
+            }
+        })
     }
 }
 

@@ -233,7 +233,8 @@ pub fn judge(
     } else {
         settings
     };
-    let world = World::new(request, pods, settings);
+    let mut world = World::new(request, pods, settings);
+    world.finished_is_owner = hook == Hook::ValidateAll;
     let mut expect = expect(&world, hook.rules());
     if hook == Hook::ValidateAll {
         expect.deny.retain(|reason| !reason.blocking);
@@ -385,10 +386,18 @@ impl Entry {
         self.api_version.as_deref().is_some_and(core_v1) && self.kind.as_deref() == Some("Pod")
     }
     /// Named like a pod (SPEC §3 rule 15): a kind a person reads as `Pod`
-    /// or `Pods` ([`reads_as_pod`]). None of those but `v1`/`Pod` is
-    /// resolvable.
+    /// or `Pods` ([`reads_as_pod`]), or any kind outside ASCII: no API
+    /// serves one (a CustomResourceDefinition's kind, lowercased, must be
+    /// a DNS-1035 label), so the collector never resolves it, and the
+    /// confusables UTS #39 leaves alone (small capitals `ᴘᴏᴅ`, circled
+    /// `ⓟⓞⓓ`) make the object immortal as surely. None of those but
+    /// `v1`/`Pod` is resolvable.
     fn pod_kind(&self) -> bool {
-        self.exact() || self.kind.as_deref().is_some_and(reads_as_pod)
+        self.exact()
+            || self
+                .kind
+                .as_deref()
+                .is_some_and(|kind| !kind.is_ascii() || reads_as_pod(kind))
     }
     fn well_formed(&self) -> bool {
         let text_or_absent = |key: &str| self.field(key).is_none_or(Value::is_string);
@@ -630,6 +639,11 @@ struct World<'a> {
     old: Meta,
     /// Every uid written anywhere in the request: what the requester named.
     named_text: String,
+    /// `/validate-all` (rule 13): it refuses only what the collector cannot
+    /// resolve, and the collector resolves a finished pod (its object is
+    /// there); the ephemeral-volume controller makes claims for finished
+    /// pods too (it skips only those being deleted).
+    finished_is_owner: bool,
 }
 
 impl<'a> World<'a> {
@@ -667,6 +681,7 @@ impl<'a> World<'a> {
             object: Meta::parse(&request["object"]),
             old: Meta::parse(&request["oldObject"]),
             named_text: named_text(request),
+            finished_is_owner: false,
         }
     }
 
@@ -702,7 +717,7 @@ impl<'a> World<'a> {
             None => State::Missing,
             Some(p) if p.uid != uid => State::OtherUid,
             Some(p) if p.terminating => State::Terminating,
-            Some(p) if p.finished() => State::Finished,
+            Some(p) if p.finished() && !self.finished_is_owner => State::Finished,
             Some(_) => State::Live,
         }
     }
@@ -1153,7 +1168,14 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
         .as_ref()
         .map(|(_, u)| u.clone())
         .or(uid_label.map(str::to_string));
-    check_templates(w, e, owner_name.as_deref(), owner_uid.as_deref(), true);
+    check_templates(
+        w,
+        hook,
+        e,
+        owner_name.as_deref(),
+        owner_uid.as_deref(),
+        true,
+    );
     // Every Pod reference (rules 3, 6, 7).
     let owner_uid = owner.as_ref().map(|(_, u)| u.as_str());
     let owner_name = owner.as_ref().map(|(n, _)| n.as_str());
@@ -1219,6 +1241,7 @@ fn expect_create(w: &World, hook: Hook, e: &mut Expect) {
 /// template may be one from before, so refusing is only allowed.
 fn check_templates(
     w: &World,
+    hook: Hook,
     e: &mut Expect,
     owner: Option<&str>,
     owner_uid: Option<&str>,
@@ -1229,10 +1252,25 @@ fn check_templates(
     if w.object.label(&pod_key).is_none() {
         return;
     }
+    let old_templates = controllers::templates(&w.request["oldObject"]);
+    let keys = |t: &controllers::TemplateView| {
+        (
+            t.label(&pod_key).map(str::to_string),
+            t.label(&uid_key).map(str::to_string),
+            t.annotation(&name_key).map(str::to_string),
+        )
+    };
     for template in controllers::templates(&w.request["object"]) {
         let Some(value) = template.label(&pod_key) else {
             continue;
         };
+        // On an UPDATE, a template whose owner keys the update changes (or
+        // labels anew) is judged as on CREATE: what its controller makes
+        // next carries them. One left as it was is the old object's.
+        let changed = !old_templates
+            .iter()
+            .any(|old| old.pointer == template.pointer && keys(old) == keys(&template));
+        let strict = create || changed;
         let self_value = s.self_value.as_deref() == Some(value);
         let annotated = template.annotation(&name_key);
         let declares = if self_value { annotated } else { Some(value) };
@@ -1252,9 +1290,31 @@ fn check_templates(
         {
             wrong.push(format!("has uid label '{t}'"));
         }
+        // An object that records no uid for its owner (labelled by name
+        // before ownerguard): a template the update labels without a uid
+        // makes objects refused for want of one, and /mutate has none to
+        // complete it with: denied up front (rule 12). /validate completes
+        // nothing and may let it be.
+        if !create
+            && changed
+            && owner.is_some()
+            && owner_uid.is_none()
+            && template.label(&uid_key).is_none()
+            && wrong.is_empty()
+        {
+            let why = format!(
+                "the template at {} is labelled without a uid on an object that records none for its owner (rule 12)",
+                template.pointer
+            );
+            if hook == Hook::Mutate {
+                e.deny(&[400], true, why);
+            } else {
+                e.maybe(&[400], true, why);
+            }
+        }
         for why in wrong {
             let why = format!("the template at {} {why} (rule 12)", template.pointer);
-            if create {
+            if strict {
                 e.deny(&[400], true, why);
             } else {
                 e.maybe(&[400, 403], true, why);
@@ -1346,11 +1406,95 @@ fn owner_of_label(
 /// requester is one of them when it has that name and, where the object
 /// gives one, that uid (a new pod of the same name is another worker).
 fn check_adoption(w: &World, e: &mut Expect, added: &[&Entry]) {
-    let Some((name, uid)) = w.requester_pod() else {
+    if !added.iter().any(|r| r.pod_kind()) {
+        return;
+    }
+    let Some((name, owner)) = another_owner(w, false) else {
         return;
     };
-    if !added.iter().any(|r| r.pod_kind()) || w.delegate() {
+    match w.settings.requester_check {
+        RequesterCheck::Enforce => e.deny(
+            &[403],
+            true,
+            format!(
+                "requester pod '{name}' adds a Pod reference to an object owned by pod '{owner}'"
+            ),
+        ),
+        RequesterCheck::Warn => e.warn.push(format!(
+            "requester pod '{name}' adopts pod '{owner}''s object (warn)"
+        )),
+        RequesterCheck::Off => {}
+    }
+}
+
+/// How an UPDATE releases the object: it removes a Pod reference or an
+/// owner label, and the removal stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Release {
+    No,
+    /// Whether it stands depends on a lookup that failed: a denial for it
+    /// is sound too.
+    Maybe,
+    Yes,
+}
+
+impl Release {
+    fn or(self, other: Release) -> Release {
+        match (self, other) {
+            (Release::Yes, _) | (_, Release::Yes) => Release::Yes,
+            (Release::Maybe, _) | (_, Release::Maybe) => Release::Maybe,
+            _ => Release::No,
+        }
+    }
+
+    /// What the lookup of the pod says of a removal that stands unless
+    /// that pod runs.
+    fn unless_live(state: State) -> Release {
+        match state {
+            State::Live => Release::No,
+            State::Failed => Release::Maybe,
+            _ => Release::Yes,
+        }
+    }
+}
+
+/// SPEC §3 UPDATE (issue 14's third attack): a pod-bound requester may not
+/// release another worker's object either (remove its reference or owner
+/// labels so that the removal stands): no pod orphans another worker's
+/// object, nor strips an orphan's uid label to adopt it by name next. The
+/// garbage collector's orphaning is its own (rule 14), and a person or a
+/// controller is not compared.
+fn check_release(w: &World, e: &mut Expect, release: Release) {
+    if release == Release::No {
         return;
+    }
+    let Some((name, owner)) = another_owner(w, true) else {
+        return;
+    };
+    let why = format!("requester pod '{name}' releases an object owned by pod '{owner}'");
+    match (w.settings.requester_check, release) {
+        (RequesterCheck::Enforce, Release::Yes) => e.deny(&[403], false, why),
+        (RequesterCheck::Enforce, _) => e.maybe(&[403], false, why),
+        (RequesterCheck::Warn, Release::Yes) => e.warn.push(format!("{why} (warn)")),
+        _ => {}
+    }
+}
+
+/// The pod-bound requester (compared: no delegate) and the first pod that
+/// owns the old object and is not it. The object's owners are what the old
+/// object names, alive or not: the pod of its owner label (`Self`: its
+/// name annotation), and the pods of its Pod references; the requester is
+/// one of them only when it has that name and the uid the object records
+/// for it (a new pod of the same name is another worker, and an object
+/// that records no uid proves no ownership to a pod of that name).
+///
+/// `label_first`: when the owner label names a pod, that pod alone is the
+/// owner (a release: the references beside the owner's may go, dangling
+/// ones included).
+fn another_owner<'w>(w: &'w World, label_first: bool) -> Option<(&'w str, String)> {
+    let (name, uid) = w.requester_pod()?;
+    if w.delegate() {
+        return None;
     }
     let s = w.settings;
     let old = &w.old;
@@ -1382,6 +1526,7 @@ fn check_adoption(w: &World, e: &mut Expect, added: &[&Entry]) {
             });
         owners.push((owner, uid));
     }
+    let labelled = !owners.is_empty();
     for r in old
         .refs
         .iter()
@@ -1392,25 +1537,15 @@ fn check_adoption(w: &World, e: &mut Expect, added: &[&Entry]) {
             Some(r.uid().to_string()).filter(|u| !u.is_empty()),
         ));
     }
-    let another = owners
-        .iter()
-        .find(|(owner, owner_uid)| owner != name || owner_uid.as_deref().is_some_and(|u| u != uid));
-    let Some((owner, _)) = another else {
-        return;
-    };
-    match s.requester_check {
-        RequesterCheck::Enforce => e.deny(
-            &[403],
-            true,
-            format!(
-                "requester pod '{name}' adds a Pod reference to an object owned by pod '{owner}'"
-            ),
-        ),
-        RequesterCheck::Warn => e.warn.push(format!(
-            "requester pod '{name}' adopts pod '{owner}''s object (warn)"
-        )),
-        RequesterCheck::Off => {}
-    }
+    owners
+        .into_iter()
+        .take(if label_first && labelled {
+            1
+        } else {
+            usize::MAX
+        })
+        .find(|(owner, owner_uid)| owner != name || owner_uid.as_deref() != Some(uid))
+        .map(|(owner, _)| (name, owner))
 }
 
 /// Identity rules (rule 8): malformed extras.
@@ -1712,6 +1847,8 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         }
     }
     let mut labels_removed = false;
+    // Whether the update releases the object (check_release).
+    let mut release = Release::No;
     match (o_pod, n_pod) {
         (None, Some(n)) => e.deny(
             &[400, 403],
@@ -1727,11 +1864,13 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             labels_removed = true;
             // Issue 8 item 3: only once no live owner's reference remains.
             if o_owner_ref.is_some() {
-                match owner_state(e) {
-                    Some(State::Live) => e.deny(&[403], false, format!("the update removes owner label '{o}' while the owner lives and holds the reference")),
-                    Some(State::Failed) => {}
-                    _ => {}
+                let state = owner_state(e);
+                if state == Some(State::Live) {
+                    e.deny(&[403], false, format!("the update removes owner label '{o}' while the owner lives and holds the reference"));
                 }
+                release = release.or(state.map_or(Release::Yes, Release::unless_live));
+            } else {
+                release = Release::Yes;
             }
         }
         _ => {}
@@ -1755,7 +1894,9 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             }
             // Omitted (kubectl replace): restored while the owner lives. A
             // legacy object (no reference) may lose its labels.
-            (Some(o), None) if o_owner_ref.is_some() => match owner_state(e) {
+            (Some(o), None) if o_owner_ref.is_some() => match owner_state(e).inspect(|&state| {
+                release = release.or(Release::unless_live(state));
+            }) {
                 Some(State::Live) => match hook {
                     Hook::Mutate => {
                         uid_label_restore = Some(o.to_string());
@@ -1775,6 +1916,13 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             // of a live owner (restore, or refuse on /validate) is sound too,
             // and deciding that needs a lookup.
             (Some(_), None) => {
+                // Dropped at once, or kept for a live owner (either is
+                // sound): releasing, or maybe.
+                release = release.or(match (o_pod, o_owner_uid.as_deref()) {
+                    (Some(name), Some(uid)) if w.state(name, uid) != State::Live => Release::Yes,
+                    (Some(_), Some(_)) => Release::Maybe,
+                    _ => Release::Yes,
+                });
                 if let (Some(name), Some(uid)) = (o_pod, o_owner_uid.as_deref()) {
                     match w.state(name, uid) {
                         State::Live => e.maybe(
@@ -1811,6 +1959,9 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             if gc {
                 e.no_restore.push(uid.to_string());
             } else {
+                if let Some(state) = owner_state(e) {
+                    release = release.or(Release::unless_live(state));
+                }
                 match owner_state(e) {
                     Some(State::Live) => match hook {
                         Hook::Mutate if !labels_removed && n_pod == Some(o_name) => {
@@ -1941,8 +2092,21 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         if same_uid.is_empty() {
             if gc || !r.exact() || !r.well_formed() {
                 e.no_restore.push(r.uid().to_string());
+                if !gc {
+                    release = Release::Yes;
+                }
                 continue;
             }
+            // Beside the owner's reference, another pod's may go while that
+            // pod runs: the object still dies with its owner, and
+            // Kubernetes' controllers take such references back (the
+            // statefulset controller's claim retention).
+            if o_owner_ref.is_some() {
+                e.no_restore.push(r.uid().to_string());
+                release = Release::Yes;
+                continue;
+            }
+            release = release.or(Release::unless_live(w.state(r.name(), r.uid())));
             match w.state(r.name(), r.uid()) {
                 State::Live if declares_new => e.deny(
                     &[403],
@@ -2031,8 +2195,16 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         None if !labels_removed => (o_pod.map(str::to_string), o_owner_uid.clone()),
         None => (None, None),
     };
-    check_templates(w, e, owner_name.as_deref(), owner_uid.as_deref(), false);
+    check_templates(
+        w,
+        hook,
+        e,
+        owner_name.as_deref(),
+        owner_uid.as_deref(),
+        false,
+    );
     check_adoption(w, e, &added);
+    check_release(w, e, release);
     check_added_refs(
         w,
         hook,
