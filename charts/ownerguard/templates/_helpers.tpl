@@ -422,3 +422,33 @@ containers:
       limits:
         memory: 64Mi
 {{- end }}
+
+{{/*
+The PromQL label matchers of this release's series (prometheusRule.selector,
+or the labels the chart's ServiceMonitor gives them).
+*/}}
+{{- define "ownerguard.alertSelector" -}}
+{{- .Values.prometheusRule.selector | default (printf "job=%q,namespace=%q" (include "ownerguard.fullname" .) .Release.Namespace) }}
+{{- end }}
+
+{{/* An alert's labels: .severity, then prometheusRule.alertLabels. */}}
+{{- define "ownerguard.alertLabels" -}}
+severity: {{ .severity }}
+{{- with .root.Values.prometheusRule.alertLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* An alert's runbook: its section of docs/operations.md (.anchor). */}}
+{{- define "ownerguard.runbook" -}}
+runbook: docs/operations.md#{{ .anchor }}
+{{- with .root.Values.prometheusRule.runbookBaseUrl }}
+runbook_url: {{ printf "%s#%s" . $.anchor }}
+{{- end }}
+{{- end }}
+
+{{/* Seconds of a duration written "<N>s", "<N>m", "<N>h" or "<N>d". */}}
+{{- define "ownerguard.durationSeconds" -}}
+{{- $n := regexFind "^[0-9]+" . }}
+{{- mul (int $n) (get (dict "s" 1 "m" 60 "h" 3600 "d" 86400) (trimPrefix $n .)) }}
+{{- end }}
