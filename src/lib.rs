@@ -24,24 +24,10 @@
 //! The decision ([`admit`]) is pure and synchronous; only the lookup waits.
 
 pub mod admission;
-pub mod admit;
-pub mod cache;
-pub mod certs;
-pub mod cli;
-pub mod client;
-pub mod doctor;
-pub mod duration;
-pub mod error;
-pub mod fixture;
-pub mod metrics;
-pub mod names;
-pub mod offline;
+pub mod commands;
+pub mod decide;
+pub mod k8s;
+pub mod observe;
 pub mod owner;
-pub mod patch;
-pub mod record;
-pub mod release;
-pub mod review;
-pub mod server;
-pub mod telemetry;
-pub mod tls;
+pub mod serve;
 pub mod webhook;

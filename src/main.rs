@@ -6,19 +6,20 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use tracing::{error, info};
 
-use ownerguard::cache::{WatchSettings, Watches};
-use ownerguard::certs::{self, CA_CERT, TLS_CERT, TLS_KEY};
-use ownerguard::cli::{CertsArgs, Cli, Command, DoctorArgs, ReleaseArgs, ServeArgs};
-use ownerguard::doctor::DoctorOptions;
-use ownerguard::metrics::Metrics;
+use ownerguard::commands::certs::{self, CA_CERT, TLS_CERT, TLS_KEY};
+use ownerguard::commands::cli::{CertsArgs, Cli, Command, DoctorArgs, ReleaseArgs, ServeArgs};
+use ownerguard::commands::doctor::DoctorOptions;
+use ownerguard::commands::release::{Owner, ReleaseError};
+use ownerguard::commands::review;
+use ownerguard::observe::metrics::Metrics;
+use ownerguard::observe::record::Recorder;
+use ownerguard::observe::telemetry;
 use ownerguard::owner::OwnerLookup;
+use ownerguard::owner::cluster::cache::{WatchSettings, Watches};
 use ownerguard::owner::cluster::{ClusterLookup, LookupLimits};
 use ownerguard::owner::inventory::Inventory;
-use ownerguard::record::Recorder;
-use ownerguard::release::{Owner, ReleaseError};
-use ownerguard::server::{ServeOptions, Server, shutdown_signal};
+use ownerguard::serve::{ServeOptions, Server, shutdown_signal};
 use ownerguard::webhook::Webhook;
-use ownerguard::{offline, telemetry};
 
 fn main() -> ExitCode {
     // One process-wide crypto provider for rustls, the server's and kube's.
@@ -41,7 +42,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Review(args) => runtime.block_on(offline::run(args)),
+        Command::Review(args) => runtime.block_on(review::run(args)),
         Command::Serve(args) => report(runtime.block_on(serve(args))),
         Command::Certs(args) => report(write_certs(&args)),
         Command::Release(args) => report(runtime.block_on(release(args))),
@@ -75,8 +76,8 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
         };
         bail!("{flag} is empty: release needs the owner pod's namespace, name and uid");
     }
-    let client = ownerguard::client::infer().await?;
-    let released = ownerguard::release::release(client, &owner, args.timeout).await?;
+    let client = ownerguard::k8s::client::infer().await?;
+    let released = ownerguard::commands::release::release(client, &owner, args.timeout).await?;
     println!(
         "released {} pod(s), {} Job(s) and {} ConfigMap(s) of pod '{}' in namespace '{}'",
         released.pods, released.jobs, released.config_maps, owner.name, owner.namespace
@@ -85,7 +86,7 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
 }
 
 async fn doctor(args: DoctorArgs) -> ExitCode {
-    ownerguard::doctor::run(&DoctorOptions::from(args)).await
+    ownerguard::commands::doctor::run(&DoctorOptions::from(args)).await
 }
 
 fn write_certs(args: &CertsArgs) -> anyhow::Result<()> {
@@ -124,7 +125,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Arc::new(inventory)
         }
         None => {
-            let client = ownerguard::client::infer()
+            let client = ownerguard::k8s::client::infer()
                 .await
                 .context("no cluster to look owners up in; pass --pods FILE to run without one")?;
             let settings = WatchSettings {

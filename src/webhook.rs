@@ -10,11 +10,11 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::admission::{AdmissionRequest, AdmissionResponse, Review, ReviewVersion, Status};
-use crate::admit::{self, Allowed, Checks, Policy, WebhookKind};
-use crate::error::{DecodeError, Denial, LookupError};
-use crate::metrics::Metrics;
+use crate::decide::denial::{DecodeError, Denial, LookupError};
+use crate::decide::{self, Allowed, Checks, Policy, WebhookKind};
+use crate::observe::metrics::Metrics;
+use crate::observe::record::Recorder;
 use crate::owner::{Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
-use crate::record::Recorder;
 
 /// Default bound of one owner lookup (`--lookup-timeout`).
 pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -177,7 +177,7 @@ impl Webhook {
         let deadline = started + self.lookup_budget(api_timeout);
         let request = &review.request;
         let mut seen = Seen::default();
-        let verdict = match admit::plan(request, webhook, policy) {
+        let verdict = match decide::plan(request, webhook, policy) {
             Err(denial) => Err(denial),
             Ok(None) => Ok(Allowed::default()),
             Ok(Some(checks)) => {
@@ -186,7 +186,7 @@ impl Webhook {
                 if self.recorder.is_some() {
                     seen = Seen::of(checks.namespace(), &lookups);
                 }
-                admit::decide(checks, &lookups, policy)
+                decide::decide(checks, &lookups, policy)
             }
         };
         let response = respond(&request.uid, verdict, webhook);
@@ -329,7 +329,7 @@ fn log_decision(
     result: &str,
     elapsed: Duration,
 ) {
-    let object = admit::object_name(request);
+    let object = decide::object_name(request);
     let name = if object.generated {
         format!("{}*", object.name)
     } else {

@@ -19,7 +19,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use ownerguard::doctor::{DoctorOptions, Installation, Verdict, check, serving_certificate_source};
+use ownerguard::commands::doctor::{
+    DoctorOptions, Installation, Verdict, check, serving_certificate_source,
+};
 use serde_json::{Value, json};
 
 fn chart() -> PathBuf {
@@ -687,7 +689,7 @@ fn args(objects: &[Value]) -> Vec<String> {
 
 /// What `doctor` would say of the rendered installation once its pods are
 /// ready: the objects as the API server would hold them.
-fn doctor_on(objects: &[Value]) -> Vec<ownerguard::doctor::Check> {
+fn doctor_on(objects: &[Value]) -> Vec<ownerguard::commands::doctor::Check> {
     let get = |kind: &str| objects.iter().find(|o| o["kind"] == kind).cloned();
     let mut deployment: Deployment = serde_json::from_value(get("Deployment").unwrap()).unwrap();
     let replicas = deployment.spec.as_ref().unwrap().replicas.unwrap();
@@ -1233,7 +1235,7 @@ fn label_values(value: &Value, at: &str, out: &mut Vec<(String, String)>) {
 /// A DNS-1035 label: lowercase alphanumerics and `-`, starting with a
 /// letter, ending alphanumeric, at most 63 characters (Service names).
 fn is_dns1035_label(name: &str) -> bool {
-    ownerguard::names::is_namespace(name) && name.starts_with(|c: char| c.is_ascii_lowercase())
+    ownerguard::k8s::names::is_namespace(name) && name.starts_with(|c: char| c.is_ascii_lowercase())
 }
 
 #[test]
@@ -1281,9 +1283,9 @@ fn helm_renders_valid_and_distinct_names_for_the_longest_names() {
             let valid = match kind {
                 "Service" => is_dns1035_label(name),
                 // The Job controller labels its pods with the Job's name.
-                "Job" => ownerguard::names::is_namespace(name),
+                "Job" => ownerguard::k8s::names::is_namespace(name),
                 // Every other name is a DNS-1123 subdomain.
-                _ => ownerguard::names::is_pod_name(name),
+                _ => ownerguard::k8s::names::is_pod_name(name),
             };
             assert!(
                 valid,
@@ -1293,7 +1295,7 @@ fn helm_renders_valid_and_distinct_names_for_the_longest_names() {
             label_values(o, "", &mut labels);
             for (at, value) in labels {
                 assert!(
-                    ownerguard::names::is_label_value(&value),
+                    ownerguard::k8s::names::is_label_value(&value),
                     "{release} {extra:?}: {kind} {name}: label {at} = {value:?} is invalid"
                 );
             }
@@ -1410,7 +1412,7 @@ fn helm_keeps_the_previous_ca_in_the_bundle_until_the_next_ca_renewal() {
 }
 
 /// doctor compares the webhooks' matchConditions with
-/// src/doctor/match-conditions.json (and tests/doctor.rs installs them): it
+/// src/commands/doctor/match-conditions.json (and tests/doctor.rs installs them): it
 /// must be what the chart renders (`UPDATE_GOLDEN=1` rewrites it).
 #[test]
 #[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
@@ -1441,7 +1443,8 @@ fn the_match_conditions_doctor_expects_are_the_rendered_ones() {
         }
     }
     let rendered = Value::Object(rendered);
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/doctor/match-conditions.json");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands/doctor/match-conditions.json");
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(
             &path,

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apiserver::{FakeApi, Faults, Running};
-use ownerguard::admit::{Policy, WebhookKind};
-use ownerguard::cache::{FinishedChange, WatchSettings, Watches};
-use ownerguard::client::without_retries;
-use ownerguard::metrics::Metrics;
+use ownerguard::decide::{Policy, WebhookKind};
+use ownerguard::k8s::client::without_retries;
+use ownerguard::observe::metrics::Metrics;
+use ownerguard::owner::cluster::cache::{FinishedChange, WatchSettings, Watches};
 use ownerguard::owner::cluster::{ClusterLookup, LookupLimits};
 use ownerguard::owner::{Finished, OwnerLookup};
 use ownerguard::webhook::Webhook;

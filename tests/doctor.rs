@@ -15,8 +15,10 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use base64::Engine;
-use ownerguard::certs::{self, Generated};
-use ownerguard::doctor::{Check, DoctorOptions, Verdict, check, gather, probe, probe_until};
+use ownerguard::commands::certs::{self, Generated};
+use ownerguard::commands::doctor::{
+    Check, DoctorOptions, Verdict, check, gather, probe, probe_until,
+};
 use serde_json::{Value, json};
 
 const NS: &str = "ownerguard";
@@ -33,7 +35,7 @@ const SECRET: &str = "/api/v1/namespaces/ownerguard/secrets/ownerguard-tls";
 /// The matchConditions the chart renders, per role (tests/chart.rs checks
 /// this file against a real Helm render).
 fn rendered_conditions(role: &str) -> Value {
-    let text = include_str!("../src/doctor/match-conditions.json");
+    let text = include_str!("../src/commands/doctor/match-conditions.json");
     serde_json::from_str::<Value>(text).unwrap()[role].clone()
 }
 

@@ -10,8 +10,8 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use ownerguard::admit::WebhookKind;
-use ownerguard::fixture::{self, CaseConfig};
+use ownerguard::decide::WebhookKind;
+use ownerguard::observe::fixture::{self, CaseConfig};
 use serde_json::{Value, json};
 
 fn read_json(path: &Path) -> Value {

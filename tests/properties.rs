@@ -18,11 +18,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use common::oracle::{self, Hook, Pod};
-use ownerguard::admit::WebhookKind;
-use ownerguard::fixture::{CaseConfig, CaseLookup};
-use ownerguard::metrics::Metrics;
+use ownerguard::decide::WebhookKind;
+use ownerguard::decide::resolve::RequesterCheck;
+use ownerguard::observe::fixture::{CaseConfig, CaseLookup};
+use ownerguard::observe::metrics::Metrics;
 use ownerguard::owner::inventory::{Inventory, InventoryPod};
-use ownerguard::owner::{Finished, ObservedPod, RequesterCheck};
+use ownerguard::owner::{Finished, ObservedPod};
 use ownerguard::webhook::Webhook;
 use proptest::prelude::*;
 use proptest::sample::select;

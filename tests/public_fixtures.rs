@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
-use ownerguard::admit::WebhookKind;
-use ownerguard::fixture::CaseConfig;
+use ownerguard::decide::WebhookKind;
+use ownerguard::observe::fixture::CaseConfig;
 use serde_json::{Value, json};
 
 fn documents() -> Vec<(PathBuf, Value)> {
@@ -22,7 +22,7 @@ fn documents() -> Vec<(PathBuf, Value)> {
         .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("json" | "yaml")))
         .map(|path| {
             let text = std::fs::read_to_string(&path).unwrap();
-            let value = ownerguard::offline::parse_document(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let value = ownerguard::commands::review::parse_document(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             // Request-only files are wrapped, as SOURCES.md says to.
             let value = if value.get("request").is_none() {
                 json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": value})

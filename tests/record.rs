@@ -6,12 +6,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ownerguard::admit::{Policy, WebhookKind};
-use ownerguard::fixture::{self, CaseConfig};
-use ownerguard::metrics::Metrics;
+use ownerguard::decide::{Policy, WebhookKind};
+use ownerguard::observe::fixture::{self, CaseConfig};
+use ownerguard::observe::metrics::Metrics;
+use ownerguard::observe::record::Recorder;
 use ownerguard::owner::inventory::{Inventory, InventoryPod};
 use ownerguard::owner::{Finished, ObservedPod};
-use ownerguard::record::Recorder;
 use ownerguard::webhook::Webhook;
 use serde_json::{Value, json};
 

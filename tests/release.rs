@@ -7,7 +7,7 @@ mod apiserver;
 use std::time::Duration;
 
 use apiserver::{FakeApi, Faults, Kind, Running};
-use ownerguard::release::{Owner, ReleaseError, Released, release};
+use ownerguard::commands::release::{Owner, ReleaseError, Released, release};
 use serde_json::json;
 
 const NS: &str = "agents";

@@ -10,9 +10,9 @@ mod common;
 
 use std::sync::Arc;
 
-use ownerguard::admit::{Policy, WebhookKind};
-use ownerguard::fixture;
-use ownerguard::metrics::Metrics;
+use ownerguard::decide::{Policy, WebhookKind};
+use ownerguard::observe::fixture;
+use ownerguard::observe::metrics::Metrics;
 use ownerguard::owner::ObservedPod;
 use ownerguard::owner::inventory::{Inventory, InventoryPod};
 use ownerguard::webhook::Webhook;

@@ -14,11 +14,11 @@ use hyper::{Request, StatusCode, Version};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use ownerguard::certs::{self, Generated};
-use ownerguard::metrics::Metrics;
+use ownerguard::commands::certs::{self, Generated};
+use ownerguard::observe::metrics::Metrics;
 use ownerguard::owner::inventory::{Inventory, InventoryPod};
 use ownerguard::owner::{Lookup, ObservedPod, OwnerLookup, PodQuery};
-use ownerguard::server::{ServeOptions, Server};
+use ownerguard::serve::{ServeOptions, Server};
 use ownerguard::webhook::Webhook;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -175,8 +175,8 @@ async fn post(client: &HttpsClient, url: &str, body: Vec<u8>) -> (StatusCode, Ve
 /// The answer is what the API server accepts, and its patch ties the pod
 /// to w-1.
 fn assert_patched(sent: &Value, answer: &Value) {
-    common::assert_apiserver_accepts(sent, answer, ownerguard::admit::WebhookKind::Mutate);
-    let metadata = ownerguard::fixture::patched_metadata(sent, answer)
+    common::assert_apiserver_accepts(sent, answer, ownerguard::decide::WebhookKind::Mutate);
+    let metadata = ownerguard::observe::fixture::patched_metadata(sent, answer)
         .unwrap()
         .expect("no patch");
     assert_eq!(metadata["ownerReferences"][0]["uid"], UID);
@@ -264,7 +264,7 @@ async fn a_thousand_concurrent_reviews_are_all_answered_right() {
                 common::assert_apiserver_accepts(
                     &sent,
                     &answer,
-                    ownerguard::admit::WebhookKind::Mutate,
+                    ownerguard::decide::WebhookKind::Mutate,
                 );
                 assert_eq!(answer["response"]["allowed"], false);
                 assert_eq!(answer["response"]["status"]["code"], 403);
@@ -429,7 +429,7 @@ async fn api_server_timeout_bounds_a_slow_lookup() {
     .await
     .expect("answer not bounded by ?timeout=");
     assert_eq!(answer.0, StatusCode::OK);
-    common::assert_apiserver_accepts(&sent, &answer.2, ownerguard::admit::WebhookKind::Mutate);
+    common::assert_apiserver_accepts(&sent, &answer.2, ownerguard::decide::WebhookKind::Mutate);
     assert_eq!(answer.2["response"]["allowed"], false);
     assert_eq!(answer.2["response"]["status"]["code"], 503);
     server.stop().await;

@@ -9,11 +9,12 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use base64::Engine;
-use ownerguard::admit::WebhookKind;
-use ownerguard::fixture::{CaseConfig, CaseLookup};
-use ownerguard::metrics::Metrics;
+use ownerguard::decide::WebhookKind;
+use ownerguard::observe::fixture::{CaseConfig, CaseLookup};
+use ownerguard::observe::metrics::Metrics;
 use ownerguard::owner::inventory::{Inventory, InventoryPod};
-use ownerguard::owner::{Finished, ObservedPod, RequesterCheck};
+use ownerguard::owner::{Finished, ObservedPod};
+use ownerguard::decide::resolve::RequesterCheck;
 use ownerguard::webhook::Webhook;
 use serde_json::{Value, json};
 

@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::error::LookupError;
+use crate::decide::denial::LookupError;
 
 /// Where an answer about an owner came from: the audit annotation
 /// `owner-source` and the `source` label of the lookup metric.

@@ -10,11 +10,10 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use ownerguard::admit::WebhookKind;
-use ownerguard::fixture::{CaseConfig, CaseLookup};
-use ownerguard::metrics::Metrics;
+use ownerguard::decide::WebhookKind;
+use ownerguard::observe::fixture::{CaseConfig, CaseLookup};
+use ownerguard::observe::metrics::Metrics;
 use ownerguard::owner::inventory::Inventory;
-use ownerguard::review;
 use ownerguard::webhook::Webhook;
 use serde_json::Value;
 use tower::ServiceExt;
@@ -25,7 +24,7 @@ pub fn fixtures() -> PathBuf {
 
 /// The webhook of a case directory: its pods, its settings.
 pub fn case_webhook(dir: &Path, config: &CaseConfig) -> Webhook {
-    let pods = dir.join(ownerguard::fixture::PODS);
+    let pods = dir.join(ownerguard::observe::fixture::PODS);
     let inventory = if pods.exists() {
         Inventory::from_file(&pods).expect("pods.yaml")
     } else {
@@ -88,7 +87,10 @@ pub async fn send_to(webhook: Arc<Webhook>, path: &str, body: Vec<u8>) -> (Statu
         .header("content-type", "application/json")
         .body(Body::from(body))
         .unwrap();
-    let response = review::router(webhook).oneshot(request).await.unwrap();
+    let response = ownerguard::serve::router(webhook)
+        .oneshot(request)
+        .await
+        .unwrap();
     let status = response.status();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let value = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
@@ -177,14 +179,14 @@ pub fn oracle_settings(config: &CaseConfig) -> oracle::Settings {
         fail_open: config.fail_open,
         delegates: config.delegates.clone(),
         lookup_failures: config.lookup_failures.clone(),
-        self_value: Some(ownerguard::owner::resolve::REQUESTING_POD.to_string()),
+        self_value: Some(ownerguard::decide::resolve::REQUESTING_POD.to_string()),
         max_pod_references: config.max_pod_references,
     }
 }
 
 /// The pods of a case directory, in the oracle's terms.
 pub fn oracle_pods(dir: &Path) -> Vec<oracle::Pod> {
-    let path = dir.join(ownerguard::fixture::PODS);
+    let path = dir.join(ownerguard::observe::fixture::PODS);
     let Ok(text) = std::fs::read_to_string(&path) else {
         return Vec::new();
     };

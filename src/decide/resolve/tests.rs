@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::error::ObjectName;
+use crate::decide::denial::ObjectName;
 
 fn at() -> Subject {
     Subject {

@@ -33,8 +33,8 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
 mod conditions;
 
-use crate::duration::parse_go_duration;
-use crate::tls::certificate_not_after;
+use crate::k8s::duration::parse_go_duration;
+use crate::serve::tls::certificate_not_after;
 use crate::webhook::DEFAULT_LOOKUP_TIMEOUT;
 
 /// The key prefix when nothing says otherwise (the server's default).
@@ -73,8 +73,8 @@ pub struct ProbeOptions {
     pub wait: Duration,
 }
 
-impl From<crate::cli::DoctorArgs> for DoctorOptions {
-    fn from(args: crate::cli::DoctorArgs) -> Self {
+impl From<crate::commands::cli::DoctorArgs> for DoctorOptions {
+    fn from(args: crate::commands::cli::DoctorArgs) -> Self {
         Self {
             namespace: args.namespace,
             name: args.name,
@@ -1757,9 +1757,9 @@ pub async fn probe_until(
 /// The whole command: gather, check, probe, print one line per check.
 /// Exit 1 when one fails.
 pub async fn run(options: &DoctorOptions) -> ExitCode {
-    // No retries inside the client (crate::client): a check reports what it
+    // No retries inside the client (crate::k8s::client): a check reports what it
     // sees, and the probe's own loop is what waits.
-    let client = match crate::client::infer().await {
+    let client = match crate::k8s::client::infer().await {
         Ok(client) => client,
         Err(e) => {
             println!("FAIL cluster: cannot connect (in-cluster config or KUBECONFIG): {e}");

@@ -257,7 +257,7 @@ mod tests {
     use super::*;
 
     fn write_pair(dir: &Path, days: u32) -> (PathBuf, PathBuf) {
-        let generated = crate::certs::generate(&["localhost".into()], &[], days).unwrap();
+        let generated = crate::commands::certs::generate(&["localhost".into()], &[], days).unwrap();
         let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
         std::fs::write(&cert, &generated.cert_pem).unwrap();
         std::fs::write(&key, &generated.key_pem).unwrap();

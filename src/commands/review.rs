@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID};
-use crate::cli::ReviewArgs;
-use crate::metrics::Metrics;
+use crate::commands::cli::ReviewArgs;
+use crate::observe::metrics::Metrics;
 use crate::owner::ObservedPod;
 use crate::owner::inventory::{Inventory, InventoryPod};
 use crate::webhook::Webhook;

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::error::DecodeError;
-use crate::names::{is_core_v1, reads_as_any};
+use crate::decide::denial::DecodeError;
+use crate::k8s::names::{is_core_v1, reads_as_any};
 
 pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
 pub const ADMISSION_V1BETA1: &str = "admission.k8s.io/v1beta1";

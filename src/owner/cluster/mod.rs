@@ -3,7 +3,7 @@
 //!
 //! The cache answers alone only when it agrees with the object (the pod is
 //! there with the declared uid) and its watch is healthy (see
-//! [`crate::cache::WatchHealth`]). A miss, another uid, a watch that failed
+//! [`crate::owner::cluster::cache::WatchHealth`]). A miss, another uid, a watch that failed
 //! or went silent, or a question that must be answered fresh goes to the
 //! API server: a worker that just started may create objects before its own
 //! watch event arrives, and a pod replaced under the same name may not have
@@ -18,6 +18,9 @@
 //! three fields a decision reads; serde skips the rest (spec, the rest of
 //! status) without building it.
 
+pub mod cache;
+mod throttle;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,12 +31,12 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use tokio::time::Instant;
 
-use super::lookup::{Finished, Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
-use super::throttle::Throttle;
-use crate::cache::Watches;
-use crate::error::LookupError;
-use crate::metrics::Metrics;
-use crate::names::{is_namespace, is_pod_name, path_segment};
+use crate::decide::denial::LookupError;
+use crate::k8s::names::{is_namespace, is_pod_name, path_segment};
+use crate::observe::metrics::Metrics;
+use crate::owner::cluster::cache::Watches;
+use crate::owner::lookup::{Finished, Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
+use throttle::Throttle;
 
 /// Attempts of one live GET: the first, and one retry.
 const MAX_ATTEMPTS: u32 = 2;

@@ -9,8 +9,8 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID, ObjectMeta, OwnerReference, UserInfo};
-use crate::error::{Denial, Shown, Subject};
-use crate::names::{is_pod_name, is_uid};
+use crate::decide::denial::{Denial, Shown, Subject};
+use crate::k8s::names::{is_pod_name, is_uid};
 
 /// The owner-pod label value that means "the pod that sends this request",
 /// for a worker whose name cannot be a label value (over 63 characters).
@@ -104,7 +104,7 @@ impl std::str::FromStr for Delegate {
     fn from_str(text: &str) -> Result<Self, String> {
         match text.split_once('/') {
             Some((namespace, service_account))
-                if crate::names::is_namespace(namespace) && is_pod_name(service_account) =>
+                if crate::k8s::names::is_namespace(namespace) && is_pod_name(service_account) =>
             {
                 Ok(Self {
                     namespace: namespace.to_string(),

@@ -16,14 +16,14 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::admission::{AdmissionRequest, ObjectMeta, OwnerReference};
-use crate::error::{Denial, Shown, Subject};
-use crate::names::is_pod_name;
-use crate::owner::Claim;
-use crate::owner::resolve::{
+use crate::decide::denial::{Denial, Shown, Subject};
+use crate::decide::patch::MetadataPatch;
+use crate::decide::resolve::Claim;
+use crate::decide::resolve::{
     GARBAGE_COLLECTOR, NamedOwner, OwnerLabels, REQUESTING_POD, annotation, check_adoption,
     check_release, check_requester, label, reference_owners, references,
 };
-use crate::patch::MetadataPatch;
+use crate::k8s::names::is_pod_name;
 
 use super::{
     Checks, Judge, LookupNeed, Policy, Unblock, WebhookKind, check_reference_count, cluster_scoped,
@@ -288,7 +288,7 @@ pub(super) fn plan(
     let record = written.as_ref().map(|o| Claim {
         name: o.name.clone(),
         uid: o.uid.clone(),
-        origin: crate::owner::Origin::Label,
+        origin: crate::decide::resolve::Origin::Label,
     });
     let claims = reference_owners(meta, &at, record.as_ref(), &declared, unchanged)?;
     for claim in &claims {
@@ -337,7 +337,7 @@ pub(super) fn plan(
         warnings.extend(std::mem::replace(&mut release, Ok(None))?);
     }
     for claim in &claims {
-        let crate::owner::Origin::Reference(index) = claim.origin else {
+        let crate::decide::resolve::Origin::Reference(index) = claim.origin else {
             continue;
         };
         if new_references[index].block_owner_deletion == Some(true) {
@@ -353,8 +353,8 @@ pub(super) fn plan(
     let handled: HashSet<usize> = claims
         .iter()
         .filter_map(|claim| match claim.origin {
-            crate::owner::Origin::Reference(index) => Some(index),
-            crate::owner::Origin::Label => None,
+            crate::decide::resolve::Origin::Reference(index) => Some(index),
+            crate::decide::resolve::Origin::Label => None,
         })
         .chain(
             new_references

@@ -8,6 +8,11 @@
 //! reading request headers (a slow client must not hold a connection), and
 //! a graceful drain that lets in-flight reviews finish.
 
+pub mod handlers;
+pub mod tls;
+
+pub use handlers::router;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,9 +35,8 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
-use crate::review;
-use crate::tls::{self, ReloadingCertificate};
 use crate::webhook::Webhook;
+use tls::ReloadingCertificate;
 
 /// A TLS handshake must complete within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -182,7 +186,7 @@ impl Server {
 
         info!(addr = %https.local_addr()?, %metrics_addr, "serving");
         let acceptor = TlsAcceptor::from(tls);
-        let app = review::router(webhook);
+        let app = handlers::router(webhook);
         let graceful = GracefulShutdown::new();
         loop {
             tokio::select! {

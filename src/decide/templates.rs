@@ -21,9 +21,9 @@
 //! - ephemeral and DRA claims: the template's labels and annotations.
 
 use crate::admission::{ObjectHead, Template, TemplatePath};
-use crate::error::{Denial, Subject};
-use crate::owner::resolve::{OwnerLabels, REQUESTING_POD, annotation, label};
-use crate::patch::MetadataPatch;
+use crate::decide::denial::{Denial, Subject};
+use crate::decide::patch::MetadataPatch;
+use crate::decide::resolve::{OwnerLabels, REQUESTING_POD, annotation, label};
 
 use super::WebhookKind;
 

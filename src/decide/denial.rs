@@ -9,7 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::owner::resolve::SameName;
+use crate::decide::resolve::SameName;
 
 /// Why a body is not a review ownerguard can decide: HTTP 400.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,5 @@
 //! `serve --record DIR`: every reviewed request written down as a
-//! ready-to-commit test case in the format of [`crate::fixture`]. A user
+//! ready-to-commit test case in the format of [`crate::observe::fixture`]. A user
 //! turns real cluster traffic into regression tests with one flag.
 
 use std::path::{Path, PathBuf};
@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::Value;
 use tracing::warn;
 
-use crate::admit::{Policy, WebhookKind};
-use crate::fixture::{self, CaseConfig};
+use crate::decide::resolve::OwnerLabels;
+use crate::decide::{Policy, WebhookKind};
+use crate::observe::fixture::{self, CaseConfig};
 use crate::owner::ObservedPod;
-use crate::owner::OwnerLabels;
 
 /// Writes cases under one directory, off the request path.
 pub struct Recorder {
@@ -59,7 +59,7 @@ impl Recorder {
                 .map(|d| format!("{}/{}", d.namespace, d.service_account))
                 .collect(),
             max_pod_references: Some(policy.max_pod_references)
-                .filter(|max| *max != crate::admit::DEFAULT_MAX_POD_REFERENCES),
+                .filter(|max| *max != crate::decide::DEFAULT_MAX_POD_REFERENCES),
         };
         let (request, response, pods, dir) = (
             request.to_vec(),

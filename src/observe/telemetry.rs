@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::LogFormat;
+use crate::commands::cli::LogFormat;
 
 pub fn init(format: LogFormat, default_level: &str) {
     let filter = EnvFilter::try_from_env("OWNERGUARD_LOG")

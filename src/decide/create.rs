@@ -3,12 +3,12 @@
 //! (SPEC §3, "CREATE").
 
 use crate::admission::AdmissionRequest;
-use crate::error::{Denial, Subject};
-use crate::owner::Claim;
-use crate::owner::resolve::{
+use crate::decide::denial::{Denial, Subject};
+use crate::decide::patch::MetadataPatch;
+use crate::decide::resolve::Claim;
+use crate::decide::resolve::{
     Origin, annotation, check_requester, label, label_owner, reference_owners, references,
 };
-use crate::patch::MetadataPatch;
 
 use super::{
     Checks, Judge, LookupNeed, Policy, Unblock, WebhookKind, check_reference_count, cluster_scoped,

@@ -17,12 +17,11 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::admit::{Policy, WebhookKind};
-use crate::error::LookupError;
+use crate::decide::denial::LookupError;
+use crate::decide::resolve::{OwnerLabels, RequesterCheck};
+use crate::decide::{Policy, WebhookKind};
 use crate::owner::inventory::Inventory;
-use crate::owner::{
-    Lookup, ObservedPod, OwnerLabels, OwnerLookup, PodQuery, RequesterCheck, Source,
-};
+use crate::owner::{Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
 
 pub const REQUEST: &str = "request.json";
 pub const PODS: &str = "pods.yaml";
@@ -98,7 +97,7 @@ impl CaseConfig {
                 .collect(),
             max_pod_references: self
                 .max_pod_references
-                .unwrap_or(crate::admit::DEFAULT_MAX_POD_REFERENCES),
+                .unwrap_or(crate::decide::DEFAULT_MAX_POD_REFERENCES),
         }
     }
 }

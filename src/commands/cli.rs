@@ -7,9 +7,9 @@ use std::time::Duration;
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::admit::{DEFAULT_MAX_POD_REFERENCES, Policy, WebhookKind};
-use crate::duration::parse_flag as duration;
-use crate::owner::{Delegate, OwnerLabels, RequesterCheck};
+use crate::decide::resolve::{Delegate, OwnerLabels, RequesterCheck};
+use crate::decide::{DEFAULT_MAX_POD_REFERENCES, Policy, WebhookKind};
+use crate::k8s::duration::parse_flag as duration;
 
 /// ownerguard: ties what a worker pod creates to that pod with a correct,
 /// non-blocking ownerReference, and refuses the objects whose owner is wrong.
@@ -175,7 +175,7 @@ impl PolicyArgs {
 }
 
 fn key_prefix(text: &str) -> Result<String, String> {
-    if crate::names::is_pod_name(text) {
+    if crate::k8s::names::is_pod_name(text) {
         Ok(text.to_string())
     } else {
         Err(format!(

@@ -15,19 +15,23 @@
 //! templates a controller makes objects from (rule 12).
 
 mod create;
+pub mod denial;
+pub mod patch;
+pub mod resolve;
 mod templates;
 mod update;
 
 use std::collections::HashMap;
 
 use crate::admission::{AdmissionRequest, ObjectHead, ObjectMeta, Operation};
-use crate::error::{Denial, ObjectName, Subject};
-use crate::names::is_namespace;
-use crate::owner::resolve::{
+use crate::decide::denial::{Denial, ObjectName, Subject};
+use crate::decide::patch::MetadataPatch;
+use crate::decide::resolve::Claim;
+use crate::decide::resolve::{
     Delegate, OwnerLabels, Requester, RequesterCheck, RequesterPolicy, label, references,
 };
-use crate::owner::{Claim, Finished, Lookup, Source};
-use crate::patch::MetadataPatch;
+use crate::k8s::names::is_namespace;
+use crate::owner::{Finished, Lookup, Source};
 
 /// Which endpoint is deciding.
 #[derive(

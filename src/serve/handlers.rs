@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use crate::duration::parse_go_duration;
+use crate::k8s::duration::parse_go_duration;
 use crate::webhook::Endpoint;
 use crate::webhook::Webhook;
 

@@ -46,7 +46,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use crate::owner::{Finished, ObservedPod};
 
 /// A pod uid: 16 bytes when it is a canonical lowercase UUID (all that the

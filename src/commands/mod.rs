@@ -1,0 +1,9 @@
+//! The commands of the binary besides `serve`: the flags of all of them
+//! ([`cli`]), `review` ([`review`]), `certs` ([`certs`]), `release`
+//! ([`release`]) and `doctor` ([`doctor`]).
+
+pub mod certs;
+pub mod cli;
+pub mod doctor;
+pub mod release;
+pub mod review;
