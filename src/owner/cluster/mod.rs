@@ -3,7 +3,7 @@
 //!
 //! The cache answers alone only when it agrees with the object (the pod is
 //! there with the declared uid) and its watch is healthy (see
-//! [`crate::owner::cluster::cache::WatchHealth`]). A miss, another uid, a watch that failed
+//! [`crate::owner::cluster::WatchHealth`]). A miss, another uid, a watch that failed
 //! or went silent, or a question that must be answered fresh goes to the
 //! API server: a worker that just started may create objects before its own
 //! watch event arrives, and a pod replaced under the same name may not have
@@ -18,8 +18,18 @@
 //! three fields a decision reads; serde skips the rest (spec, the rest of
 //! status) without building it.
 
-pub mod cache;
+pub mod finished;
+mod health;
+pub mod index;
 mod throttle;
+mod watch;
+pub mod watches;
+
+pub use finished::{FinishedChange, FinishedPod, FinishedPods};
+pub use health::WatchHealth;
+pub use index::{IndexedPod, PodIndex, Scope};
+pub use watch::{DEFAULT_MAX_AGE, DEFAULT_SILENCE_LIMIT, WatchSettings};
+pub use watches::Watches;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +44,7 @@ use tokio::time::Instant;
 use crate::decide::denial::LookupError;
 use crate::k8s::names::{is_namespace, is_pod_name, path_segment};
 use crate::observe::metrics::Metrics;
-use crate::owner::cluster::cache::Watches;
+
 use crate::owner::lookup::{Finished, Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
 use throttle::Throttle;
 
