@@ -9,11 +9,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::admission::DecodeError;
 use crate::admission::{AdmissionRequest, AdmissionResponse, Review, ReviewVersion, Status};
-use crate::decide::denial::{DecodeError, Denial, LookupError};
+use crate::decide::denial::Denial;
 use crate::decide::{self, Allowed, Checks, Policy, WebhookKind};
 use crate::observe::metrics::Metrics;
 use crate::observe::record::Recorder;
+use crate::owner::LookupError;
 use crate::owner::{Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
 
 /// Default bound of one owner lookup (`--lookup-timeout`).

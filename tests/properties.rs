@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use common::oracle::{self, Hook, Pod};
 use ownerguard::decide::WebhookKind;
-use ownerguard::decide::resolve::RequesterCheck;
+use ownerguard::decide::requester::RequesterCheck;
 use ownerguard::observe::fixture::{CaseConfig, CaseLookup};
 use ownerguard::observe::metrics::Metrics;
 use ownerguard::owner::inventory::{Inventory, InventoryPod};

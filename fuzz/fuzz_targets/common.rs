@@ -14,7 +14,7 @@ use ownerguard::observe::fixture::{CaseConfig, CaseLookup};
 use ownerguard::observe::metrics::Metrics;
 use ownerguard::owner::inventory::{Inventory, InventoryPod};
 use ownerguard::owner::{Finished, ObservedPod};
-use ownerguard::decide::resolve::RequesterCheck;
+use ownerguard::decide::requester::RequesterCheck;
 use ownerguard::webhook::Webhook;
 use serde_json::{Value, json};
 

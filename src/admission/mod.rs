@@ -8,12 +8,15 @@
 //! the API documents base64. These types decode only what the decision reads
 //! and write exactly what kube-apiserver checks (see `APISERVER.md`).
 
+mod error;
+
+pub use error::DecodeError;
+
 use std::collections::BTreeMap;
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::decide::denial::DecodeError;
 use crate::k8s::names::{is_core_v1, reads_as_any};
 
 pub const ADMISSION_V1: &str = "admission.k8s.io/v1";

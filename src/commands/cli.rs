@@ -7,7 +7,8 @@ use std::time::Duration;
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::decide::resolve::{Delegate, OwnerLabels, RequesterCheck};
+use crate::decide::requester::{Delegate, RequesterCheck};
+use crate::decide::resolve::OwnerLabels;
 use crate::decide::{DEFAULT_MAX_POD_REFERENCES, Policy, WebhookKind};
 use crate::k8s::duration::parse_flag as duration;
 

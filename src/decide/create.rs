@@ -3,12 +3,14 @@
 //! (SPEC §3, "CREATE").
 
 use crate::admission::AdmissionRequest;
-use crate::decide::denial::{Denial, Subject};
+use crate::decide::denial::Denial;
 use crate::decide::patch::MetadataPatch;
 use crate::decide::resolve::Claim;
+use crate::decide::resolve::check_requester;
 use crate::decide::resolve::{
-    Origin, annotation, check_requester, label, label_owner, reference_owners, references,
+    Origin, annotation, label, label_owner, reference_owners, references,
 };
+use crate::decide::subject::Subject;
 
 use super::{
     Checks, Judge, LookupNeed, Policy, Unblock, WebhookKind, check_reference_count, cluster_scoped,

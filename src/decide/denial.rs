@@ -1,4 +1,4 @@
-//! Errors, one variant per failure.
+//! Denials, one variant per rule.
 //!
 //! [`Denial`] is what a user sees after `admission webhook "…" denied the
 //! request:`. Each message names the object, the namespace, the owner and
@@ -7,189 +7,8 @@
 //! Internals (API errors, I/O) are logged, never echoed to the user.
 
 use std::fmt;
-use std::time::Duration;
 
-use crate::decide::resolve::SameName;
-
-/// Why a body is not a review ownerguard can decide: HTTP 400.
-#[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
-    /// The body is not JSON, or its fields have the wrong types.
-    #[error("malformed AdmissionReview: {0}")]
-    Json(#[source] serde_json::Error),
-    /// The body is not UTF-8, so not JSON.
-    #[error("malformed AdmissionReview: not UTF-8: {0}")]
-    Utf8(#[source] std::str::Utf8Error),
-    /// Valid JSON, but not an `admission.k8s.io/v1` or `v1beta1` review.
-    #[error("not an admission.k8s.io/v1 or v1beta1 AdmissionReview: {0}")]
-    NotAReview(String),
-    /// An `AdmissionReview` without a `request` to decide.
-    #[error("AdmissionReview has no request")]
-    NoRequest,
-}
-
-/// Why an owner could not be checked: the API did not answer in time,
-/// answered with an error, or ownerguard's own bound on lookups was
-/// reached. Never a verdict on the owner itself.
-#[derive(Debug, thiserror::Error)]
-pub enum LookupError {
-    /// No answer inside the request's time budget.
-    #[error("owner lookup timed out after {}ms", .after.as_millis())]
-    TimedOut { after: Duration },
-    /// The API server answered with an error, or could not be reached.
-    #[error("owner lookup failed: {source}")]
-    Api {
-        #[source]
-        source: kube::Error,
-    },
-    /// ownerguard's cap on live lookups (concurrency or rate) left no room
-    /// inside the request's time budget.
-    #[error("owner lookup throttled: {limit}")]
-    Throttled { limit: &'static str },
-}
-
-impl LookupError {
-    /// What a denial says about the failure: a sentence, never the API
-    /// error itself (that goes to the log).
-    pub fn summary(&self) -> &'static str {
-        match self {
-            Self::TimedOut { .. } => "the API server did not answer in time",
-            Self::Api {
-                source: kube::Error::Api(status),
-            } if status.code == 401 || status.code == 403 => {
-                "the API server refused ownerguard's lookup"
-            }
-            Self::Api {
-                source: kube::Error::Api(_),
-            } => "the API server answered with an error",
-            Self::Api { .. } => "the API server could not be reached",
-            Self::Throttled { .. } => "ownerguard's limit on live lookups was reached",
-        }
-    }
-}
-
-/// How an object is named in messages and logs: by name, or by
-/// `generateName` on a CREATE that has not been given its name yet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectName {
-    pub kind: String,
-    pub name: String,
-    pub generated: bool,
-}
-
-impl fmt::Display for ObjectName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = if self.kind.is_empty() {
-            "object"
-        } else {
-            &self.kind
-        };
-        if self.generated {
-            write!(f, "{kind} '{}*' (generateName)", self.name)
-        } else if self.name.is_empty() {
-            write!(f, "{kind} (no name)")
-        } else {
-            write!(f, "{kind} '{}'", self.name)
-        }
-    }
-}
-
-/// Where a denial happened: the object and its namespace, as every
-/// message names them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subject {
-    pub object: ObjectName,
-    pub namespace: String,
-    /// The pod the object declares as its owner, once known: a denial
-    /// about another pod (a reference's) names it too.
-    pub owner: Option<String>,
-}
-
-impl fmt::Display for Subject {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} in namespace '{}'",
-            self.object,
-            Shown(&self.namespace)
-        )
-    }
-}
-
-/// A value the client wrote, shown in a message: cut at 64 characters and
-/// with control characters escaped, so a crafted value cannot make a
-/// message of megabytes or forge lines in a log.
-pub struct Shown<'a>(pub &'a str);
-
-impl fmt::Display for Shown<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const MAX_CHARS: usize = 64;
-        for (count, c) in self.0.chars().enumerate() {
-            if count == MAX_CHARS {
-                return f.write_str("...");
-            }
-            if c.is_control() {
-                write!(f, "{}", c.escape_default())?;
-            } else {
-                write!(f, "{c}")?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// An apiVersion or kind the client wrote, shown so that what differs from
-/// `v1`/`Pod` can be seen: as [`Shown`], with every character outside
-/// printable ASCII written as its code point (a Cyrillic `о` in `Pоd`
-/// shows as `P\u{43e}d`, a zero-width space as `\u{200b}`).
-pub struct Spelled<'a>(pub &'a str);
-
-impl fmt::Display for Spelled<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const MAX_CHARS: usize = 64;
-        for (count, c) in self.0.chars().enumerate() {
-            if count == MAX_CHARS {
-                return f.write_str("...");
-            }
-            if c.is_ascii_graphic() || c == ' ' {
-                write!(f, "{c}")?;
-            } else {
-                write!(f, "{}", c.escape_unicode())?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// ` (the object's owner is pod '...')` after a pod that is not the
-/// object's owner; nothing when it is, or when the object declares none.
-pub struct OwnerNote<'a>(pub &'a Option<String>, pub &'a str);
-
-impl fmt::Display for OwnerNote<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(owner) if !owner.is_empty() && owner != self.1 => {
-                write!(f, " (the object's owner is pod '{}')", Shown(owner))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-/// `, of the object owned by pod '...'` after a reference's pod, when the
-/// object's owner is another pod than the one the reference names.
-pub struct OwnedBy<'a>(pub &'a str, pub &'a str);
-
-impl fmt::Display for OwnedBy<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (owner, reference) = (self.0, self.1);
-        if owner == reference {
-            Ok(())
-        } else {
-            write!(f, " (the object's owner is pod '{}')", Shown(owner))
-        }
-    }
-}
+use super::subject::{ObjectName, OwnedBy, OwnerNote, Shown, Spelled, Subject};
 
 /// A request ownerguard refuses, and why.
 ///
@@ -731,5 +550,29 @@ impl Denial {
             503 => "ServiceUnavailable",
             _ => "Forbidden",
         }
+    }
+}
+
+/// How an owner that is not the requester relates to it by name, for the
+/// message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SameName {
+    /// Another name: another worker.
+    No,
+    /// The requester's name under another uid: an earlier pod.
+    EarlierPod,
+    /// The requester's name with no uid recorded: which pod cannot be told.
+    UidUnknown,
+}
+
+impl fmt::Display for SameName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::No => "",
+            Self::EarlierPod => " (an earlier pod of that name)",
+            Self::UidUnknown => {
+                " (by name only: the object records no uid for it, so it cannot be told to be this pod)"
+            }
+        })
     }
 }

@@ -17,19 +17,22 @@
 mod create;
 pub mod denial;
 pub mod patch;
+pub mod requester;
 pub mod resolve;
+pub mod subject;
 mod templates;
 mod update;
 
 use std::collections::HashMap;
 
 use crate::admission::{AdmissionRequest, ObjectHead, ObjectMeta, Operation};
-use crate::decide::denial::{Denial, ObjectName, Subject};
+use crate::decide::denial::Denial;
 use crate::decide::patch::MetadataPatch;
+use crate::decide::requester::{Delegate, Requester, RequesterCheck};
 use crate::decide::resolve::Claim;
-use crate::decide::resolve::{
-    Delegate, OwnerLabels, Requester, RequesterCheck, RequesterPolicy, label, references,
-};
+use crate::decide::resolve::RequesterPolicy;
+use crate::decide::resolve::{OwnerLabels, label, references};
+use crate::decide::subject::{ObjectName, Subject};
 use crate::k8s::names::is_namespace;
 use crate::owner::{Finished, Lookup, Source};
 

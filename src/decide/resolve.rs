@@ -6,10 +6,11 @@
 //! what is looked up cannot carry anything an API path would read.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 
-use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID, ObjectMeta, OwnerReference, UserInfo};
-use crate::decide::denial::{Denial, Shown, Subject};
+use crate::admission::{ObjectMeta, OwnerReference};
+use crate::decide::denial::{Denial, SameName};
+use crate::decide::requester::{Delegate, Requester, RequesterCheck};
+use crate::decide::subject::{Shown, Subject};
 use crate::k8s::names::{is_pod_name, is_uid};
 
 /// The owner-pod label value that means "the pod that sends this request",
@@ -65,130 +66,6 @@ impl Default for OwnerLabels {
     }
 }
 
-/// `--requester-check`: what to do when a pod-bound requester declares
-/// another pod as owner.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    clap::ValueEnum,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum RequesterCheck {
-    /// Deny the request.
-    #[default]
-    Enforce,
-    /// Allow it with a warning.
-    Warn,
-    /// Do not compare the requester with the owner.
-    Off,
-}
-
-/// A service account allowed to declare any pod of its own namespace as
-/// owner (`--delegate NAMESPACE/NAME`): a broker that creates agents on
-/// behalf of the workers of its namespace. The owner is still looked up.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Delegate {
-    pub namespace: String,
-    pub service_account: String,
-}
-
-impl std::str::FromStr for Delegate {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text.split_once('/') {
-            Some((namespace, service_account))
-                if crate::k8s::names::is_namespace(namespace) && is_pod_name(service_account) =>
-            {
-                Ok(Self {
-                    namespace: namespace.to_string(),
-                    service_account: service_account.to_string(),
-                })
-            }
-            _ => Err(format!(
-                "'{text}' is not NAMESPACE/SERVICEACCOUNT (for instance workflows/broker)"
-            )),
-        }
-    }
-}
-
-/// The pod a request comes from. Only a service account of the object's
-/// namespace whose token is bound to a pod has one (SPEC §3 rule 8): the
-/// API server signs that token, so the client cannot forge it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requester {
-    pub namespace: String,
-    pub service_account: String,
-    pub name: String,
-    pub uid: String,
-}
-
-impl Requester {
-    /// The requesting pod, judged for an object of `namespace`.
-    ///
-    /// `Ok(None)`: no pod identity (no extras, or a user that is not a
-    /// service account of `namespace`: nodes, people, controllers).
-    ///
-    /// # Errors
-    ///
-    /// The problem, when the pod extras are present but malformed: one
-    /// without the other, not exactly one value, an empty value, or a pod
-    /// name that is not one. The API server never sends such a request.
-    pub fn from_user_info(
-        user_info: &UserInfo,
-        namespace: &str,
-    ) -> Result<Option<Self>, &'static str> {
-        let (name, uid) = match (
-            user_info.extra.get(EXTRA_POD_NAME),
-            user_info.extra.get(EXTRA_POD_UID),
-        ) {
-            (None, None) => return Ok(None),
-            (Some(name), Some(uid)) => (only(name)?, only(uid)?),
-            _ => return Err("one of pod-name and pod-uid without the other"),
-        };
-        if !is_pod_name(name) {
-            return Err("the pod name is not a pod name");
-        }
-        let account = user_info
-            .username
-            .strip_prefix("system:serviceaccount:")
-            .and_then(|rest| rest.split_once(':'));
-        Ok(match account {
-            Some((ns, service_account)) if ns == namespace && !service_account.is_empty() => {
-                Some(Self {
-                    namespace: ns.to_string(),
-                    service_account: service_account.to_string(),
-                    name: name.to_string(),
-                    uid: uid.to_string(),
-                })
-            }
-            _ => None,
-        })
-    }
-
-    /// Whether the requester's service account is on the delegate list.
-    pub fn is_delegate(&self, delegates: &[Delegate]) -> bool {
-        delegates
-            .iter()
-            .any(|d| d.namespace == self.namespace && d.service_account == self.service_account)
-    }
-}
-
-fn only(values: &[String]) -> Result<&str, &'static str> {
-    match values {
-        [value] if !value.is_empty() => Ok(value),
-        [_] => Err("an empty value"),
-        [] => Err("no value"),
-        _ => Err("more than one value"),
-    }
-}
-
 /// Where an owner was declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -212,14 +89,6 @@ pub struct LabelOwner {
     pub claim: Claim,
     /// The label is [`REQUESTING_POD`]: the name lives in the annotation.
     pub by_self: bool,
-}
-
-/// Who the requester check compares: the settings it needs.
-#[derive(Debug, Clone, Copy)]
-pub struct RequesterPolicy<'a> {
-    pub mode: RequesterCheck,
-    pub delegates: &'a [Delegate],
-    pub labels: &'a OwnerLabels,
 }
 
 /// The owner the labels declare, with its uid resolved; `None` when the
@@ -472,6 +341,32 @@ pub fn reference_owners(
     Ok(claims)
 }
 
+/// The value of label `key`, if set.
+pub fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The value of annotation `key`, if set.
+pub fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The object's `ownerReferences`, empty when absent.
+pub fn references(meta: &ObjectMeta) -> &[OwnerReference] {
+    meta.owner_references.as_deref().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Who the requester check compares: the settings it needs.
+#[derive(Debug, Clone, Copy)]
+pub struct RequesterPolicy<'a> {
+    pub mode: RequesterCheck,
+    pub delegates: &'a [Delegate],
+    pub labels: &'a OwnerLabels,
+}
+
 /// Compare a pod-bound requester with a declared owner.
 ///
 /// Returns the warning to give under `--requester-check warn`.
@@ -556,7 +451,7 @@ pub fn check_adoption(
             owner: owner.name.clone(),
             requester: requester.name.clone(),
             reference: first.name.clone(),
-            same_name: SameName::of(owner, requester),
+            same_name: same_name(owner, requester),
             service_account: format!("{}/{}", requester.namespace, requester.service_account),
         }),
     }
@@ -594,7 +489,7 @@ pub fn check_release(
             at: at.clone(),
             owner: owner.name.clone(),
             requester: requester.name.clone(),
-            same_name: SameName::of(owner, requester),
+            same_name: same_name(owner, requester),
             service_account: format!("{}/{}", requester.namespace, requester.service_account),
         }),
     }
@@ -624,54 +519,11 @@ fn owned_by(owner: &NamedOwner, requester: &Requester) -> bool {
     owner.name == requester.name && owner.uid.as_ref() == Some(&requester.uid)
 }
 
-/// How an owner that is not the requester relates to it by name, for the
-/// message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SameName {
-    /// Another name: another worker.
-    No,
-    /// The requester's name under another uid: an earlier pod.
-    EarlierPod,
-    /// The requester's name with no uid recorded: which pod cannot be told.
-    UidUnknown,
-}
-
-impl SameName {
-    fn of(owner: &NamedOwner, requester: &Requester) -> Self {
-        match (&owner.uid, owner.name == requester.name) {
-            (_, false) => Self::No,
-            (Some(_), true) => Self::EarlierPod,
-            (None, true) => Self::UidUnknown,
-        }
+/// How `owner`, not `requester`, relates to it by name, for the message.
+fn same_name(owner: &NamedOwner, requester: &Requester) -> SameName {
+    match (&owner.uid, owner.name == requester.name) {
+        (_, false) => SameName::No,
+        (Some(_), true) => SameName::EarlierPod,
+        (None, true) => SameName::UidUnknown,
     }
 }
-
-impl fmt::Display for SameName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::No => "",
-            Self::EarlierPod => " (an earlier pod of that name)",
-            Self::UidUnknown => {
-                " (by name only: the object records no uid for it, so it cannot be told to be this pod)"
-            }
-        })
-    }
-}
-
-/// The value of label `key`, if set.
-pub fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.labels.as_ref()?.get(key).map(String::as_str)
-}
-
-/// The value of annotation `key`, if set.
-pub fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations.as_ref()?.get(key).map(String::as_str)
-}
-
-/// The object's `ownerReferences`, empty when absent.
-pub fn references(meta: &ObjectMeta) -> &[OwnerReference] {
-    meta.owner_references.as_deref().unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests;

@@ -21,9 +21,10 @@
 //! - ephemeral and DRA claims: the template's labels and annotations.
 
 use crate::admission::{ObjectHead, Template, TemplatePath};
-use crate::decide::denial::{Denial, Subject};
+use crate::decide::denial::Denial;
 use crate::decide::patch::MetadataPatch;
 use crate::decide::resolve::{OwnerLabels, REQUESTING_POD, annotation, label};
+use crate::decide::subject::Subject;
 
 use super::WebhookKind;
 

@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::admission::{AdmissionRequest, EXTRA_POD_NAME, EXTRA_POD_UID};
-use crate::decide::denial::{LookupError, Subject};
+use crate::decide::subject::Subject;
+use crate::owner::LookupError;
 use crate::owner::ObservedPod;
 
 const NS: &str = "agents";
@@ -1301,14 +1302,14 @@ fn every_denial_names_object_namespace_owner_and_fix() {
             owner: owner.clone(),
             requester: "w-2".into(),
             reference: "w-2".into(),
-            same_name: crate::decide::resolve::SameName::No,
+            same_name: crate::decide::denial::SameName::No,
             service_account: "agents/worker".into(),
         },
         Denial::RequesterReleasesObject {
             at: at.clone(),
             owner: owner.clone(),
             requester: "w-2".into(),
-            same_name: crate::decide::resolve::SameName::No,
+            same_name: crate::decide::denial::SameName::No,
             service_account: "agents/worker".into(),
         },
         Denial::SelfWithoutPodIdentity {
@@ -1887,7 +1888,7 @@ fn update_requester_check_a_new_pod_of_the_owners_name_is_another_worker() {
         matches!(
             &err,
             Denial::RequesterAdoptsObject {
-                same_name: crate::decide::resolve::SameName::EarlierPod,
+                same_name: crate::decide::denial::SameName::EarlierPod,
                 ..
             }
         ),
@@ -1913,7 +1914,7 @@ fn update_requester_check_an_object_labelled_by_name_only_proves_no_owner() {
         matches!(
             &err,
             Denial::RequesterAdoptsObject {
-                same_name: crate::decide::resolve::SameName::UidUnknown,
+                same_name: crate::decide::denial::SameName::UidUnknown,
                 ..
             }
         ),
@@ -1934,7 +1935,7 @@ fn update_requester_check_a_pod_releases_only_what_it_owns() {
         matches!(
             &err,
             Denial::RequesterReleasesObject {
-                same_name: crate::decide::resolve::SameName::EarlierPod,
+                same_name: crate::decide::denial::SameName::EarlierPod,
                 ..
             }
         ),

@@ -16,13 +16,14 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::admission::{AdmissionRequest, ObjectMeta, OwnerReference};
-use crate::decide::denial::{Denial, Shown, Subject};
+use crate::decide::denial::Denial;
 use crate::decide::patch::MetadataPatch;
 use crate::decide::resolve::Claim;
 use crate::decide::resolve::{
-    GARBAGE_COLLECTOR, NamedOwner, OwnerLabels, REQUESTING_POD, annotation, check_adoption,
-    check_release, check_requester, label, reference_owners, references,
+    GARBAGE_COLLECTOR, OwnerLabels, REQUESTING_POD, annotation, label, reference_owners, references,
 };
+use crate::decide::resolve::{NamedOwner, check_adoption, check_release, check_requester};
+use crate::decide::subject::{Shown, Subject};
 use crate::k8s::names::is_pod_name;
 
 use super::{

@@ -17,9 +17,10 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::decide::denial::LookupError;
-use crate::decide::resolve::{OwnerLabels, RequesterCheck};
+use crate::decide::requester::RequesterCheck;
+use crate::decide::resolve::OwnerLabels;
 use crate::decide::{Policy, WebhookKind};
+use crate::owner::LookupError;
 use crate::owner::inventory::Inventory;
 use crate::owner::{Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
 

@@ -2,12 +2,11 @@
 //! inventory of `--pods`, or the cluster (watch cache, then a live GET).
 
 use std::fmt;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
 use tokio::time::Instant;
-
-use crate::decide::denial::LookupError;
 
 /// Where an answer about an owner came from: the audit annotation
 /// `owner-source` and the `source` label of the lookup metric.
@@ -146,5 +145,45 @@ pub trait OwnerLookup: Send + Sync {
     /// listed the pods once would answer "not found" for every owner.
     fn is_ready(&self) -> bool {
         true
+    }
+}
+
+/// Why an owner could not be checked: the API did not answer in time,
+/// answered with an error, or ownerguard's own bound on lookups was
+/// reached. Never a verdict on the owner itself.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    /// No answer inside the request's time budget.
+    #[error("owner lookup timed out after {}ms", .after.as_millis())]
+    TimedOut { after: Duration },
+    /// The API server answered with an error, or could not be reached.
+    #[error("owner lookup failed: {source}")]
+    Api {
+        #[source]
+        source: kube::Error,
+    },
+    /// ownerguard's cap on live lookups (concurrency or rate) left no room
+    /// inside the request's time budget.
+    #[error("owner lookup throttled: {limit}")]
+    Throttled { limit: &'static str },
+}
+
+impl LookupError {
+    /// What a denial says about the failure: a sentence, never the API
+    /// error itself (that goes to the log).
+    pub fn summary(&self) -> &'static str {
+        match self {
+            Self::TimedOut { .. } => "the API server did not answer in time",
+            Self::Api {
+                source: kube::Error::Api(status),
+            } if status.code == 401 || status.code == 403 => {
+                "the API server refused ownerguard's lookup"
+            }
+            Self::Api {
+                source: kube::Error::Api(_),
+            } => "the API server answered with an error",
+            Self::Api { .. } => "the API server could not be reached",
+            Self::Throttled { .. } => "ownerguard's limit on live lookups was reached",
+        }
     }
 }

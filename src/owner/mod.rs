@@ -6,4 +6,4 @@ pub mod cluster;
 pub mod inventory;
 pub mod lookup;
 
-pub use lookup::{Finished, Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
+pub use lookup::{Finished, Lookup, LookupError, ObservedPod, OwnerLookup, PodQuery, Source};

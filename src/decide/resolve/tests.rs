@@ -1,7 +1,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::decide::denial::ObjectName;
+use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID, UserInfo};
+use crate::decide::subject::ObjectName;
 
 fn at() -> Subject {
     Subject {

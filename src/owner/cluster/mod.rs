@@ -41,9 +41,9 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use tokio::time::Instant;
 
-use crate::decide::denial::LookupError;
 use crate::k8s::names::{is_namespace, is_pod_name, path_segment};
 use crate::observe::metrics::Metrics;
+use crate::owner::LookupError;
 
 use crate::owner::lookup::{Finished, Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
 use throttle::Throttle;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
-use crate::decide::denial::LookupError;
+use crate::owner::LookupError;
 
 /// A token bucket for the rate and a semaphore for the concurrency.
 pub struct Throttle {
