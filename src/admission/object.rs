@@ -1,0 +1,215 @@
+//! The object of a review, as far as ownership goes: its metadata, its
+//! `ownerReferences`, and where its templates are.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::lenient::{lenient, null_as_default, strings};
+use super::template::{PodSpecAt, SpecHead, Template, TemplatePath};
+use crate::k8s::names::{is_core_v1, reads_as_any};
+
+/// The head of an object: enough to decide, nothing of its spec.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectHead {
+    #[serde(default)]
+    pub api_version: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub metadata: ObjectMeta,
+    /// Only the templates of the spec (rule 12), when it has any.
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<SpecHead>,
+}
+
+impl ObjectHead {
+    /// Every template the object carries (SPEC §3 rule 12), with where it
+    /// is, in document order:
+    ///
+    /// - pod templates: `spec.template` (Jobs, Deployments, ReplicaSets,
+    ///   StatefulSets, DaemonSets, and any resource of that shape), a
+    ///   CronJob's `spec.jobTemplate` (the Jobs it makes) and
+    ///   `spec.jobTemplate.spec.template` (their pods);
+    /// - claim templates: `spec.volumeClaimTemplates[i]` (a StatefulSet's,
+    ///   whose claims also take `spec.selector.matchLabels`), and every
+    ///   generic ephemeral volume's `volumes[i].ephemeral.volumeClaimTemplate`
+    ///   of the pod spec (`spec`, `spec.template.spec`,
+    ///   `spec.jobTemplate.spec.template.spec`);
+    /// - a `resource.k8s.io` ResourceClaimTemplate's `spec.metadata`: the
+    ///   resource-claim controller stamps it on the ResourceClaim it makes
+    ///   for each pod that names the template.
+    ///
+    /// A template whose labels or annotations are not maps of strings, or
+    /// that has no `metadata`, is not one (a custom resource of another
+    /// shape): it is left alone, never patched. Indices are those of the
+    /// lists as sent, holes (an entry of another shape) included, so that
+    /// a patch addresses the right entry.
+    pub fn templates(&self) -> Vec<Template> {
+        let Some(spec) = &self.spec else {
+            return Vec::new();
+        };
+        let pod = spec.template.as_ref();
+        let job = spec.job_template.as_ref();
+        let pod_of_job = job
+            .and_then(|j| j.spec.as_ref())
+            .and_then(|s| s.template.as_ref());
+        let mut templates: Vec<Template> = [
+            (
+                TemplatePath::PodTemplate,
+                pod.and_then(|t| t.metadata.as_ref()),
+            ),
+            (
+                TemplatePath::JobTemplate,
+                job.and_then(|j| j.metadata.as_ref()),
+            ),
+            (
+                TemplatePath::JobTemplatePodTemplate,
+                pod_of_job.and_then(|t| t.metadata.as_ref()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(path, raw)| Template::new(path, raw?, BTreeMap::new()))
+        .collect();
+
+        // A StatefulSet's claims take the selector's labels over the
+        // template's (statefulset controller, getPersistentVolumeClaims).
+        let selector = spec
+            .selector
+            .as_ref()
+            .and_then(|s| strings(&s.match_labels))
+            .flatten()
+            .unwrap_or_default();
+        for (index, claim) in spec.volume_claim_templates.iter().flatten().enumerate() {
+            let raw = claim.as_ref().and_then(|c| c.metadata.as_ref());
+            templates.extend(raw.and_then(|raw| {
+                Template::new(
+                    TemplatePath::VolumeClaimTemplate(index),
+                    raw,
+                    selector.clone(),
+                )
+            }));
+        }
+
+        let pod_specs = [
+            (PodSpecAt::Object, spec.volumes.as_ref()),
+            (
+                PodSpecAt::PodTemplate,
+                pod.and_then(|t| t.spec.as_ref())
+                    .and_then(|s| s.volumes.as_ref()),
+            ),
+            (
+                PodSpecAt::JobTemplatePodTemplate,
+                pod_of_job
+                    .and_then(|t| t.spec.as_ref())
+                    .and_then(|s| s.volumes.as_ref()),
+            ),
+        ];
+        for (at, volumes) in pod_specs {
+            for (index, volume) in volumes.into_iter().flatten().enumerate() {
+                let raw = volume
+                    .as_ref()
+                    .and_then(|v| v.ephemeral.as_ref())
+                    .and_then(|e| e.volume_claim_template.as_ref())
+                    .and_then(|t| t.metadata.as_ref());
+                templates.extend(raw.and_then(|raw| {
+                    Template::new(
+                        TemplatePath::EphemeralVolume(at, index),
+                        raw,
+                        BTreeMap::new(),
+                    )
+                }));
+            }
+        }
+
+        if self.is_resource_claim_template() {
+            templates.extend(spec.metadata.as_ref().and_then(|raw| {
+                Template::new(TemplatePath::ResourceClaimTemplate, raw, BTreeMap::new())
+            }));
+        }
+        templates
+    }
+
+    /// A DRA ResourceClaimTemplate (`resource.k8s.io`, any version): only
+    /// there is `spec.metadata` a template; elsewhere it means anything.
+    fn is_resource_claim_template(&self) -> bool {
+        self.kind.as_deref() == Some("ResourceClaimTemplate")
+            && self
+                .api_version
+                .as_deref()
+                .and_then(|v| v.split_once('/'))
+                .is_some_and(|(group, _)| group == "resource.k8s.io")
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub generate_name: Option<String>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// `None` and `{}` differ for a patch: the first needs the map created.
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// Kept in order: a patch addresses entries by index.
+    #[serde(default)]
+    pub owner_references: Option<Vec<OwnerReference>>,
+}
+
+/// An `ownerReference` as the client wrote it. Mutating webhooks run before
+/// the API server validates the object, so every field may be missing.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub controller: Option<bool>,
+    #[serde(default)]
+    pub block_owner_deletion: Option<bool>,
+}
+
+impl OwnerReference {
+    /// Whether this reference is a core/v1 Pod reference as the garbage
+    /// collector resolves one: kind exactly `Pod`, apiVersion `v1` (or
+    /// `/v1`, which the collector parses as `v1`: [`is_core_v1`]). The
+    /// only form it resolves to a pod.
+    pub fn is_pod(&self) -> bool {
+        is_core_v1(&self.api_version) && self.kind == "Pod"
+    }
+
+    /// Whether this reference means a pod: its kind reads as `Pod` or
+    /// `Pods` to a person, in any case, with invisible characters or
+    /// Unicode confusables ([`reads_as_any`]: `pod`, `POD`, `Pod\u{200b}`,
+    /// Cyrillic `Роd`...), or it is not ASCII at all. Whatever its
+    /// apiVersion: those that are not exactly [`Self::is_pod`] are
+    /// references the collector cannot resolve, and so never deletes the
+    /// object by (SPEC §3 rules 6 and 15). Only the kind is read: any
+    /// apiVersion beside a pod-like kind but the collector's `v1` is
+    /// already a reference it cannot resolve, so an apiVersion a person
+    /// reads as `v1` (`V1`, `v１`) needs no rule of its own.
+    ///
+    /// Every kind outside ASCII counts: no API serves one (a built-in
+    /// kind is ASCII, and the API server takes a CustomResourceDefinition
+    /// only when its kind, lowercased, is a DNS-1035 label), so such a
+    /// reference never resolves, whatever a person reads in it. Reading
+    /// alone is a list in disguise: the skeleton of UTS #39 leaves small
+    /// capitals (`ᴘᴏᴅ`), modifier, circled and negative-squared letters
+    /// (`ᴾᵒᵈ`, `ⓟⓞⓓ`, `🅟🅞🅓`) as they are. The chart's CEL sends every
+    /// such kind for the same reason.
+    pub fn means_pod(&self) -> bool {
+        !self.kind.is_ascii() || reads_as_any(&self.kind, &["pod", "pods"])
+    }
+}

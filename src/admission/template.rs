@@ -1,0 +1,259 @@
+//! The templates of an object (SPEC §3 rule 12): where they are, and the
+//! metadata a controller copies from each.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::lenient::{lenient, lenient_list, strings};
+
+/// A template of the object: metadata a controller stamps on what it
+/// makes from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    pub path: TemplatePath,
+    /// Its own labels and annotations, as written.
+    pub meta: TemplateMeta,
+    /// Labels the controller sets on what it makes besides the template's
+    /// own, over them: a StatefulSet's `spec.selector.matchLabels`.
+    pub added_labels: BTreeMap<String, String>,
+}
+
+impl Template {
+    pub(super) fn new(
+        path: TemplatePath,
+        raw: &RawTemplateMeta,
+        added_labels: BTreeMap<String, String>,
+    ) -> Option<Self> {
+        Some(Self {
+            path,
+            meta: TemplateMeta::from_raw(raw)?,
+            added_labels,
+        })
+    }
+
+    /// Label `key` of what is made from the template.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.added_labels
+            .get(key)
+            .or_else(|| self.meta.labels.as_ref()?.get(key))
+            .map(String::as_str)
+    }
+
+    /// Annotation `key` of what is made from the template.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.meta.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+}
+
+/// Where a template's metadata is in the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplatePath {
+    /// `spec.template`
+    PodTemplate,
+    /// `spec.jobTemplate`
+    JobTemplate,
+    /// `spec.jobTemplate.spec.template`
+    JobTemplatePodTemplate,
+    /// `spec.volumeClaimTemplates[i]`
+    VolumeClaimTemplate(usize),
+    /// `volumes[i].ephemeral.volumeClaimTemplate` of a pod spec
+    EphemeralVolume(PodSpecAt, usize),
+    /// A ResourceClaimTemplate's `spec` (its metadata is `spec.metadata`)
+    ResourceClaimTemplate,
+}
+
+/// Which pod spec of the object holds an ephemeral volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodSpecAt {
+    /// `spec` (a Pod)
+    Object,
+    /// `spec.template.spec`
+    PodTemplate,
+    /// `spec.jobTemplate.spec.template.spec`
+    JobTemplatePodTemplate,
+}
+
+impl PodSpecAt {
+    pub(super) fn tokens(self) -> &'static [&'static str] {
+        match self {
+            Self::Object => &["spec"],
+            Self::PodTemplate => &["spec", "template", "spec"],
+            Self::JobTemplatePodTemplate => &["spec", "jobTemplate", "spec", "template", "spec"],
+        }
+    }
+}
+
+impl TemplatePath {
+    /// The JSON pointer tokens of the template itself; its metadata is
+    /// under `metadata`.
+    pub fn tokens(self) -> Vec<String> {
+        let fixed = |tokens: &[&str]| tokens.iter().map(|t| t.to_string()).collect();
+        match self {
+            Self::PodTemplate => fixed(&["spec", "template"]),
+            Self::JobTemplate => fixed(&["spec", "jobTemplate"]),
+            Self::JobTemplatePodTemplate => fixed(&["spec", "jobTemplate", "spec", "template"]),
+            Self::VolumeClaimTemplate(index) => {
+                vec![
+                    "spec".into(),
+                    "volumeClaimTemplates".into(),
+                    index.to_string(),
+                ]
+            }
+            Self::EphemeralVolume(at, index) => {
+                let mut tokens: Vec<String> = fixed(at.tokens());
+                tokens.extend([
+                    "volumes".to_string(),
+                    index.to_string(),
+                    "ephemeral".into(),
+                    "volumeClaimTemplate".into(),
+                ]);
+                tokens
+            }
+            Self::ResourceClaimTemplate => fixed(&["spec"]),
+        }
+    }
+
+    /// The JSON pointer tokens of the template's `metadata`.
+    pub fn metadata_tokens(self) -> Vec<String> {
+        let mut tokens = self.tokens();
+        tokens.push("metadata".into());
+        tokens
+    }
+
+    /// The field path, for messages: `spec.volumeClaimTemplates[0]`.
+    pub fn field(self) -> String {
+        let mut field = String::new();
+        for token in self.tokens() {
+            if token.bytes().all(|b| b.is_ascii_digit()) {
+                field.push_str(&format!("[{token}]"));
+            } else {
+                if !field.is_empty() {
+                    field.push('.');
+                }
+                field.push_str(&token);
+            }
+        }
+        field
+    }
+
+    /// What the template makes, for messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Self::PodTemplate | Self::JobTemplatePodTemplate => "pod template",
+            Self::JobTemplate => "Job template",
+            Self::VolumeClaimTemplate(_) | Self::EphemeralVolume(..) => "claim template",
+            Self::ResourceClaimTemplate => "ResourceClaim template",
+        }
+    }
+}
+
+/// The part of a `spec` that holds templates; every other field is
+/// skipped undecoded.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SpecHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub template: Option<TemplateHead>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub job_template: Option<JobTemplateHead>,
+    #[serde(default, deserialize_with = "lenient_list")]
+    pub volume_claim_templates: Option<Vec<Option<MetadataHead>>>,
+    /// A pod's own volumes.
+    #[serde(default, deserialize_with = "lenient_list")]
+    pub volumes: Option<Vec<Option<VolumeHead>>>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub selector: Option<SelectorHead>,
+    /// A ResourceClaimTemplate's claim metadata (read for that kind only).
+    #[serde(default, deserialize_with = "lenient")]
+    pub metadata: Option<RawTemplateMeta>,
+}
+
+/// A `PodTemplateSpec`, or anything else called `template`.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct TemplateHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub metadata: Option<RawTemplateMeta>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<PodSpecHead>,
+}
+
+/// A CronJob's `JobTemplateSpec`.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct JobTemplateHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub metadata: Option<RawTemplateMeta>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<JobSpecHead>,
+}
+
+/// The spec of a CronJob's Job template: its pod template.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct JobSpecHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub template: Option<TemplateHead>,
+}
+
+/// A pod spec: its volumes.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct PodSpecHead {
+    #[serde(default, deserialize_with = "lenient_list")]
+    pub volumes: Option<Vec<Option<VolumeHead>>>,
+}
+
+/// A volume: its generic ephemeral source.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct VolumeHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub ephemeral: Option<EphemeralHead>,
+}
+
+/// A generic ephemeral volume: its claim template.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EphemeralHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub volume_claim_template: Option<MetadataHead>,
+}
+
+/// Anything with `metadata`: a claim template.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct MetadataHead {
+    #[serde(default, deserialize_with = "lenient")]
+    pub metadata: Option<RawTemplateMeta>,
+}
+
+/// A label selector: its `matchLabels`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectorHead {
+    #[serde(default)]
+    pub(super) match_labels: Option<serde_json::Value>,
+}
+
+/// A template's labels and annotations as they came, of any shape.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct RawTemplateMeta {
+    #[serde(default)]
+    pub(super) labels: Option<serde_json::Value>,
+    #[serde(default)]
+    pub(super) annotations: Option<serde_json::Value>,
+}
+
+/// The labels and annotations of a template.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TemplateMeta {
+    pub labels: Option<BTreeMap<String, String>>,
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+impl TemplateMeta {
+    /// `None` when the labels or annotations are there but not maps of
+    /// strings: then it is not a template.
+    pub(super) fn from_raw(raw: &RawTemplateMeta) -> Option<Self> {
+        Some(Self {
+            labels: strings(&raw.labels)?,
+            annotations: strings(&raw.annotations)?,
+        })
+    }
+}
