@@ -1,0 +1,170 @@
+//! Reading the installation through the API: the two webhook
+//! configurations, other installations' configurations, the Deployment,
+//! its Service, the PodDisruptionBudget and the serving Secret.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, ListParams};
+
+use super::DoctorOptions;
+use super::certificate::serving_certificate_source;
+use super::webhooks::webhooks;
+use super::{Installation, OtherConfiguration, ServingCertificate};
+
+/// Every webhook configuration but `ours`, of both kinds. A refusal to list
+/// (RBAC) is reported, not an error: the other checks still run.
+pub(super) async fn other_configurations(
+    client: &kube::Client,
+    ours: &str,
+) -> Result<Vec<OtherConfiguration>, String> {
+    pub(super) fn keys(selector: Option<&LabelSelector>) -> Vec<String> {
+        let Some(selector) = selector else {
+            return Vec::new();
+        };
+        let mut keys: Vec<String> = selector
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.extend(
+            selector
+                .match_expressions
+                .iter()
+                .flatten()
+                .map(|e| e.key.clone()),
+        );
+        keys
+    }
+    let refused = |kind: &str, error: kube::Error| match error {
+        kube::Error::Api(status) => {
+            format!("cannot list {kind}s ({} {})", status.code, status.reason)
+        }
+        other => format!("cannot list {kind}s: {other}"),
+    };
+    let params = ListParams::default();
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .list(&params)
+        .await
+        .map_err(|e| refused("MutatingWebhookConfiguration", e))?;
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .list(&params)
+        .await
+        .map_err(|e| refused("ValidatingWebhookConfiguration", e))?;
+    let mut others = Vec::new();
+    let mut add = |kind: &'static str, name: Option<String>, webhooks| {
+        let name = name.unwrap_or_default();
+        if name != ours {
+            others.push(OtherConfiguration {
+                kind,
+                name,
+                webhooks,
+            });
+        }
+    };
+    for configuration in mutating.items {
+        let webhooks = configuration.webhooks.iter().flatten();
+        add(
+            "MutatingWebhookConfiguration",
+            configuration.metadata.name,
+            webhooks
+                .map(|w| (w.name.clone(), keys(w.object_selector.as_ref())))
+                .collect(),
+        );
+    }
+    for configuration in validating.items {
+        let webhooks = configuration.webhooks.iter().flatten();
+        add(
+            "ValidatingWebhookConfiguration",
+            configuration.metadata.name,
+            webhooks
+                .map(|w| (w.name.clone(), keys(w.object_selector.as_ref())))
+                .collect(),
+        );
+    }
+    Ok(others)
+}
+
+/// Read the installation. Missing objects are `None`, not errors.
+///
+/// # Errors
+///
+/// When the API cannot be read (other than 404).
+pub async fn gather(
+    client: kube::Client,
+    options: &DoctorOptions,
+) -> Result<Installation, kube::Error> {
+    let namespace = options.namespace.as_str();
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get_opt(&options.name)
+        .await?;
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get_opt(&options.name)
+        .await?;
+    let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get_opt(&options.name)
+        .await?;
+    let disruption_budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await?
+        .items;
+
+    let others = other_configurations(&client, &options.name).await;
+    let mut wanted = BTreeSet::new();
+    let mut installation = Installation {
+        mutating,
+        validating,
+        deployment,
+        disruption_budgets,
+        others,
+        ..Installation::default()
+    };
+    for webhook in webhooks(&installation) {
+        if let Some(service) = &webhook.client_config.service {
+            wanted.insert((service.namespace.clone(), service.name.clone()));
+        }
+    }
+    for (service_namespace, name) in wanted {
+        if let Some(service) = Api::<Service>::namespaced(client.clone(), &service_namespace)
+            .get_opt(&name)
+            .await?
+        {
+            installation.services.push(service);
+        }
+    }
+
+    let mut serving = match &options.tls_secret {
+        Some(secret) => ServingCertificate {
+            secret: secret.clone(),
+            key: "tls.crt".into(),
+            ..ServingCertificate::default()
+        },
+        None => installation
+            .deployment
+            .as_ref()
+            .map(serving_certificate_source)
+            .unwrap_or_else(|| ServingCertificate {
+                secret: format!("{}-tls", options.name),
+                key: "tls.crt".into(),
+                ..ServingCertificate::default()
+            }),
+    };
+    if !serving.secret.is_empty() {
+        let secret = Api::<Secret>::namespaced(client, namespace)
+            .get_opt(&serving.secret)
+            .await?;
+        serving.pem = secret
+            .and_then(|s| s.data)
+            .and_then(|mut data| data.remove(&serving.key))
+            .map(|pem| pem.0);
+    }
+    installation.serving_certificate = serving;
+    Ok(installation)
+}
