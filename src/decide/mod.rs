@@ -16,127 +16,29 @@
 
 mod create;
 pub mod denial;
+mod judge;
 pub mod patch;
+mod policy;
+mod record;
 pub mod requester;
 pub mod resolve;
 pub mod subject;
 mod templates;
 mod update;
 
+use judge::Judge;
+pub use policy::{DEFAULT_MAX_POD_REFERENCES, Policy, WebhookKind};
+
 use std::collections::HashMap;
 
 use crate::admission::{AdmissionRequest, ObjectHead, ObjectMeta, Operation};
 use crate::decide::denial::Denial;
 use crate::decide::patch::MetadataPatch;
-use crate::decide::requester::{Delegate, Requester, RequesterCheck};
-use crate::decide::resolve::Claim;
-use crate::decide::resolve::RequesterPolicy;
+use crate::decide::requester::Requester;
 use crate::decide::resolve::{OwnerLabels, label, references};
 use crate::decide::subject::{ObjectName, Subject};
 use crate::k8s::names::is_namespace;
-use crate::owner::{Finished, Lookup, Source};
-
-/// Which endpoint is deciding.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum WebhookKind {
-    /// `/mutate`: injects the reference.
-    Mutate,
-    /// `/validate`: the same checks, never a patch; guarantees the final
-    /// object, after every mutating webhook ran.
-    Validate,
-    /// `/validate-all`: the chart's cluster-wide opt-in
-    /// (`validation.allPodOwnerReferences`), for the objects that carry no
-    /// owner label. It refuses only what the garbage collector cannot
-    /// resolve to a live pod (SPEC §3 rule 13): a reference not exactly
-    /// `v1`/`Pod` (rules 6, 15), malformed or with a name no pod can have,
-    /// to a pod that is missing, has another uid or is being deleted (an
-    /// owner on its way out takes the object with it, and the
-    /// ephemeral-volume controller skips such pods itself). A finished pod
-    /// is an owner here: the collector resolves it, and that controller
-    /// makes claims for finished pods too. Never a blocking reference,
-    /// never by the requester check
-    /// ([`Self::judges_policy`]). A failed lookup is allowed with a
-    /// warning, as its webhook's `failurePolicy: Ignore` allows an outage.
-    #[serde(rename = "validate-all")]
-    ValidateAll,
-}
-
-impl WebhookKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Mutate => "mutate",
-            Self::Validate => "validate",
-            Self::ValidateAll => "validate-all",
-        }
-    }
-
-    /// Whether this webhook may patch (the others only allow or deny).
-    pub fn mutates(self) -> bool {
-        self == Self::Mutate
-    }
-
-    /// Whether this webhook judges what only ownerguard's policy asks of
-    /// an object, beyond what the collector can resolve: a blocking
-    /// reference and the requester check. `/validate-all` leaves the first
-    /// to the API server's permission check (`update` on `pods/finalizers`
-    /// under `OwnerReferencesPermissionEnforcement`): the ephemeral-volume
-    /// and resource-claim controllers write `blockOwnerDeletion: true` and
-    /// hold that permission. It leaves the second to RBAC: the objects it
-    /// sees never opted in by the owner label, and which pod a client names
-    /// as owner of an object it may create is not a claim made to
-    /// ownerguard; the collector only needs the reference to resolve.
-    pub fn judges_policy(self) -> bool {
-        self != Self::ValidateAll
-    }
-}
-
-/// Default of `--max-pod-references`: real objects carry a handful.
-pub const DEFAULT_MAX_POD_REFERENCES: usize = 32;
-
-/// The settings the decision depends on.
-#[derive(Debug, Clone)]
-pub struct Policy {
-    pub labels: OwnerLabels,
-    pub requester_check: RequesterCheck,
-    /// Service accounts that may declare another pod of their namespace.
-    pub delegates: Vec<Delegate>,
-    /// Allow, with a warning, when an owner cannot be checked.
-    pub fail_open: bool,
-    /// Most Pod references one object may carry (and pods one review may
-    /// look up, beyond the label's owner): above it, 400 before any lookup.
-    pub max_pod_references: usize,
-}
-
-impl Default for Policy {
-    fn default() -> Self {
-        Self {
-            labels: OwnerLabels::default(),
-            requester_check: RequesterCheck::default(),
-            delegates: Vec::new(),
-            fail_open: false,
-            max_pod_references: DEFAULT_MAX_POD_REFERENCES,
-        }
-    }
-}
-
-impl Policy {
-    /// The requester check as `webhook` applies it: `/validate-all` does
-    /// not ([`WebhookKind::judges_policy`]).
-    fn requester_policy(&self, webhook: WebhookKind) -> RequesterPolicy<'_> {
-        RequesterPolicy {
-            mode: if webhook.judges_policy() {
-                self.requester_check
-            } else {
-                RequesterCheck::Off
-            },
-            delegates: &self.delegates,
-            labels: &self.labels,
-        }
-    }
-}
+use crate::owner::{Lookup, Source};
 
 /// One pod to look up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,131 +215,6 @@ pub fn decide(
         warnings: judge.warnings.into_iter().map(short_warning).collect(),
         owner: judge.owner,
     })
-}
-
-/// What a lookup says of a pod that must be `uid`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Liveness {
-    /// There, with that uid, not being deleted.
-    Live,
-    NotFound,
-    OtherUid,
-    Terminating,
-    /// Phase `Succeeded` or `Failed` (SPEC §3 rule 11): no owner, like a
-    /// pod being deleted, but its object (and so what it owns) stays.
-    Finished(Finished),
-    /// The lookup failed: `--fail-open` decides.
-    Unknown(&'static str),
-}
-
-/// Reads the lookups for one decision, and gathers the warnings and the
-/// owner for the audit annotations as it goes.
-struct Judge<'a> {
-    at: Subject,
-    lookups: &'a HashMap<String, Lookup>,
-    fail_open: bool,
-    /// A finished pod is an owner (`/validate-all` only).
-    finished_is_owner: bool,
-    warnings: Vec<String>,
-    owner: Option<CheckedOwner>,
-}
-
-impl Judge<'_> {
-    fn liveness(&self, name: &str, uid: &str) -> Liveness {
-        match self.lookups.get(name).map(|lookup| &lookup.outcome) {
-            None => Liveness::Unknown("no lookup was made"),
-            Some(Err(error)) => Liveness::Unknown(error.summary()),
-            Some(Ok(None)) => Liveness::NotFound,
-            Some(Ok(Some(pod))) if pod.uid != uid => Liveness::OtherUid,
-            Some(Ok(Some(pod))) if pod.terminating => Liveness::Terminating,
-            Some(Ok(Some(_))) if self.finished_is_owner => Liveness::Live,
-            Some(Ok(Some(pod))) => pod.finished.map_or(Liveness::Live, Liveness::Finished),
-        }
-    }
-
-    /// Remember the first owner found alive, for the audit annotations.
-    fn checked(&mut self, name: &str, uid: &str) {
-        // The annotation names the object's owner, never another pod a
-        // reference names (even when the owner itself went unchecked).
-        if self.at.owner.as_deref().is_some_and(|owner| owner != name) {
-            return;
-        }
-        let source = self
-            .lookups
-            .get(name)
-            .map_or(Source::Inventory, |l| l.source);
-        self.owner.get_or_insert_with(|| CheckedOwner {
-            namespace: self.at.namespace.clone(),
-            name: name.to_string(),
-            uid: uid.to_string(),
-            source,
-        });
-    }
-
-    /// A declared owner must be there, with its uid, not being deleted and
-    /// not finished.
-    fn require_owner(&mut self, claim: &Claim) -> Result<(), Denial> {
-        let owner = claim.name.clone();
-        match self.liveness(&claim.name, &claim.uid) {
-            Liveness::Live => {
-                self.checked(&claim.name, &claim.uid);
-                Ok(())
-            }
-            Liveness::NotFound => Err(Denial::OwnerNotFound {
-                at: self.at.clone(),
-                owner,
-            }),
-            Liveness::OtherUid => Err(Denial::OwnerUidMismatch {
-                at: self.at.clone(),
-                owner,
-                declared: claim.uid.clone(),
-            }),
-            Liveness::Terminating => Err(Denial::OwnerTerminating {
-                at: self.at.clone(),
-                owner,
-            }),
-            Liveness::Finished(phase) => Err(Denial::OwnerFinished {
-                at: self.at.clone(),
-                owner,
-                phase,
-            }),
-            Liveness::Unknown(reason) => self.unchecked(&claim.name, reason),
-        }
-    }
-
-    /// Whether pod `name` is alive with `uid`, for a decision that keeps a
-    /// live owner's ownership: a pod being deleted or finished is not (its
-    /// reference may go, is never put back, and its labels may follow). A
-    /// failed lookup denies (503), or under `--fail-open` counts as gone,
-    /// with a warning.
-    fn is_live(&mut self, name: &str, uid: &str) -> Result<bool, Denial> {
-        match self.liveness(name, uid) {
-            Liveness::Live => {
-                self.checked(name, uid);
-                Ok(true)
-            }
-            Liveness::Unknown(reason) => self.unchecked(name, reason).map(|()| false),
-            Liveness::NotFound
-            | Liveness::OtherUid
-            | Liveness::Terminating
-            | Liveness::Finished(_) => Ok(false),
-        }
-    }
-
-    fn unchecked(&mut self, name: &str, reason: &'static str) -> Result<(), Denial> {
-        if self.fail_open {
-            self.warnings.push(format!(
-                "owner pod '{name}' not checked (lookup failed), allowed by --fail-open"
-            ));
-            Ok(())
-        } else {
-            Err(Denial::LookupFailed {
-                at: self.at.clone(),
-                owner: name.to_string(),
-                reason,
-            })
-        }
-    }
 }
 
 /// Lookups for `needs`, one per name; a name needed fresh anywhere is

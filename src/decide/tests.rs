@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::admission::{AdmissionRequest, EXTRA_POD_NAME, EXTRA_POD_UID};
+use crate::decide::requester::RequesterCheck;
 use crate::decide::subject::Subject;
 use crate::owner::LookupError;
 use crate::owner::ObservedPod;

@@ -1,0 +1,107 @@
+//! Which webhook decides, and the settings every decision reads.
+
+use crate::decide::requester::{Delegate, RequesterCheck};
+use crate::decide::resolve::OwnerLabels;
+use crate::decide::resolve::RequesterPolicy;
+
+/// Which endpoint is deciding.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookKind {
+    /// `/mutate`: injects the reference.
+    Mutate,
+    /// `/validate`: the same checks, never a patch; guarantees the final
+    /// object, after every mutating webhook ran.
+    Validate,
+    /// `/validate-all`: the chart's cluster-wide opt-in
+    /// (`validation.allPodOwnerReferences`), for the objects that carry no
+    /// owner label. It refuses only what the garbage collector cannot
+    /// resolve to a live pod (SPEC §3 rule 13): a reference not exactly
+    /// `v1`/`Pod` (rules 6, 15), malformed or with a name no pod can have,
+    /// to a pod that is missing, has another uid or is being deleted (an
+    /// owner on its way out takes the object with it, and the
+    /// ephemeral-volume controller skips such pods itself). A finished pod
+    /// is an owner here: the collector resolves it, and that controller
+    /// makes claims for finished pods too. Never a blocking reference,
+    /// never by the requester check
+    /// ([`Self::judges_policy`]). A failed lookup is allowed with a
+    /// warning, as its webhook's `failurePolicy: Ignore` allows an outage.
+    #[serde(rename = "validate-all")]
+    ValidateAll,
+}
+
+impl WebhookKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mutate => "mutate",
+            Self::Validate => "validate",
+            Self::ValidateAll => "validate-all",
+        }
+    }
+
+    /// Whether this webhook may patch (the others only allow or deny).
+    pub fn mutates(self) -> bool {
+        self == Self::Mutate
+    }
+
+    /// Whether this webhook judges what only ownerguard's policy asks of
+    /// an object, beyond what the collector can resolve: a blocking
+    /// reference and the requester check. `/validate-all` leaves the first
+    /// to the API server's permission check (`update` on `pods/finalizers`
+    /// under `OwnerReferencesPermissionEnforcement`): the ephemeral-volume
+    /// and resource-claim controllers write `blockOwnerDeletion: true` and
+    /// hold that permission. It leaves the second to RBAC: the objects it
+    /// sees never opted in by the owner label, and which pod a client names
+    /// as owner of an object it may create is not a claim made to
+    /// ownerguard; the collector only needs the reference to resolve.
+    pub fn judges_policy(self) -> bool {
+        self != Self::ValidateAll
+    }
+}
+
+/// Default of `--max-pod-references`: real objects carry a handful.
+pub const DEFAULT_MAX_POD_REFERENCES: usize = 32;
+
+/// The settings the decision depends on.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub labels: OwnerLabels,
+    pub requester_check: RequesterCheck,
+    /// Service accounts that may declare another pod of their namespace.
+    pub delegates: Vec<Delegate>,
+    /// Allow, with a warning, when an owner cannot be checked.
+    pub fail_open: bool,
+    /// Most Pod references one object may carry (and pods one review may
+    /// look up, beyond the label's owner): above it, 400 before any lookup.
+    pub max_pod_references: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            labels: OwnerLabels::default(),
+            requester_check: RequesterCheck::default(),
+            delegates: Vec::new(),
+            fail_open: false,
+            max_pod_references: DEFAULT_MAX_POD_REFERENCES,
+        }
+    }
+}
+
+impl Policy {
+    /// The requester check as `webhook` applies it: `/validate-all` does
+    /// not ([`WebhookKind::judges_policy`]).
+    pub(super) fn requester_policy(&self, webhook: WebhookKind) -> RequesterPolicy<'_> {
+        RequesterPolicy {
+            mode: if webhook.judges_policy() {
+                self.requester_check
+            } else {
+                RequesterCheck::Off
+            },
+            delegates: &self.delegates,
+            labels: &self.labels,
+        }
+    }
+}
