@@ -14,10 +14,10 @@ use ownerguard::commands::review;
 use ownerguard::observe::metrics::Metrics;
 use ownerguard::observe::record::Recorder;
 use ownerguard::observe::telemetry;
-use ownerguard::owner::OwnerLookup;
 use ownerguard::owner::cluster::{ClusterLookup, LookupLimits};
 use ownerguard::owner::cluster::{WatchSettings, Watches};
 use ownerguard::owner::inventory::Inventory;
+use ownerguard::owner::{LookupBudget, OwnerLookup};
 use ownerguard::serve::{ServeOptions, Server, shutdown_signal};
 use ownerguard::webhook::Webhook;
 
@@ -145,12 +145,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let mut webhook = Webhook::new(args.policy.policy(), lookup, metrics)
-        .with_lookup_timeout(args.lookup_timeout);
+        .with_lookup_budget(LookupBudget::new(args.lookup_timeout));
     if let Some(dir) = &args.record {
         let recorder =
             Recorder::new(dir).with_context(|| format!("cannot record into {}", dir.display()))?;
         info!(dir = %dir.display(), "recording every review as a test case");
-        webhook = webhook.with_recorder(recorder);
+        webhook = webhook.with_observer(Arc::new(recorder));
     }
     let options = ServeOptions {
         addr: args.addr,

@@ -92,7 +92,7 @@ impl Cluster {
             "object": {"apiVersion": "v1", "kind": "Pod", "metadata": metadata}}});
         let answer = self
             .webhook
-            .review(
+            .answer(
                 WebhookKind::Mutate,
                 &serde_json::to_vec(&review).unwrap(),
                 api_timeout,
@@ -379,7 +379,7 @@ async fn fail_open_allows_with_a_warning_when_the_api_is_down() {
         "uid": "r", "operation": "CREATE", "namespace": NS, "kind": {"kind": "Pod"},
         "object": {"metadata": {"name": "a", "labels": {"ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": U1}}}}});
     let answer = webhook
-        .review(
+        .answer(
             WebhookKind::Mutate,
             &serde_json::to_vec(&review).unwrap(),
             None,

@@ -58,10 +58,10 @@ async fn recorded_requests_replay_to_the_same_answer() {
         Arc::new(inventory),
         Arc::new(Metrics::default()),
     )
-    .with_recorder(Recorder::new(dir.path()).unwrap());
+    .with_observer(std::sync::Arc::new(Recorder::new(dir.path()).unwrap()));
     for owner in ["w-1", "w-9", "w-evicted"] {
         webhook
-            .review(
+            .answer(
                 WebhookKind::Mutate,
                 &serde_json::to_vec(&review(owner)).unwrap(),
                 None,

@@ -146,7 +146,7 @@ async fn mutated_reviews_are_answered_or_refused_never_a_panic() {
                 WebhookKind::Validate,
                 WebhookKind::ValidateAll,
             ] {
-                match webhook.review(kind, &body, None).await {
+                match webhook.answer(kind, &body, None).await {
                     Err(_) => refused += 1,
                     Ok(answer) => {
                         answered += 1;

@@ -139,7 +139,7 @@ pub fn decide(index: usize, hook: Hook, body: &[u8]) -> Option<Value> {
         Hook::ValidateAll => WebhookKind::ValidateAll,
     };
     let webhook = &webhooks()[index % SETTINGS];
-    let answer = runtime().block_on(webhook.review(kind, body, None)).ok()?;
+    let answer = runtime().block_on(webhook.answer(kind, body, None)).ok()?;
     Some(serde_json::from_slice(&answer.body).expect("the answer is JSON"))
 }
 

@@ -62,7 +62,7 @@ async fn review(args: &ReviewArgs) -> Result<(bool, String), String> {
     );
     let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
     let answer = webhook
-        .review(args.webhook, &bytes, None)
+        .answer(args.webhook, &bytes, None)
         .await
         .map_err(|e| e.to_string())?;
     if let Some(status) = &answer.response.status {

@@ -27,7 +27,7 @@ mod templates;
 mod update;
 
 use judge::Judge;
-pub use policy::{DEFAULT_MAX_POD_REFERENCES, Policy, WebhookKind};
+pub use policy::{DEFAULT_MAX_POD_REFERENCES, Endpoint, Policy, WebhookKind};
 
 use std::collections::HashMap;
 
@@ -80,6 +80,11 @@ impl Checks {
     /// The pods to look up, one entry per name.
     pub fn lookups(&self) -> &[LookupNeed] {
         &self.lookups
+    }
+
+    /// The pods to look up, taken out: [`decide`] needs only the answers.
+    pub fn take_lookups(&mut self) -> Vec<LookupNeed> {
+        std::mem::take(&mut self.lookups)
     }
 }
 

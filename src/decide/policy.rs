@@ -105,3 +105,47 @@ impl Policy {
         }
     }
 }
+
+/// A path the server answers on: the decision it makes, the name it
+/// reports under (metrics, logs), and whether a failed lookup is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    pub kind: WebhookKind,
+    pub name: &'static str,
+    pub fail_open: bool,
+}
+
+impl Endpoint {
+    /// `/mutate`.
+    pub const MUTATE: Self = Self {
+        kind: WebhookKind::Mutate,
+        name: "mutate",
+        fail_open: false,
+    };
+    /// `/validate`.
+    pub const VALIDATE: Self = Self {
+        kind: WebhookKind::Validate,
+        name: "validate",
+        fail_open: false,
+    };
+    /// `/validate-all`: the chart's cluster-wide switch
+    /// (`validation.allPodOwnerReferences`), whose webhook has
+    /// `failurePolicy: Ignore`. It refuses only what the collector cannot
+    /// resolve to a live pod ([`WebhookKind::ValidateAll`]), and a lookup
+    /// that fails is allowed with a warning, as an unreachable ownerguard
+    /// would be: an API hiccup must not stop every pod creation that names
+    /// a pod as owner (Spark executors, for one).
+    pub const VALIDATE_ALL: Self = Self {
+        kind: WebhookKind::ValidateAll,
+        name: "validate-all",
+        fail_open: true,
+    };
+
+    pub fn of(kind: WebhookKind) -> Self {
+        match kind {
+            WebhookKind::Mutate => Self::MUTATE,
+            WebhookKind::Validate => Self::VALIDATE,
+            WebhookKind::ValidateAll => Self::VALIDATE_ALL,
+        }
+    }
+}

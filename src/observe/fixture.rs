@@ -114,7 +114,7 @@ impl OwnerLookup for CaseLookup {
     fn lookup<'a>(&'a self, query: PodQuery<'a>) -> BoxFuture<'a, Lookup> {
         if self.failures.contains(query.name) {
             let outcome = Err(LookupError::TimedOut {
-                after: crate::webhook::DEFAULT_LOOKUP_TIMEOUT,
+                after: crate::owner::LookupBudget::DEFAULT_TIMEOUT,
             });
             return Box::pin(std::future::ready(Lookup {
                 source: Source::Api,

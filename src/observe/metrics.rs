@@ -7,6 +7,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use super::log::result_label;
+use super::{Decision, Observer, Outcome};
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     webhook: &'static str,
@@ -154,6 +157,31 @@ impl Default for Metrics {
             certificate_expiry,
             tls_reload_failures,
             resources: Default::default(),
+        }
+    }
+}
+
+/// The request and lookup metrics of every finished decision: a body that
+/// was no review counts as `error`.
+impl Observer for Metrics {
+    fn observe(&self, decision: &Decision<'_>) {
+        let webhook = decision.endpoint.name;
+        let seconds = decision.elapsed.as_secs_f64();
+        match &decision.outcome {
+            Outcome::Refused(_) => self.observe_request(webhook, "", "", "error", seconds),
+            Outcome::Answered(answered) => {
+                for (need, lookup) in answered.each_lookup() {
+                    self.observe_lookup(lookup.source.as_str(), lookup.result_label(&need.uid));
+                }
+                let request = answered.request;
+                self.observe_request(
+                    webhook,
+                    request.operation.as_str(),
+                    &request.resource.resource,
+                    result_label(answered.response),
+                    seconds,
+                );
+            }
         }
     }
 }

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::Value;
 use tracing::warn;
 
+use super::fixture::{self, CaseConfig};
+use super::{Answered, Decision, Observer, Outcome};
 use crate::decide::resolve::OwnerLabels;
-use crate::decide::{Policy, WebhookKind};
-use crate::observe::fixture::{self, CaseConfig};
 use crate::owner::ObservedPod;
 
 /// Writes cases under one directory, off the request path.
@@ -32,27 +32,27 @@ impl Recorder {
             sequence: AtomicU64::new(existing),
         })
     }
+}
 
-    /// Write one case in the background. A failure is logged: recording
-    /// never changes an answer.
-    pub fn record(
-        &self,
-        webhook: WebhookKind,
-        policy: &Policy,
-        request: &[u8],
-        pods: &[(String, String, ObservedPod)],
-        failures: &[String],
-        response: &[u8],
-    ) {
+/// Every decision written down as a case, in the background. A failure is
+/// logged: recording never changes an answer. A body that was no review
+/// is not a case.
+impl Observer for Recorder {
+    fn observe(&self, decision: &Decision<'_>) {
+        let Outcome::Answered(answered) = &decision.outcome else {
+            return;
+        };
+        let seen = Seen::of(answered);
+        let policy = decision.policy;
         let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
         let config = CaseConfig {
             description: None,
-            webhook,
+            webhook: decision.endpoint.kind,
             requester_check: policy.requester_check,
             fail_open: policy.fail_open,
             key_prefix: Some(policy.labels.prefix.clone())
                 .filter(|prefix| *prefix != OwnerLabels::default().prefix),
-            lookup_failures: failures.to_vec(),
+            lookup_failures: seen.failures,
             delegates: policy
                 .delegates
                 .iter()
@@ -62,9 +62,9 @@ impl Recorder {
                 .filter(|max| *max != crate::decide::DEFAULT_MAX_POD_REFERENCES),
         };
         let (request, response, pods, dir) = (
-            request.to_vec(),
-            response.to_vec(),
-            fixture::pods_yaml(pods),
+            decision.body.to_vec(),
+            answered.answer.to_vec(),
+            fixture::pods_yaml(&seen.pods),
             self.dir.clone(),
         );
         let write = move || {
@@ -76,6 +76,33 @@ impl Recorder {
             Ok(handle) => drop(handle.spawn_blocking(write)),
             Err(_) => write(),
         }
+    }
+}
+
+/// What the lookups of one review found: the pods that exist, and the
+/// owners whose lookup failed (replayed as failures).
+#[derive(Default)]
+struct Seen {
+    pods: Vec<(String, String, ObservedPod)>,
+    failures: Vec<String>,
+}
+
+impl Seen {
+    fn of(answered: &Answered<'_>) -> Self {
+        let mut seen = Self::default();
+        for (name, lookup) in answered.lookups {
+            match &lookup.outcome {
+                Ok(Some(pod)) => {
+                    seen.pods
+                        .push((answered.namespace.to_string(), name.clone(), pod.clone()))
+                }
+                Ok(None) => {}
+                Err(_) => seen.failures.push(name.clone()),
+            }
+        }
+        seen.pods.sort_by(|a, b| a.1.cmp(&b.1));
+        seen.failures.sort();
+        seen
     }
 }
 

@@ -120,6 +120,56 @@ impl Lookup {
     }
 }
 
+/// How long the owner lookups of one review may take: `--lookup-timeout`,
+/// and never more than three quarters of what the API server gives the
+/// whole call (its `?timeout=`), so the answer still travels back in time.
+/// One rule for `serve` (the deadline of each review), `review` (the same
+/// deadline offline), and `doctor` (a `timeoutSeconds` that leaves no room
+/// for the lookup fails).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LookupBudget {
+    timeout: Duration,
+}
+
+impl LookupBudget {
+    /// `--lookup-timeout`'s default.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+    /// The part of the API server's time a lookup may take: the rest
+    /// carries the decision and the answer back.
+    const SHARE_OF_THE_CALL: f64 = 0.75;
+
+    pub fn new(timeout: Duration) -> Self {
+        Self { timeout }
+    }
+
+    /// `--lookup-timeout`.
+    pub fn timeout(self) -> Duration {
+        self.timeout
+    }
+
+    /// The budget of a call the API server gives `api_timeout` (none
+    /// given: `--lookup-timeout` alone).
+    pub fn of_call(self, api_timeout: Option<Duration>) -> Duration {
+        match api_timeout {
+            Some(timeout) => self.timeout.min(timeout.mul_f64(Self::SHARE_OF_THE_CALL)),
+            None => self.timeout,
+        }
+    }
+
+    /// Whether a webhook registered with `timeout_seconds` leaves a whole
+    /// `--lookup-timeout` to the lookup.
+    pub fn fits(self, timeout_seconds: Duration) -> bool {
+        self.timeout <= timeout_seconds.mul_f64(Self::SHARE_OF_THE_CALL)
+    }
+}
+
+impl Default for LookupBudget {
+    fn default() -> Self {
+        Self::new(Self::DEFAULT_TIMEOUT)
+    }
+}
+
 /// One pod to look up, and how.
 #[derive(Debug, Clone, Copy)]
 pub struct PodQuery<'a> {

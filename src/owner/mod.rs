@@ -6,4 +6,6 @@ pub mod cluster;
 pub mod inventory;
 pub mod lookup;
 
-pub use lookup::{Finished, Lookup, LookupError, ObservedPod, OwnerLookup, PodQuery, Source};
+pub use lookup::{
+    Finished, Lookup, LookupBudget, LookupError, ObservedPod, OwnerLookup, PodQuery, Source,
+};

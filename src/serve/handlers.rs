@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
+use crate::decide::Endpoint;
 use crate::k8s::duration::parse_go_duration;
-use crate::webhook::Endpoint;
 use crate::webhook::Webhook;
 
 /// The largest body accepted: an UPDATE carries two objects of up to 3 MiB
@@ -98,7 +98,7 @@ async fn handle(
                 );
             }
         };
-        match webhook.review_at(endpoint, &bytes, timeout).await {
+        match webhook.answer_at(endpoint, &bytes, timeout).await {
             Ok(answer) => {
                 ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
             }

@@ -23,6 +23,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use rustls::pki_types::CertificateDer;
+
+use crate::owner::LookupBudget;
 use rustls::pki_types::pem::PemObject;
 
 mod certificate;
@@ -366,6 +368,6 @@ struct ServeFlags {
     tls_cert: Option<String>,
     client_ca: Option<String>,
     fail_open: bool,
-    lookup_timeout: Duration,
+    lookup_budget: LookupBudget,
     key_prefix: String,
 }

@@ -566,16 +566,15 @@ pub(super) fn check_policy(webhook: &WebhookView<'_>, role: Role, flags: &ServeF
 
 pub(super) fn check_timeout(webhook: &WebhookView<'_>, flags: &ServeFlags) -> Check {
     let subject = format!("timeoutSeconds of {}", webhook.label());
-    let budget =
-        Duration::from_secs(u64::try_from(webhook.timeout_seconds).unwrap_or(0)).mul_f64(0.75);
-    if flags.lookup_timeout <= budget {
+    let timeout = Duration::from_secs(u64::try_from(webhook.timeout_seconds).unwrap_or(0));
+    if flags.lookup_budget.fits(timeout) {
         line(
             Verdict::Ok,
             subject,
             format!(
                 "{}s leaves room for --lookup-timeout={}ms",
                 webhook.timeout_seconds,
-                flags.lookup_timeout.as_millis()
+                flags.lookup_budget.timeout().as_millis()
             ),
         )
     } else {
@@ -585,7 +584,7 @@ pub(super) fn check_timeout(webhook: &WebhookView<'_>, flags: &ServeFlags) -> Ch
             format!(
                 "{}s, but --lookup-timeout={}ms: the API server gives up before a slow lookup ends; raise timeoutSeconds or lower --lookup-timeout",
                 webhook.timeout_seconds,
-                flags.lookup_timeout.as_millis()
+                flags.lookup_budget.timeout().as_millis()
             ),
         )
     }

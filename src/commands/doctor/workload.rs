@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::k8s::duration::parse_go_duration;
-use crate::webhook::DEFAULT_LOOKUP_TIMEOUT;
+use crate::owner::LookupBudget;
 
 use super::webhooks::WebhookView;
 use super::{Check, DEFAULT_KEY_PREFIX, DEFAULT_METRICS_PORT, DEFAULT_WEBHOOK_PORT, Verdict, line};
@@ -81,7 +81,7 @@ pub(super) fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, Str
         tls_cert: None,
         client_ca: None,
         fail_open: false,
-        lookup_timeout: DEFAULT_LOOKUP_TIMEOUT,
+        lookup_budget: LookupBudget::default(),
         key_prefix: DEFAULT_KEY_PREFIX.to_string(),
     };
     let port = |value: &str| {
@@ -125,7 +125,8 @@ pub(super) fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, Str
             "tls-cert" => flags.tls_cert = Some(value.to_string()),
             "client-ca" => flags.client_ca = Some(value.to_string()),
             "lookup-timeout" => {
-                flags.lookup_timeout = parse_go_duration(value).unwrap_or(flags.lookup_timeout);
+                flags.lookup_budget =
+                    parse_go_duration(value).map_or(flags.lookup_budget, LookupBudget::new);
             }
             "key-prefix" => flags.key_prefix = value.to_string(),
             _ => {}
@@ -435,7 +436,10 @@ mod tests {
         let flags = server_view(&d).map(|v| v.flags).unwrap();
         assert_eq!(flags.webhook_port, 10443);
         assert_eq!(flags.metrics_port, DEFAULT_METRICS_PORT);
-        assert_eq!(flags.lookup_timeout, Duration::from_secs(1));
+        assert_eq!(
+            flags.lookup_budget,
+            LookupBudget::new(Duration::from_secs(1))
+        );
         assert!(flags.fail_open);
         assert_eq!(flags.key_prefix, "example.com");
     }
