@@ -1,5 +1,9 @@
-//! The HTTP handlers of `/mutate` and `/validate`, nothing else: read the
-//! body within its limit, read `?timeout=`, hand over to the [`Webhook`].
+//! The HTTP handlers of `/mutate`, `/validate` and `/validate-all`,
+//! nothing else: read the body within its limit, read `?timeout=`, hand
+//! over to the [`Webhook`]. What goes wrong before a review is decided is
+//! a [`TransportError`], mapped to its HTTP status in one place; a denial
+//! is an answer (HTTP 200), and its code is the decision's
+//! ([`crate::decide::denial::Denial::code`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
+use crate::admission::DecodeError;
 use crate::decide::Endpoint;
 use crate::k8s::duration::parse_go_duration;
 use crate::webhook::Webhook;
@@ -60,13 +65,51 @@ async fn validate_all(
 }
 
 async fn not_found(uri: Uri) -> Response {
-    error(
-        StatusCode::NOT_FOUND,
-        &format!(
-            "no such path {}: ownerguard serves POST /mutate, /validate and /validate-all",
-            uri.path()
-        ),
-    )
+    TransportError::NoSuchPath {
+        path: uri.path().to_string(),
+    }
+    .into_response()
+}
+
+/// Why a request got no review answer: every one is an HTTP error with a
+/// JSON body (`{"error": "...", "code": N}`), which the API server treats
+/// as a failed call (`failurePolicy` decides).
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// A path ownerguard does not serve.
+    #[error("no such path {path}: ownerguard serves POST /mutate, /validate and /validate-all")]
+    NoSuchPath { path: String },
+    /// The body, declared or read, is over [`MAX_BODY_BYTES`].
+    #[error("request body over {MAX_BODY_BYTES} bytes")]
+    TooLarge,
+    /// The body could not be read.
+    #[error("cannot read the request body: {0}")]
+    Unreadable(String),
+    /// The body is no review to decide.
+    #[error(transparent)]
+    NotAReview(#[from] DecodeError),
+    /// The request, body included, did not complete within what the API
+    /// server waits.
+    #[error("request not complete within {}ms", .after.as_millis())]
+    TimedOut { after: Duration },
+}
+
+impl TransportError {
+    /// The one place a transport error gets its HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::NoSuchPath { .. } => StatusCode::NOT_FOUND,
+            Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unreadable(_) | Self::NotAReview(_) => StatusCode::BAD_REQUEST,
+            Self::TimedOut { .. } => StatusCode::REQUEST_TIMEOUT,
+        }
+    }
+}
+
+impl IntoResponse for TransportError {
+    fn into_response(self) -> Response {
+        error(self.status(), &self.to_string())
+    }
 }
 
 async fn handle(
@@ -81,7 +124,7 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared_length.is_some_and(|length| length > MAX_BODY_BYTES) {
-        return too_large();
+        return TransportError::TooLarge.into_response();
     }
     // The whole request, body included, within what the API server waits:
     // a client that trickles its body must not hold a task for ever.
@@ -90,27 +133,19 @@ async fn handle(
     let answer = tokio::time::timeout(deadline, async {
         let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
             Ok(collected) => collected.to_bytes(),
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return too_large(),
-            Err(e) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    &format!("cannot read the request body: {e}"),
-                );
+            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                return Err(TransportError::TooLarge);
             }
+            Err(e) => return Err(TransportError::Unreadable(e.to_string())),
         };
-        match webhook.answer_at(endpoint, &bytes, timeout).await {
-            Ok(answer) => {
-                ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
-            }
-            Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
-        }
+        let answer = webhook.answer_at(endpoint, &bytes, timeout).await?;
+        Ok(([(header::CONTENT_TYPE, "application/json")], answer.body).into_response())
     });
-    answer.await.unwrap_or_else(|_| {
-        error(
-            StatusCode::REQUEST_TIMEOUT,
-            &format!("request not complete within {}ms", deadline.as_millis()),
-        )
-    })
+    match answer.await {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => error.into_response(),
+        Err(_) => TransportError::TimedOut { after: deadline }.into_response(),
+    }
 }
 
 /// The longest the API server waits for a webhook (`timeoutSeconds` is at
@@ -127,15 +162,8 @@ fn api_timeout(uri: &Uri) -> Option<Duration> {
         .filter(|timeout| !timeout.is_zero())
 }
 
-fn too_large() -> Response {
-    error(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        &format!("request body over {MAX_BODY_BYTES} bytes"),
-    )
-}
-
 /// A JSON error body: `{"error": "...", "code": N}`.
-pub fn error(status: StatusCode, message: &str) -> Response {
+fn error(status: StatusCode, message: &str) -> Response {
     let body = serde_json::json!({ "error": message, "code": status.as_u16() });
     (
         status,
@@ -148,6 +176,40 @@ pub fn error(status: StatusCode, message: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_transport_error_has_its_status() {
+        let decode = DecodeError::NoRequest;
+        for (error, status) in [
+            (
+                TransportError::NoSuchPath { path: "/x".into() },
+                StatusCode::NOT_FOUND,
+            ),
+            (TransportError::TooLarge, StatusCode::PAYLOAD_TOO_LARGE),
+            (
+                TransportError::Unreadable("reset".into()),
+                StatusCode::BAD_REQUEST,
+            ),
+            (TransportError::NotAReview(decode), StatusCode::BAD_REQUEST),
+            (
+                TransportError::TimedOut {
+                    after: Duration::from_secs(10),
+                },
+                StatusCode::REQUEST_TIMEOUT,
+            ),
+        ] {
+            // A variant added without a line above fails to compile here.
+            match &error {
+                TransportError::NoSuchPath { .. }
+                | TransportError::TooLarge
+                | TransportError::Unreadable(_)
+                | TransportError::NotAReview(_)
+                | TransportError::TimedOut { .. } => {}
+            }
+            assert_eq!(error.status(), status, "{error}");
+            assert_eq!(error.into_response().status(), status);
+        }
+    }
 
     #[test]
     fn api_timeout_is_read_from_the_query() {
