@@ -11,13 +11,13 @@ use ownerguard::commands::cli::{CertsArgs, Cli, Command, DoctorArgs, ReleaseArgs
 use ownerguard::commands::doctor::DoctorOptions;
 use ownerguard::commands::release::{Owner, ReleaseError};
 use ownerguard::commands::review;
-use ownerguard::observe::metrics::Metrics;
-use ownerguard::observe::record::Recorder;
+use ownerguard::observe::Metrics;
+use ownerguard::observe::Recorder;
 use ownerguard::observe::telemetry;
-use ownerguard::owner::cluster::{ClusterLookup, LookupLimits};
-use ownerguard::owner::cluster::{WatchSettings, Watches};
-use ownerguard::owner::inventory::Inventory;
+use ownerguard::owner::Inventory;
+use ownerguard::owner::{ClusterLookup, LookupLimits};
 use ownerguard::owner::{LookupBudget, OwnerLookup};
+use ownerguard::owner::{WatchSettings, Watches};
 use ownerguard::serve::{ServeOptions, Server, shutdown_signal};
 use ownerguard::webhook::Webhook;
 

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use crate::admission::{AdmissionResponse, DecodeError, Review, ReviewVersion, Status};
 use crate::decide::denial::Denial;
 use crate::decide::{self, Allowed, Checks, Endpoint, Policy, WebhookKind};
-use crate::observe::log::DecisionLog;
-use crate::observe::metrics::Metrics;
+use crate::observe::DecisionLog;
+use crate::observe::Metrics;
 use crate::observe::{Answered, Decision, Observer, Outcome};
 use crate::owner::{Lookup, LookupBudget, LookupError, OwnerLookup, PodQuery, Source};
 

@@ -216,7 +216,7 @@ fn certs_writes_a_ca_and_a_serving_certificate_and_prints_the_ca_bundle() {
         assert_eq!(mode & 0o777, 0o600);
     }
     // The pair serves: the server loads it.
-    ownerguard::serve::tls::ReloadingCertificate::load(&out.join("tls.crt"), &out.join("tls.key"))
+    ownerguard::serve::ReloadingCertificate::load(&out.join("tls.crt"), &out.join("tls.key"))
         .unwrap();
 }
 

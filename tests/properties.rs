@@ -17,13 +17,14 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
+use common::CaseLookup;
 use common::oracle::{self, Hook, Pod};
+use ownerguard::decide::RequesterCheck;
 use ownerguard::decide::WebhookKind;
-use ownerguard::decide::requester::RequesterCheck;
-use ownerguard::observe::fixture::{CaseConfig, CaseLookup};
-use ownerguard::observe::metrics::Metrics;
-use ownerguard::owner::inventory::{Inventory, InventoryPod};
+use ownerguard::observe::Metrics;
+use ownerguard::observe::fixture::CaseConfig;
 use ownerguard::owner::{Finished, ObservedPod};
+use ownerguard::owner::{Inventory, InventoryPod};
 use ownerguard::webhook::Webhook;
 use proptest::prelude::*;
 use proptest::sample::select;

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ownerguard::decide::{Policy, WebhookKind};
+use ownerguard::observe::Metrics;
+use ownerguard::observe::Recorder;
 use ownerguard::observe::fixture::{self, CaseConfig};
-use ownerguard::observe::metrics::Metrics;
-use ownerguard::observe::record::Recorder;
-use ownerguard::owner::inventory::{Inventory, InventoryPod};
 use ownerguard::owner::{Finished, ObservedPod};
+use ownerguard::owner::{Inventory, InventoryPod};
 use ownerguard::webhook::Webhook;
 use serde_json::{Value, json};
 

@@ -11,10 +11,10 @@ mod common;
 use std::sync::Arc;
 
 use ownerguard::decide::{Policy, WebhookKind};
+use ownerguard::observe::Metrics;
 use ownerguard::observe::fixture;
-use ownerguard::observe::metrics::Metrics;
 use ownerguard::owner::ObservedPod;
-use ownerguard::owner::inventory::{Inventory, InventoryPod};
+use ownerguard::owner::{Inventory, InventoryPod};
 use ownerguard::webhook::Webhook;
 use serde_json::{Value, json};
 

@@ -10,11 +10,15 @@ use std::sync::{Arc, OnceLock};
 
 use base64::Engine;
 use ownerguard::decide::WebhookKind;
-use ownerguard::observe::fixture::{CaseConfig, CaseLookup};
-use ownerguard::observe::metrics::Metrics;
-use ownerguard::owner::inventory::{Inventory, InventoryPod};
+use ownerguard::observe::fixture::CaseConfig;
+
+#[path = "../../tests/common/case_lookup.rs"]
+mod case_lookup;
+use case_lookup::CaseLookup;
+use ownerguard::observe::Metrics;
+use ownerguard::owner::{Inventory, InventoryPod};
 use ownerguard::owner::{Finished, ObservedPod};
-use ownerguard::decide::requester::RequesterCheck;
+use ownerguard::decide::RequesterCheck;
 use ownerguard::webhook::Webhook;
 use serde_json::{Value, json};
 

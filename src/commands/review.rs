@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 
 use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID};
 use crate::commands::cli::ReviewArgs;
-use crate::observe::metrics::Metrics;
+use crate::observe::Metrics;
 use crate::owner::ObservedPod;
-use crate::owner::inventory::{Inventory, InventoryPod};
+use crate::owner::{Inventory, InventoryPod};
 use crate::webhook::Webhook;
 
 /// The request uid of a review made from a plain manifest.

@@ -15,28 +15,29 @@
 //! templates a controller makes objects from (rule 12).
 
 mod create;
-pub mod denial;
+pub(crate) mod denial;
 mod judge;
-pub mod patch;
+pub(crate) mod patch;
 mod policy;
 mod record;
-pub mod requester;
-pub mod resolve;
-pub mod subject;
+pub(crate) mod requester;
+pub(crate) mod resolve;
+pub(crate) mod subject;
 mod templates;
 mod update;
 
+pub use denial::{Denial, SameName};
 use judge::Judge;
+pub use patch::MetadataPatch;
 pub use policy::{DEFAULT_MAX_POD_REFERENCES, Endpoint, Policy, WebhookKind};
+pub use requester::{Delegate, Requester, RequesterCheck};
+pub use resolve::{GARBAGE_COLLECTOR, OwnerLabels, REQUESTING_POD};
+pub use subject::{ObjectName, Subject};
 
 use std::collections::HashMap;
 
 use crate::admission::{AdmissionRequest, ObjectHead, ObjectMeta, Operation};
-use crate::decide::denial::Denial;
-use crate::decide::patch::MetadataPatch;
-use crate::decide::requester::Requester;
-use crate::decide::resolve::{OwnerLabels, label, references};
-use crate::decide::subject::{ObjectName, Subject};
+use crate::decide::resolve::{label, references};
 use crate::k8s::names::is_namespace;
 use crate::owner::{Lookup, Source};
 

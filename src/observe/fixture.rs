@@ -10,19 +10,14 @@
 //!                and its templates' (rule 12; only if patched)
 //! ```
 
-use std::collections::HashSet;
-
 use base64::Engine;
-use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::decide::requester::RequesterCheck;
 use crate::decide::resolve::OwnerLabels;
 use crate::decide::{Policy, WebhookKind};
-use crate::owner::LookupError;
-use crate::owner::inventory::Inventory;
-use crate::owner::{Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
+use crate::owner::ObservedPod;
 
 pub const REQUEST: &str = "request.json";
 pub const PODS: &str = "pods.yaml";
@@ -100,28 +95,6 @@ impl CaseConfig {
                 .max_pod_references
                 .unwrap_or(crate::decide::DEFAULT_MAX_POD_REFERENCES),
         }
-    }
-}
-
-/// The inventory of a case, where the owners of `lookup_failures` cannot
-/// be looked up.
-pub struct CaseLookup {
-    pub inventory: Inventory,
-    pub failures: HashSet<String>,
-}
-
-impl OwnerLookup for CaseLookup {
-    fn lookup<'a>(&'a self, query: PodQuery<'a>) -> BoxFuture<'a, Lookup> {
-        if self.failures.contains(query.name) {
-            let outcome = Err(LookupError::TimedOut {
-                after: crate::owner::LookupBudget::DEFAULT_TIMEOUT,
-            });
-            return Box::pin(std::future::ready(Lookup {
-                source: Source::Api,
-                outcome,
-            }));
-        }
-        self.inventory.lookup(query)
     }
 }
 

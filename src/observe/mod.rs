@@ -6,10 +6,14 @@
 //! sets up the logs themselves.
 
 pub mod fixture;
-pub mod log;
-pub mod metrics;
-pub mod record;
+mod log;
+mod metrics;
+mod record;
 pub mod telemetry;
+
+pub use log::{DecisionLog, result_label};
+pub use metrics::Metrics;
+pub use record::Recorder;
 
 use std::collections::HashMap;
 use std::time::Duration;

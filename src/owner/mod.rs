@@ -2,10 +2,15 @@
 //! ([`lookup`]), from a static inventory ([`inventory`]) or the cluster
 //! ([`cluster`]: the watch cache, then a live GET).
 
-pub mod cluster;
-pub mod inventory;
-pub mod lookup;
+pub(crate) mod cluster;
+mod inventory;
+mod lookup;
 
+pub use cluster::{
+    ClusterLookup, DEFAULT_MAX_AGE, DEFAULT_SILENCE_LIMIT, FinishedChange, FinishedPod,
+    FinishedPods, LookupLimits, WatchSettings, Watches,
+};
+pub use inventory::{Inventory, InventoryPod};
 pub use lookup::{
     Finished, Lookup, LookupBudget, LookupError, ObservedPod, OwnerLookup, PodQuery, Source,
 };

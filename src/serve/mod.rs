@@ -8,10 +8,11 @@
 //! reading request headers (a slow client must not hold a connection), and
 //! a graceful drain that lets in-flight reviews finish.
 
-pub mod handlers;
-pub mod tls;
+pub(crate) mod handlers;
+pub(crate) mod tls;
 
-pub use handlers::router;
+pub use handlers::{MAX_BODY_BYTES, TransportError, router};
+pub use tls::ReloadingCertificate;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -36,7 +37,6 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
 use crate::webhook::Webhook;
-use tls::ReloadingCertificate;
 
 /// A TLS handshake must complete within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -3,6 +3,10 @@
 
 #![allow(dead_code)]
 
+pub mod case_lookup;
+
+pub use case_lookup::CaseLookup;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,9 +15,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use ownerguard::decide::WebhookKind;
-use ownerguard::observe::fixture::{CaseConfig, CaseLookup};
-use ownerguard::observe::metrics::Metrics;
-use ownerguard::owner::inventory::Inventory;
+use ownerguard::observe::Metrics;
+use ownerguard::observe::fixture::CaseConfig;
+use ownerguard::owner::Inventory;
 use ownerguard::webhook::Webhook;
 use serde_json::Value;
 use tower::ServiceExt;
@@ -49,7 +53,7 @@ pub fn case_webhook(dir: &Path, config: &CaseConfig) -> Webhook {
 /// controllers made since): the oracle's controller walk needs lookups to
 /// find the pods it created.
 pub fn webhook_over(config: &CaseConfig, pods: &[oracle::Pod]) -> Webhook {
-    use ownerguard::owner::inventory::InventoryPod;
+    use ownerguard::owner::InventoryPod;
     use ownerguard::owner::{Finished, ObservedPod};
     let inventory = Inventory::from_pods(pods.iter().map(|p| InventoryPod {
         namespace: p.namespace.clone(),
@@ -179,7 +183,7 @@ pub fn oracle_settings(config: &CaseConfig) -> oracle::Settings {
         fail_open: config.fail_open,
         delegates: config.delegates.clone(),
         lookup_failures: config.lookup_failures.clone(),
-        self_value: Some(ownerguard::decide::resolve::REQUESTING_POD.to_string()),
+        self_value: Some(ownerguard::decide::REQUESTING_POD.to_string()),
         max_pod_references: config.max_pod_references,
     }
 }

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::index::Scope;
-use crate::observe::metrics::Metrics;
+use crate::observe::Metrics;
 
 /// What is known of one watch's health: whether its cache hits can be
 /// trusted.

@@ -26,8 +26,6 @@ mod watch;
 pub mod watches;
 
 pub use finished::{FinishedChange, FinishedPod, FinishedPods};
-pub use health::WatchHealth;
-pub use index::{IndexedPod, PodIndex, Scope};
 pub use watch::{DEFAULT_MAX_AGE, DEFAULT_SILENCE_LIMIT, WatchSettings};
 pub use watches::Watches;
 
@@ -42,7 +40,7 @@ use serde::de::IgnoredAny;
 use tokio::time::Instant;
 
 use crate::k8s::names::{is_namespace, is_pod_name, path_segment};
-use crate::observe::metrics::Metrics;
+use crate::observe::Metrics;
 use crate::owner::LookupError;
 
 use crate::owner::lookup::{Finished, Lookup, ObservedPod, OwnerLookup, PodQuery, Source};

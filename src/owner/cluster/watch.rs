@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use super::finished::{FinishedChange, FinishedPod, FinishedPods};
 use super::health::WatchHealth;
 use super::index::{PodIndex, Relist, Scope, Seen};
-use crate::observe::metrics::Metrics;
+use crate::observe::Metrics;
 use crate::owner::Finished;
 
 /// What one watch feeds: the index of every pod, or the finished pods of

@@ -22,7 +22,7 @@ use super::finished::FinishedPods;
 use super::health::{ScopeHealth, WatchHealth, report_health};
 use super::index::{IndexedPod, PodIndex, Scope};
 use super::watch::{Feed, Watch, WatchSettings};
-use crate::observe::metrics::Metrics;
+use crate::observe::Metrics;
 use crate::owner::Finished;
 
 /// The watches of every scope: one of all pods, and one per finished phase.
