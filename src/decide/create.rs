@@ -142,9 +142,6 @@ pub(super) fn plan(
 }
 
 pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch, Denial> {
-    judge.warnings.extend(work.warnings);
-    for claim in &work.claims {
-        judge.require_owner(claim)?;
-    }
+    judge.require_owners(&work.claims, work.warnings)?;
     Ok(work.patch)
 }

@@ -70,6 +70,19 @@ impl Judge<'_> {
         });
     }
 
+    /// Take the warnings a plan settled, and require every owner it
+    /// claims ([`Judge::require_owner`]).
+    pub(super) fn require_owners(
+        &mut self,
+        claims: &[Claim],
+        warnings: Vec<String>,
+    ) -> Result<(), Denial> {
+        self.warnings.extend(warnings);
+        claims
+            .iter()
+            .try_for_each(|claim| self.require_owner(claim))
+    }
+
     /// A declared owner must be there, with its uid, not being deleted and
     /// not finished.
     pub(super) fn require_owner(&mut self, claim: &Claim) -> Result<(), Denial> {

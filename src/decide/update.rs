@@ -200,13 +200,7 @@ pub(super) fn plan(
             !is_the_reference(after) && !kept_from_before
         }) {
             let after = &new_references[index];
-            return Err(Denial::OwnerReferenceChanged {
-                at,
-                owner: before.name.clone(),
-                api_version: after.api_version.clone(),
-                kind: after.kind.clone(),
-                name: after.name.clone(),
-            });
+            return Err(reference_changed(at, before, after));
         }
         let kept: Vec<usize> = under_uid
             .iter()
@@ -254,13 +248,7 @@ pub(super) fn plan(
                     && !old_entries.contains(&tuple(after))
             });
         if let Some(after) = rewritten {
-            return Err(Denial::OwnerReferenceChanged {
-                at,
-                owner: before.name.clone(),
-                api_version: after.api_version.clone(),
-                kind: after.kind.clone(),
-                name: after.name.clone(),
-            });
+            return Err(reference_changed(at, before, after));
         }
     }
 
@@ -445,10 +433,7 @@ pub(super) fn plan(
 }
 
 pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch, Denial> {
-    judge.warnings.extend(work.warnings);
-    for claim in &work.claims {
-        judge.require_owner(claim)?;
-    }
+    judge.require_owners(&work.claims, work.warnings)?;
     let mut patch = work.patch;
     // Whether a removal stands (a reference whose pod is gone, labels of an
     // owner that no longer runs): then a pod must own what it releases.
@@ -515,4 +500,15 @@ pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch,
         ));
     }
     Ok(patch)
+}
+
+/// The denial of a reference the update renames or re-kinds under its uid.
+fn reference_changed(at: Subject, before: &OwnerReference, after: &OwnerReference) -> Denial {
+    Denial::OwnerReferenceChanged {
+        at,
+        owner: before.name.clone(),
+        api_version: after.api_version.clone(),
+        kind: after.kind.clone(),
+        name: after.name.clone(),
+    }
 }

@@ -69,25 +69,28 @@ pub(super) async fn other_configurations(
             });
         }
     };
-    for configuration in mutating.items {
-        let webhooks = configuration.webhooks.iter().flatten();
-        add(
+    // Two types with the same fields: each webhook as (name, its
+    // objectSelector's keys).
+    let mutating = mutating.items.into_iter().map(|c| {
+        let webhooks = c.webhooks.iter().flatten();
+        let names = webhooks.map(|w| (w.name.clone(), keys(w.object_selector.as_ref())));
+        (
             "MutatingWebhookConfiguration",
-            configuration.metadata.name,
-            webhooks
-                .map(|w| (w.name.clone(), keys(w.object_selector.as_ref())))
-                .collect(),
-        );
-    }
-    for configuration in validating.items {
-        let webhooks = configuration.webhooks.iter().flatten();
-        add(
+            c.metadata.name,
+            names.collect(),
+        )
+    });
+    let validating = validating.items.into_iter().map(|c| {
+        let webhooks = c.webhooks.iter().flatten();
+        let names = webhooks.map(|w| (w.name.clone(), keys(w.object_selector.as_ref())));
+        (
             "ValidatingWebhookConfiguration",
-            configuration.metadata.name,
-            webhooks
-                .map(|w| (w.name.clone(), keys(w.object_selector.as_ref())))
-                .collect(),
-        );
+            c.metadata.name,
+            names.collect(),
+        )
+    });
+    for (kind, name, webhooks) in mutating.chain(validating) {
+        add(kind, name, webhooks);
     }
     Ok(others)
 }
