@@ -4,24 +4,37 @@
 //! deletes them once the worker is gone, and refuses those whose owner is
 //! wrong with a message that says how to fix it.
 //!
-//! A review travels one way through the modules:
+//! A review travels one way through the rooms, each a folder:
 //!
 //! ```text
-//!  HTTPS (server) ─► review: body, ?timeout= ─► webhook: one review, start to end
-//!                                                  │
-//!            admission: decode the AdmissionReview (metadata only)
-//!                                                  │
-//!            admit::plan ─ owner::resolve: labels, Pod ownerReferences, requester
-//!                          patch: the JSON Patch, settled before any I/O
-//!                                                  │
-//!            owner::lookup: inventory (--pods), or the cluster (cache, then a GET)
-//!                                                  │
-//!            admit::decide ─► admission: AdmissionResponse, base64 patch
-//!                                                  │
-//!            log line, metrics, record (--record DIR: a ready test case)
+//!  serve/        HTTPS: mod (accept loop, probes, /metrics, drain), tls (certificates,
+//!                reload, client CA), handlers (body, ?timeout=, router(), TransportError)
+//!    │
+//!  webhook.rs    one review, start to end: decode, plan, look up, decide, answer,
+//!    │           then tell the observers
+//!    ├─ admission/  the wire format: mod (review, request), object (metadata, references),
+//!    │              template (where templates are), response, lenient (decoding), error
+//!    ├─ decide/     the decision, pure: mod (plan, decide), policy (webhook kinds, Policy,
+//!    │              Endpoint), resolve (who is declared: labels, references, requester checks),
+//!    │              requester (the pod identity), create, update, ownership (the old object's
+//!    │              owner of record), templates (rule 12), judge (reading the lookups),
+//!    │              patch (the JSON Patch), denial (every refusal), subject (names in messages)
+//!    ├─ owner/      is the owner there: lookup (the interface, LookupBudget), inventory
+//!    │              (--pods), cluster/ (the live GET, throttle, and the watch cache: watches,
+//!    │              watch, index, finished, health)
+//!    └─ observe/    told of each finished decision: metrics, log (the decision log),
+//!                   record (--record) in the fixture format; telemetry (the logs' setup)
+//!
+//!  commands/     the other commands: cli (every flag), review, certs, release, doctor/
+//!                (gather, webhooks, certificate, workload, probe, conditions)
+//!  k8s/          Kubernetes' conventions: names, duration (Go syntax), client (no retries)
 //! ```
 //!
-//! The decision ([`admit`]) is pure and synchronous; only the lookup waits.
+//! The rooms depend one way (no cycle between modules): `k8s` <- `admission`
+//! <- `owner` <- `decide` <- `observe` <- `webhook` <- `serve`, `commands`.
+//! The decision ([`decide`]) is pure and synchronous; only the lookup
+//! waits. Each room re-exports what a user of the crate needs; its inner
+//! files are its own.
 
 pub mod admission;
 pub mod commands;

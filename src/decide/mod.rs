@@ -19,7 +19,7 @@ pub(crate) mod denial;
 mod judge;
 pub(crate) mod patch;
 mod policy;
-mod record;
+mod ownership;
 pub(crate) mod requester;
 pub(crate) mod resolve;
 pub(crate) mod subject;

@@ -29,7 +29,7 @@ use super::{
     first_declared_owner, merge_lookups, namespace_of, object_of, requester_of, templates,
 };
 
-use super::record::{
+use super::ownership::{
     Omitted, OwnerOfRecord, is_collectors_removal, keeps_pod_uid, label_changes, label_owner_name,
     owner_as_written, owners_of_record, tuple,
 };

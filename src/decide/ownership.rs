@@ -1,6 +1,6 @@
-//! The owner of record: what the old object of an UPDATE says of its
-//! ownership (its owner label's pod and uid, its Pod references), and what
-//! the update changes of the owner keys.
+//! Ownership as the old object of an UPDATE wrote it: its owner of record
+//! (the owner label's pod and uid, its Pod references), and what the
+//! update changes of the owner keys.
 
 use std::collections::HashSet;
 
