@@ -10,8 +10,8 @@
 //!
 //! Everything that needs no lookup (names, identities, the tuple of every
 //! reference, the requester, what an UPDATE changes) is settled by
-//! [`plan`], so a malformed request never costs an API call. [`create`]
-//! and [`update`] hold the rules of each operation; [`templates`] the
+//! [`plan`], so a malformed request never costs an API call. `create`
+//! and `update` hold the rules of each operation; `templates` the
 //! templates a controller makes objects from (rule 12).
 
 mod create;

@@ -261,7 +261,7 @@ impl Metrics {
         self.certificate_expiry.set(unix_seconds);
     }
 
-    /// The counter of failed certificate reloads, for [`crate::serve::tls`] to
+    /// The counter of failed certificate reloads, for `serve::tls` to
     /// count into.
     pub fn tls_reload_failures(&self) -> Counter {
         self.tls_reload_failures.clone()

@@ -1,7 +1,7 @@
 //! What is told about the decisions. The pipeline ([`crate::webhook`])
 //! hands every finished decision to its observers ([`Observer`]): the
-//! metrics ([`metrics`]), the decision log ([`log`]), and `--record`
-//! ([`record`], in the test-case format of [`fixture`]). An observer never
+//! metrics ([`Metrics`]), the decision log ([`DecisionLog`]), and `--record`
+//! ([`Recorder`], in the test-case format of [`fixture`]). An observer never
 //! changes an answer; it sees the answer already written. [`telemetry`]
 //! sets up the logs themselves.
 

@@ -1,6 +1,6 @@
 //! The owner pod: whether the pod an object declares is really there
-//! ([`lookup`]), from a static inventory ([`inventory`]) or the cluster
-//! ([`cluster`]: the watch cache, then a live GET).
+//! ([`OwnerLookup`]), from a static inventory ([`Inventory`]) or the cluster
+//! ([`ClusterLookup`]: the watch cache, then a live GET).
 
 pub(crate) mod cluster;
 mod inventory;
@@ -10,7 +10,7 @@ pub use cluster::{
     ClusterLookup, DEFAULT_MAX_AGE, DEFAULT_SILENCE_LIMIT, FinishedChange, FinishedPod,
     FinishedPods, LookupLimits, WatchSettings, Watches,
 };
-pub use inventory::{Inventory, InventoryPod};
+pub use inventory::{Inventory, InventoryError, InventoryPod};
 pub use lookup::{
     Finished, Lookup, LookupBudget, LookupError, ObservedPod, OwnerLookup, PodQuery, Source,
 };

@@ -12,7 +12,7 @@ pub(crate) mod handlers;
 pub(crate) mod tls;
 
 pub use handlers::{MAX_BODY_BYTES, TransportError, router};
-pub use tls::ReloadingCertificate;
+pub use tls::{ReloadingCertificate, TlsError};
 
 use std::future::Future;
 use std::net::SocketAddr;

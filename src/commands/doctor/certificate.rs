@@ -17,7 +17,7 @@ use super::{Check, ServingCertificate, Verdict, line};
 
 /// The Secret and key behind the server's `--tls-cert` file: the volume
 /// mounted at the longest prefix of that path, and the key that volume
-/// puts at the remaining path. ([`gather`] then reads the Secret.)
+/// puts at the remaining path. ([`super::gather`] then reads the Secret.)
 pub fn serving_certificate_source(deployment: &Deployment) -> ServingCertificate {
     let unusable = |problem: String| ServingCertificate {
         problem: Some(problem),

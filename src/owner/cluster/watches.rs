@@ -66,7 +66,7 @@ impl Watches {
     }
 
     /// A live GET that began at `asked` found pod `name` of `namespace`
-    /// running with `uid` ([`PodIndex::confirm`]).
+    /// running with `uid` (the index confirms it).
     pub fn confirm(&self, namespace: &str, name: &str, uid: &str, asked: Instant) {
         self.index.confirm(namespace, name, uid, asked);
     }
