@@ -17,9 +17,9 @@
 mod create;
 pub(crate) mod denial;
 mod judge;
+mod ownership;
 pub(crate) mod patch;
 mod policy;
-mod ownership;
 pub(crate) mod requester;
 pub(crate) mod resolve;
 pub(crate) mod subject;
