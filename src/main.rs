@@ -47,6 +47,7 @@ fn main() -> ExitCode {
         Command::Certs(args) => report(write_certs(&args)),
         Command::Release(args) => report(runtime.block_on(release(args))),
         Command::Doctor(args) => runtime.block_on(doctor(args)),
+        Command::Audit(args) => runtime.block_on(ownerguard::commands::audit::run(args)),
     }
 }
 

@@ -62,6 +62,48 @@ pub enum Command {
     /// pods run and mount, replicas and PodDisruptionBudget; with --probe, a
     /// real admission round trip. One line per check; exit 1 when one fails.
     Doctor(DoctorArgs),
+    /// Find what already leaks on a running cluster: objects labelled for an
+    /// owner that is gone or finished and no reference, references the
+    /// collector resolves to nothing, blocking ones, contradictions; with
+    /// the webhook's own rules. One line per finding, the counts by class,
+    /// and the kubectl command that would delete the leaked ones (never
+    /// run). --fix adds what /mutate would add; it never deletes. Exit 0
+    /// when nothing but ok and dangling, 1 otherwise, 2 on error.
+    Audit(AuditArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AuditArgs {
+    /// Audit only this namespace (repeatable); default: every namespace.
+    #[arg(long = "namespace", value_name = "NAMESPACE")]
+    pub namespaces: Vec<String>,
+
+    /// The resources to audit, as kubectl names them (plural or
+    /// plural.group), comma-separated or repeated.
+    #[arg(long = "resource", value_delimiter = ',', default_values_t = crate::commands::audit::DEFAULT_RESOURCES.map(String::from))]
+    pub resources: Vec<String>,
+
+    /// How to print the findings: a table for people, or one JSON object
+    /// per finding for scripts.
+    #[arg(long, value_enum, default_value_t = AuditOutput::Table)]
+    pub output: AuditOutput,
+
+    /// Add the missing non-blocking reference and unblock blocking ones,
+    /// with the patch /mutate would make and a resourceVersion
+    /// precondition (a conflict is reported, not retried). Never deletes.
+    #[arg(long)]
+    pub fix: bool,
+
+    /// Prefix of the owner label keys, as the server's --key-prefix.
+    #[arg(long, default_value = "ownerguard.io", value_parser = key_prefix)]
+    pub key_prefix: String,
+}
+
+/// `audit --output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuditOutput {
+    Table,
+    Json,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -442,6 +442,22 @@ impl FakeApi {
         }
     }
 
+    /// The stored object, if any.
+    pub fn object(&self, kind: Kind, namespace: &str, name: &str) -> Option<Value> {
+        self.inner
+            .lock()
+            .unwrap()
+            .objects
+            .get(&(kind, namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Store `object` as it is (its kind, namespace and name), telling the
+    /// watches.
+    pub fn put_object(&self, kind: Kind, object: Value) {
+        self.store(kind, object, true);
+    }
+
     pub fn exists(&self, kind: Kind, namespace: &str, name: &str) -> bool {
         self.inner.lock().unwrap().objects.contains_key(&(
             kind,
@@ -822,6 +838,9 @@ async fn handle(
             }
             json_response(list)
         }
+        (Method::PATCH, Some(name)) => {
+            patch(&api, kind, namespace.unwrap_or_default(), name, &body)
+        }
         (Method::DELETE, Some(name)) => delete(
             &api,
             kind,
@@ -836,6 +855,47 @@ async fn handle(
             "not supported by the test API server",
         ),
     }
+}
+
+/// A JSON Patch (RFC 6902), as the API server applies one: a patched
+/// object whose `resourceVersion` is not the stored one is refused 409
+/// Conflict (the optimistic-concurrency precondition of an update).
+fn patch(api: &FakeApi, kind: Kind, namespace: String, name: String, body: &[u8]) -> Response {
+    let key = (kind, namespace, name.clone());
+    let Some(stored) = api.inner.lock().unwrap().objects.get(&key).cloned() else {
+        return status(404, "NotFound", &format!("\"{name}\" not found"));
+    };
+    let Ok(operations) = serde_json::from_slice::<json_patch::Patch>(body) else {
+        return status(400, "BadRequest", "not a JSON Patch");
+    };
+    let mut patched = stored.clone();
+    if let Err(error) = json_patch::patch(&mut patched, &operations) {
+        return status(
+            422,
+            "Invalid",
+            &format!("the patch does not apply: {error}"),
+        );
+    }
+    let version = |object: &Value| object["metadata"]["resourceVersion"].clone();
+    if version(&patched) != version(&stored) {
+        return status(
+            409,
+            "Conflict",
+            &format!(
+                "Operation cannot be fulfilled on \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+            ),
+        );
+    }
+    api.store(kind, patched, true);
+    let stored = api
+        .inner
+        .lock()
+        .unwrap()
+        .objects
+        .get(&key)
+        .cloned()
+        .unwrap_or_default();
+    json_response(stored)
 }
 
 fn parse_selector(query: &BTreeMap<String, String>) -> Vec<(String, String)> {

@@ -1,0 +1,326 @@
+//! What an existing object's ownership is worth, by the webhook's own
+//! rules: the object is decided as a CREATE would be decided now ([`decide`]),
+//! as if its owner pod sent it, against the pods listed, and the answer
+//! read back into a [`State`]. One implementation: a rule the webhook
+//! learns, the audit knows.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Value, json};
+
+use crate::admission::{AdmissionRequest, EXTRA_POD_NAME, EXTRA_POD_UID};
+use crate::decide::{self, Denial, OwnerLabels, Policy, REQUESTING_POD, WebhookKind};
+use crate::owner::{Inventory, Lookup, Source};
+
+/// The class of an object, as `audit` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum State {
+    /// Owned as the webhook would own it now.
+    Ok,
+    /// Labelled with an owner that is gone (or has another uid), and no
+    /// reference: the collector will never delete it.
+    Leaked,
+    /// The owner exists but has finished: what it owns lives until the
+    /// pod object is deleted.
+    OwnerFinished,
+    /// The owner runs, but the object has no reference to it (made before
+    /// ownerguard): `--fix` adds it.
+    MissingReference,
+    /// A Pod reference to an owner that is gone: the collector deletes the
+    /// object; nothing to do.
+    Dangling,
+    /// A labelled object with a blocking Pod reference: `--fix` unblocks it.
+    Blocking,
+    /// An entry that carries an owner's uid under another kind or name, or
+    /// a kind that means a pod but is not `Pod`: the collector cannot
+    /// resolve it.
+    Contradicting,
+    /// Owner labels the webhook would refuse.
+    Malformed,
+}
+
+impl State {
+    pub const ALL: [Self; 8] = [
+        Self::Ok,
+        Self::Leaked,
+        Self::OwnerFinished,
+        Self::MissingReference,
+        Self::Dangling,
+        Self::Blocking,
+        Self::Contradicting,
+        Self::Malformed,
+    ];
+
+    /// The class's name in the table, the JSON and the metric's `state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Leaked => "leaked",
+            Self::OwnerFinished => "owner-finished",
+            Self::MissingReference => "missing-reference",
+            Self::Dangling => "dangling",
+            Self::Blocking => "blocking",
+            Self::Contradicting => "contradicting",
+            Self::Malformed => "malformed",
+        }
+    }
+
+    /// Whether it is something to act on (`audit` exits 1).
+    pub fn is_finding(self) -> bool {
+        !matches!(self, Self::Ok | Self::Dangling)
+    }
+
+    /// Whether `--fix` repairs it, with the patch `/mutate` would make.
+    pub fn is_fixable(self) -> bool {
+        matches!(self, Self::MissingReference | Self::Blocking)
+    }
+}
+
+/// What is known of one object.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    pub state: State,
+    /// The owner the object names: its owner label's pod, else the pod of
+    /// its first Pod reference.
+    pub owner: String,
+    /// Since the object was created.
+    pub age: Option<Duration>,
+    /// Why, in a sentence: the webhook's own denial where it made one.
+    pub detail: String,
+    /// The JSON Patch `/mutate` would make (fixable states only).
+    pub patch: Option<Value>,
+}
+
+/// What `audit` reads of the object's resource.
+#[derive(Debug, Clone, Copy)]
+pub struct Kind<'a> {
+    pub group: &'a str,
+    pub version: &'a str,
+    pub kind: &'a str,
+    pub plural: &'a str,
+}
+
+/// Classify an object whose metadata is `meta`. `None` when it carries
+/// neither an owner label nor a Pod reference: not ownerguard's.
+///
+/// `pods` holds the pods of its namespace, as listed; `now` is the Unix
+/// time of the run.
+pub fn classify(
+    meta: &ObjectMeta,
+    kind: Kind<'_>,
+    pods: &Inventory,
+    policy: &Policy,
+    now: i64,
+) -> Option<Finding> {
+    let labels = &policy.labels;
+    let owner_label = meta.labels.as_ref().and_then(|l| l.get(&labels.pod));
+    let references = meta.owner_references.as_deref().unwrap_or_default();
+    let pod_reference = references.iter().find(|r| means_pod(&r.kind));
+    if owner_label.is_none() && pod_reference.is_none() {
+        return None;
+    }
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let owner = owner_name(meta, labels)
+        .or_else(|| pod_reference.map(|r| r.name.clone()))
+        .unwrap_or_default();
+    // As if the owner pod itself sent the object now: a name alone gets
+    // its uid from the pod that runs under it, as on a real CREATE.
+    let requester = pods.get(namespace, &owner).map(|pod| (&owner, &pod.uid));
+    let request = request_of(meta, kind, requester);
+    // Who made the object is not the audit's question.
+    let policy = Policy {
+        requester_check: decide::RequesterCheck::Off,
+        fail_open: false,
+        ..policy.clone()
+    };
+    let webhook = if owner_label.is_some() {
+        WebhookKind::Mutate
+    } else {
+        // Only Pod references: judged as the collector resolves them,
+        // blocking or not (the cluster-wide webhook's reading).
+        WebhookKind::ValidateAll
+    };
+    let verdict = match decide::plan(&request, webhook, &policy) {
+        Ok(None) => return None,
+        Ok(Some(checks)) => {
+            let lookups: HashMap<String, Lookup> = checks
+                .lookups()
+                .iter()
+                .map(|need| {
+                    let lookup = Lookup {
+                        source: Source::Api,
+                        outcome: Ok(pods.get(namespace, &need.name).cloned()),
+                    };
+                    (need.name.clone(), lookup)
+                })
+                .collect();
+            decide::decide(checks, &lookups, &policy)
+        }
+        Err(denial) => Err(denial),
+    };
+    let referenced = references
+        .iter()
+        .any(|r| r.api_version == "v1" && r.kind == "Pod" && r.name == owner);
+    let (state, detail, patch) = match verdict {
+        Ok(allowed) if allowed.patch.is_empty() => (State::Ok, String::new(), None),
+        Ok(allowed) => {
+            let patch = serde_json::from_slice(&allowed.patch.to_json()).ok();
+            if referenced {
+                let detail = format!(
+                    "a Pod reference has blockOwnerDeletion: true (owner pod '{owner}' runs)"
+                );
+                (State::Blocking, detail, patch)
+            } else if webhook == WebhookKind::Mutate && added_reference(patch.as_ref()) {
+                let detail =
+                    format!("owner pod '{owner}' runs, but the object has no reference to it");
+                (State::MissingReference, detail, patch)
+            } else {
+                // Only the uid label to complete: the reference holds.
+                (State::Ok, String::new(), None)
+            }
+        }
+        Err(denial) => {
+            let state = state_of(&denial, referenced || webhook == WebhookKind::ValidateAll);
+            (state, denial.to_string(), None)
+        }
+    };
+    Some(Finding {
+        state,
+        owner,
+        age: age(meta, now),
+        detail,
+        patch,
+    })
+}
+
+/// The state a denial puts the object in; `referenced`: it holds a Pod
+/// reference to the owner, which the collector follows.
+///
+/// Every denial is read here, by an exhaustive match: one added to the
+/// webhook must be given its class.
+fn state_of(denial: &Denial, referenced: bool) -> State {
+    let gone = if referenced {
+        State::Dangling
+    } else {
+        State::Leaked
+    };
+    match denial {
+        // The owner is gone, replaced or going: the collector takes what
+        // references it; nothing else will ever take the rest.
+        Denial::OwnerNotFound { .. }
+        | Denial::OwnerUidMismatch { .. }
+        | Denial::UidDisagreesWithRequester { .. }
+        | Denial::OwnerTerminating { .. }
+        // No uid label and no pod of that name to take it from.
+        | Denial::MissingOwnerUid { .. } => gone,
+        Denial::OwnerFinished { .. } => State::OwnerFinished,
+        Denial::InexactPodReference { .. }
+        | Denial::ContradictingReference { .. }
+        | Denial::ConflictingUid { .. } => State::Contradicting,
+        Denial::InvalidOwnerName { .. }
+        | Denial::InvalidOwnerUid { .. }
+        | Denial::SelfWithoutPodIdentity { .. }
+        | Denial::StrayOwnerAnnotation { .. }
+        | Denial::HalfClaim { .. }
+        | Denial::ClusterScoped { .. }
+        | Denial::InvalidNamespace { .. }
+        | Denial::MalformedIdentity { .. }
+        | Denial::MalformedReference { .. }
+        | Denial::InvalidReferenceName { .. }
+        | Denial::TooManyReferences { .. }
+        | Denial::TemplateOwnerMismatch { .. }
+        | Denial::TemplateUidUnknown { .. } => State::Malformed,
+        // Not made for a CREATE decided from the pods listed (the requester
+        // check is off, every lookup answered): read as the labels being
+        // wrong rather than lose the object.
+        Denial::RequesterNotOwner { .. }
+        | Denial::RequesterAdoptsObject { .. }
+        | Denial::RequesterReleasesObject { .. }
+        | Denial::LookupFailed { .. }
+        | Denial::OwnerLabelChanged { .. }
+        | Denial::OwnerLabelAdded { .. }
+        | Denial::OwnerLabelRemoved { .. }
+        | Denial::OwnerReferenceRemoved { .. }
+        | Denial::OwnerReferenceChanged { .. }
+        | Denial::MissingOldObject { .. }
+        | Denial::MissingObject { .. }
+        | Denial::ReferenceMissing { .. }
+        | Denial::BlockingReference { .. }
+        | Denial::OwnerLabelOmitted { .. } => State::Malformed,
+    }
+}
+
+/// Whether `patch` adds an ownerReference (rather than only unblocking one
+/// or completing the uid label).
+fn added_reference(patch: Option<&Value>) -> bool {
+    patch.and_then(Value::as_array).is_some_and(|ops| {
+        ops.iter().any(|op| {
+            op["op"] == "add"
+                && op["path"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("/metadata/ownerReferences"))
+                && (op["value"].is_object() || op["value"].is_array())
+        })
+    })
+}
+
+/// The pod the owner label names (`Self`: its name annotation).
+fn owner_name(meta: &ObjectMeta, labels: &OwnerLabels) -> Option<String> {
+    let value = meta.labels.as_ref()?.get(&labels.pod)?;
+    if value == REQUESTING_POD {
+        return meta.annotations.as_ref()?.get(&labels.pod_name).cloned();
+    }
+    Some(value.clone())
+}
+
+/// Whether a reference's kind means a pod, as the webhook reads it.
+fn means_pod(kind: &str) -> bool {
+    crate::admission::OwnerReference {
+        kind: kind.to_string(),
+        ..Default::default()
+    }
+    .means_pod()
+}
+
+/// The CREATE the webhook would have been sent for this object, from
+/// `requester` when its owner pod runs.
+fn request_of(
+    meta: &ObjectMeta,
+    kind: Kind<'_>,
+    requester: Option<(&String, &String)>,
+) -> AdmissionRequest {
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let api_version = if kind.group.is_empty() {
+        kind.version.to_string()
+    } else {
+        format!("{}/{}", kind.group, kind.version)
+    };
+    let user_info = match requester {
+        Some((name, uid)) => json!({
+            "username": format!("system:serviceaccount:{namespace}:ownerguard-audit"),
+            "extra": {EXTRA_POD_NAME: [name], EXTRA_POD_UID: [uid]},
+        }),
+        None => json!({"username": "ownerguard-audit"}),
+    };
+    let request = json!({
+        "uid": "ownerguard-audit",
+        "kind": {"group": kind.group, "version": kind.version, "kind": kind.kind},
+        "resource": {"group": kind.group, "version": kind.version, "resource": kind.plural},
+        "namespace": namespace,
+        "name": meta.name,
+        "operation": "CREATE",
+        "userInfo": user_info,
+        "object": {"apiVersion": api_version, "kind": kind.kind, "metadata": meta},
+    });
+    // Built from a valid object's metadata: it decodes. A failure would
+    // read as an empty request, judged as no owner.
+    serde_json::from_value(request).unwrap_or_else(|_| AdmissionRequest::default())
+}
+
+/// How long ago the object was created.
+fn age(meta: &ObjectMeta, now: i64) -> Option<Duration> {
+    let created = meta.creation_timestamp.as_ref()?.0.as_second();
+    u64::try_from(now - created).ok().map(Duration::from_secs)
+}
