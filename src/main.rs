@@ -1,14 +1,17 @@
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
 use tracing::{error, info};
 
+use ownerguard::commands::audit::{self, AuditOptions};
 use ownerguard::commands::certs::{self, CA_CERT, TLS_CERT, TLS_KEY};
 use ownerguard::commands::cli::{CertsArgs, Cli, Command, DoctorArgs, ReleaseArgs, ServeArgs};
 use ownerguard::commands::doctor::DoctorOptions;
+use ownerguard::commands::reaper::{self, DEFAULT_LEASE_DURATION, LeaseSettings, ReaperSettings};
 use ownerguard::commands::release::{Owner, ReleaseError};
 use ownerguard::commands::review;
 use ownerguard::observe::Metrics;
@@ -138,6 +141,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             info!(namespaces = ?settings.namespaces, selector = ?settings.selector,
                 "owner lookup from the cluster: pod watch, then live GET");
             let watches = Arc::new(Watches::spawn(client.clone(), &settings, metrics.clone()));
+            background(&args, &client, &watches, &metrics);
             let limits = LookupLimits {
                 concurrency: args.lookup_concurrency,
                 rate_per_second: args.lookup_rate,
@@ -165,4 +169,49 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let server = Server::bind(options, Arc::new(webhook)).await?;
     server.run(shutdown_signal()).await
+}
+
+/// What `serve` runs beside the webhook in a cluster: the periodic audit
+/// and the reaper, when asked for.
+fn background(
+    args: &ServeArgs,
+    client: &kube::Client,
+    watches: &Arc<Watches>,
+    metrics: &Arc<Metrics>,
+) {
+    if !args.audit_interval.is_zero() {
+        let options = AuditOptions {
+            namespaces: args.namespaces.clone(),
+            resources: args.audit_resources.clone(),
+            fix: false,
+            policy: args.policy.policy(),
+        };
+        info!(interval = ?args.audit_interval, resources = ?options.resources, "periodic audit");
+        tokio::spawn(audit::periodically(
+            client.clone(),
+            options,
+            args.audit_interval,
+            metrics.clone(),
+        ));
+    }
+    if args.reap_finished {
+        let settings = ReaperSettings {
+            after: args.reap_after,
+            lease: LeaseSettings {
+                namespace: args.reaper_lease_namespace.clone(),
+                name: args.reaper_lease.clone(),
+                identity: args.reaper_identity.clone(),
+                duration: DEFAULT_LEASE_DURATION,
+            },
+            release_timeout: Duration::from_secs(60),
+        };
+        info!(after = ?settings.after, lease = %settings.lease.name, identity = %settings.lease.identity,
+            "reaping what finished owner pods own");
+        tokio::spawn(reaper::run(
+            client.clone(),
+            watches.finished.clone(),
+            settings,
+            metrics.clone(),
+        ));
+    }
 }

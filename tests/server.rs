@@ -489,6 +489,57 @@ async fn probes_and_metrics_are_served_over_plain_http() {
     server.stop().await;
 }
 
+/// Every metric the chart's alerts and dashboard read is one /metrics
+/// serves (tests/chart/alerts/metrics.txt, which .ci/alerts checks the
+/// rules and the dashboard against): read from the TYPE lines of the
+/// registry /metrics encodes, once every family has a series (the watch,
+/// audit and reaper families have none until a cluster, an audit or a
+/// reaping gives them one), as the sample names a selector reads.
+#[test]
+fn every_metric_the_alerts_and_the_dashboard_read_is_exported() {
+    let registry = ownerguard::observe::Metrics::default();
+    registry.observe_request("mutate", "CREATE", "pods", "patched", 0.001);
+    registry.observe_lookup("cache", "found");
+    registry.set_watch_healthy("all", true);
+    registry.count_watch_failure("all");
+    registry.set_audit_objects(["configmaps"], |_, _| 1, &["leaked"]);
+    registry.count_reaped("configmaps", 1);
+    registry.count_reap_failure("configmaps");
+    let metrics = registry.encode();
+    let mut exported = std::collections::BTreeSet::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (name, kind) = rest.split_once(' ').unwrap();
+        match kind {
+            "counter" => drop(exported.insert(format!("{name}_total"))),
+            "histogram" => {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    exported.insert(format!("{name}{suffix}"));
+                }
+            }
+            _ => drop(exported.insert(name.to_string())),
+        }
+    }
+    let listed = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chart/alerts/metrics.txt"),
+    )
+    .unwrap();
+    let listed: Vec<&str> = listed
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(listed.len() >= 16, "{listed:?}");
+    for name in listed {
+        assert!(
+            exported.contains(name),
+            "{name} is not exported: {exported:#?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn shutdown_turns_readiness_off_and_lets_in_flight_reviews_finish() {
     let slow = Slow {

@@ -323,6 +323,40 @@ pub struct ServeArgs {
     #[arg(long, default_value = "5m", value_parser = duration)]
     pub cache_max_age: Duration,
 
+    /// Run `ownerguard audit` (never --fix) this often and export its
+    /// counts as ownerguard_audit_objects{resource,state}; 0s: never.
+    /// Needs list on the audited resources.
+    #[arg(long, default_value = "0s", value_parser = duration, conflicts_with = "pods")]
+    pub audit_interval: Duration,
+
+    /// The resources the periodic audit reads (plural or plural.group).
+    #[arg(long = "audit-resource", value_delimiter = ',', default_values_t = crate::commands::audit::DEFAULT_RESOURCES.map(String::from))]
+    pub audit_resources: Vec<String>,
+
+    /// Release what finished owner pods (Succeeded, Failed) own, as
+    /// `release` does, once they have stayed finished for --reap-after.
+    /// One replica reaps at a time, the holder of a Lease. Needs delete on
+    /// pods, Jobs and ConfigMaps, and the Lease.
+    #[arg(long, conflicts_with = "pods")]
+    pub reap_finished: bool,
+
+    /// How long a pod stays finished before the reaper releases what it
+    /// owns: a worker's own exit path goes first.
+    #[arg(long, default_value = "5m", value_parser = duration)]
+    pub reap_after: Duration,
+
+    /// The Lease that makes one replica the reaper.
+    #[arg(long, default_value = "ownerguard-reaper")]
+    pub reaper_lease: String,
+
+    /// Namespace of the reaper's Lease (the chart's release namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub reaper_lease_namespace: String,
+
+    /// This replica's name as the Lease's holder (the pod name).
+    #[arg(long, env = "POD_NAME", default_value = "ownerguard")]
+    pub reaper_identity: String,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
 }

@@ -30,6 +30,24 @@ struct ScopeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AuditLabels {
+    /// One of `--audit-resource`: bounded by the flag.
+    resource: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabels {
+    /// `pods`, `jobs`, `configmaps`: what `release` deletes.
+    resource: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LookupLabels {
     source: &'static str,
     result: &'static str,
@@ -48,6 +66,12 @@ pub struct Metrics {
     watch_failures: Family<ScopeLabels, Counter>,
     certificate_expiry: Gauge,
     tls_reload_failures: Counter,
+    audit_objects: Family<AuditLabels, Gauge>,
+    audit_runs: Family<ResultLabels, Counter>,
+    audit_last_run: Gauge,
+    reaped_objects: Family<ResourceLabels, Counter>,
+    reap_failures: Family<ResourceLabels, Counter>,
+    reaper_leader: Gauge,
     /// The `resource` label values seen so far: at most
     /// [`MAX_RESOURCE_LABELS`], the rest counted as `other`.
     resources: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -144,8 +168,54 @@ impl Default for Metrics {
             "Reloads of changed certificate files that failed (unreadable, half-written or mismatched pair); the previous certificate stays in use",
             tls_reload_failures.clone(),
         );
+        let audit_objects = Family::<AuditLabels, Gauge>::default();
+        registry.register(
+            "audit_objects",
+            "Objects the last periodic audit (--audit-interval) found, by resource and state (ok, leaked, owner-finished, missing-reference, dangling, blocking, contradicting, malformed)",
+            audit_objects.clone(),
+        );
+        let audit_runs = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "audit_runs",
+            "Periodic audits run, by result (ok, error: the pods could not be listed, or a resource not audited)",
+            audit_runs.clone(),
+        );
+        // Both results from the start: a first failure is an increase.
+        for result in ["ok", "error"] {
+            let _ = audit_runs.get_or_create(&ResultLabels { result });
+        }
+        let audit_last_run = Gauge::default();
+        registry.register(
+            "audit_last_run_timestamp_seconds",
+            "Unix time the last periodic audit completed; 0 before the first",
+            audit_last_run.clone(),
+        );
+        let reaped_objects = Family::<ResourceLabels, Counter>::default();
+        registry.register(
+            "reaped_objects",
+            "Objects the reaper (--reap-finished) deleted for owners that have finished, by resource",
+            reaped_objects.clone(),
+        );
+        let reap_failures = Family::<ResourceLabels, Counter>::default();
+        registry.register(
+            "reap_failures",
+            "Objects of finished owners the reaper could not delete, by resource (release: the owner's release failed before any delete)",
+            reap_failures.clone(),
+        );
+        let reaper_leader = Gauge::default();
+        registry.register(
+            "reaper_leader",
+            "1 on the replica that holds the reaper's Lease (the one that reaps), 0 on the others",
+            reaper_leader.clone(),
+        );
         Self {
             registry,
+            audit_objects,
+            audit_runs,
+            audit_last_run,
+            reaped_objects,
+            reap_failures,
+            reaper_leader,
             requests,
             duration,
             lookups,
@@ -265,6 +335,55 @@ impl Metrics {
     /// count into.
     pub fn tls_reload_failures(&self) -> Counter {
         self.tls_reload_failures.clone()
+    }
+
+    /// The counts of one audit: every state of every resource audited,
+    /// zeros included, so that a class that empties reads 0.
+    pub fn set_audit_objects<'a>(
+        &self,
+        resources: impl IntoIterator<Item = &'a str>,
+        count: impl Fn(&str, &'static str) -> usize,
+        states: &[&'static str],
+    ) {
+        for resource in resources {
+            for &state in states {
+                let labels = AuditLabels {
+                    resource: resource.to_string(),
+                    state,
+                };
+                let value = count(resource, state);
+                self.audit_objects
+                    .get_or_create(&labels)
+                    .set(i64::try_from(value).unwrap_or(i64::MAX));
+            }
+        }
+    }
+
+    /// A periodic audit ended; `unix_seconds` when it completed.
+    pub fn count_audit_run(&self, ok: bool, unix_seconds: i64) {
+        let result = if ok { "ok" } else { "error" };
+        self.audit_runs
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        if ok {
+            self.audit_last_run.set(unix_seconds);
+        }
+    }
+
+    pub fn count_reaped(&self, resource: &'static str, objects: usize) {
+        self.reaped_objects
+            .get_or_create(&ResourceLabels { resource })
+            .inc_by(u64::try_from(objects).unwrap_or(u64::MAX));
+    }
+
+    pub fn count_reap_failure(&self, resource: &'static str) {
+        self.reap_failures
+            .get_or_create(&ResourceLabels { resource })
+            .inc();
+    }
+
+    pub fn set_reaper_leader(&self, leader: bool) {
+        self.reaper_leader.set(i64::from(leader));
     }
 
     /// The registry in the Prometheus text format.

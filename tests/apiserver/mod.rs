@@ -43,6 +43,7 @@ pub enum Kind {
     Pod,
     Job,
     ConfigMap,
+    Lease,
 }
 
 impl Kind {
@@ -51,11 +52,13 @@ impl Kind {
             Self::Pod => "Pod",
             Self::Job => "Job",
             Self::ConfigMap => "ConfigMap",
+            Self::Lease => "Lease",
         }
     }
     fn api_version(self) -> &'static str {
         match self {
             Self::Job => "batch/v1",
+            Self::Lease => "coordination.k8s.io/v1",
             _ => "v1",
         }
     }
@@ -615,9 +618,10 @@ fn json_response(value: Value) -> Response {
 /// (kind, namespace, name) of a path.
 fn route(path: &str) -> Option<(Kind, Option<String>, Option<String>)> {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let (rest, batch) = match parts.as_slice() {
-        ["api", "v1", rest @ ..] => (rest, false),
-        ["apis", "batch", "v1", rest @ ..] => (rest, true),
+    let (rest, group) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => (rest, ""),
+        ["apis", "batch", "v1", rest @ ..] => (rest, "batch"),
+        ["apis", "coordination.k8s.io", "v1", rest @ ..] => (rest, "coordination.k8s.io"),
         _ => return None,
     };
     let (namespace, rest) = match rest {
@@ -629,10 +633,11 @@ fn route(path: &str) -> Option<(Kind, Option<String>, Option<String>)> {
         [resource, name] => (*resource, Some(name.to_string())),
         _ => return None,
     };
-    let kind = match (resource, batch) {
-        ("pods", false) => Kind::Pod,
-        ("configmaps", false) => Kind::ConfigMap,
-        ("jobs", true) => Kind::Job,
+    let kind = match (resource, group) {
+        ("pods", "") => Kind::Pod,
+        ("configmaps", "") => Kind::ConfigMap,
+        ("jobs", "batch") => Kind::Job,
+        ("leases", "coordination.k8s.io") => Kind::Lease,
         _ => return None,
     };
     Some((kind, namespace, name))
@@ -841,6 +846,10 @@ async fn handle(
         (Method::PATCH, Some(name)) => {
             patch(&api, kind, namespace.unwrap_or_default(), name, &body)
         }
+        (Method::POST, None) => create(&api, kind, namespace.unwrap_or_default(), &body),
+        (Method::PUT, Some(name)) => {
+            replace(&api, kind, namespace.unwrap_or_default(), name, &body)
+        }
         (Method::DELETE, Some(name)) => delete(
             &api,
             kind,
@@ -896,6 +905,44 @@ fn patch(api: &FakeApi, kind: Kind, namespace: String, name: String, body: &[u8]
         .cloned()
         .unwrap_or_default();
     json_response(stored)
+}
+
+/// A create: 409 AlreadyExists when the name is taken.
+fn create(api: &FakeApi, kind: Kind, namespace: String, body: &[u8]) -> Response {
+    let Ok(mut object) = serde_json::from_slice::<Value>(body) else {
+        return status(400, "BadRequest", "not JSON");
+    };
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if api.object(kind, &namespace, &name).is_some() {
+        return status(409, "AlreadyExists", &format!("\"{name}\" already exists"));
+    }
+    object["metadata"]["namespace"] = json!(namespace);
+    object["metadata"]["uid"] = json!(format!("uid-{name}"));
+    api.store(kind, object, true);
+    json_response(api.object(kind, &namespace, &name).unwrap_or_default())
+}
+
+/// A replace (PUT): 409 Conflict unless it carries the stored version.
+fn replace(api: &FakeApi, kind: Kind, namespace: String, name: String, body: &[u8]) -> Response {
+    let Ok(mut object) = serde_json::from_slice::<Value>(body) else {
+        return status(400, "BadRequest", "not JSON");
+    };
+    let Some(stored) = api.object(kind, &namespace, &name) else {
+        return status(404, "NotFound", &format!("\"{name}\" not found"));
+    };
+    if object["metadata"]["resourceVersion"] != stored["metadata"]["resourceVersion"] {
+        return status(
+            409,
+            "Conflict",
+            &format!("Operation cannot be fulfilled on \"{name}\": the object has been modified"),
+        );
+    }
+    object["metadata"]["namespace"] = json!(namespace);
+    api.store(kind, object, true);
+    json_response(api.object(kind, &namespace, &name).unwrap_or_default())
 }
 
 fn parse_selector(query: &BTreeMap<String, String>) -> Vec<(String, String)> {

@@ -454,3 +454,56 @@ pub async fn run(args: AuditArgs) -> ExitCode {
         ExitCode::SUCCESS
     }
 }
+
+/// `serve --audit-interval`: the same audit every `interval`, its counts
+/// exported as `ownerguard_audit_objects{resource,state}`. Never fixes.
+pub async fn periodically(
+    client: kube::Client,
+    options: AuditOptions,
+    interval: std::time::Duration,
+    metrics: std::sync::Arc<crate::observe::Metrics>,
+) {
+    let states: Vec<&'static str> = State::ALL.iter().map(|s| s.as_str()).collect();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = || k8s_openapi::jiff::Timestamp::now().as_second();
+        match audit(client.clone(), &options, |_, _| {}).await {
+            Ok(report) => {
+                let count = |resource: &str, state: &str| {
+                    report
+                        .counts
+                        .iter()
+                        .filter(|((r, s), _)| r == resource && s.as_str() == state)
+                        .map(|(_, n)| *n)
+                        .sum()
+                };
+                let audited = options
+                    .resources
+                    .iter()
+                    .filter(|r| !report.errors.iter().any(|(e, _)| e == *r))
+                    .map(String::as_str);
+                metrics.set_audit_objects(audited, count, &states);
+                for (resource, error) in &report.errors {
+                    tracing::warn!(%resource, %error, "periodic audit: resource not audited");
+                }
+                let totals = report.totals();
+                info!(
+                    findings = report
+                        .lines
+                        .iter()
+                        .filter(|l| l.finding.state.is_finding())
+                        .count(),
+                    leaked = totals[&State::Leaked],
+                    "periodic audit done"
+                );
+                metrics.count_audit_run(report.errors.is_empty(), now());
+            }
+            Err(error) => {
+                tracing::warn!(%error, "periodic audit failed");
+                metrics.count_audit_run(false, now());
+            }
+        }
+    }
+}

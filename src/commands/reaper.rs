@@ -1,0 +1,264 @@
+//! `serve --reap-finished`: what a finished owner pod owns is released, as
+//! `release` releases it, once the pod has stayed finished for
+//! `--reap-after` (so that a worker's own exit path goes first).
+//!
+//! A finished pod (Succeeded or Failed: completed, evicted, a Job's failed
+//! try) keeps its object until something deletes it, and the garbage
+//! collector keeps what it owns until then (trap 4). The reaper learns of
+//! finished pods from the owner lookup's watches of `status.phase`
+//! ([`FinishedPods`]), the same set the create-time rule reads, and calls
+//! [`release`] with the pod's name and uid: the whole tuple, uid
+//! preconditions, one failed delete not stopping the others.
+//!
+//! Only one replica reaps at a time: the one that holds a
+//! `coordination.k8s.io` Lease ([`Lease`]), renewed every third of its
+//! duration, taken over only once it has expired. A few dozen lines on the
+//! Lease API rather than a crate: kube-rs has no leader election, the
+//! crates that add one bring their own runtime assumptions, and this one
+//! needs only "is it mine now".
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease as LeaseObject, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::commands::release::{Owner, ReleaseError, release};
+use crate::observe::Metrics;
+use crate::owner::{FinishedChange, FinishedPods};
+
+/// How the reaper runs.
+#[derive(Debug, Clone)]
+pub struct ReaperSettings {
+    /// How long a pod stays finished before what it owns is released.
+    pub after: Duration,
+    /// The Lease that makes one replica the reaper.
+    pub lease: LeaseSettings,
+    /// How long one release may wait for its pods to go.
+    pub release_timeout: Duration,
+}
+
+/// `--reap-after`'s default: a worker's own exit path (its Job's
+/// `ttlSecondsAfterFinished`, its controller) has had its minutes.
+pub const DEFAULT_REAP_AFTER: Duration = Duration::from_secs(300);
+
+/// The Lease of the reaper.
+#[derive(Debug, Clone)]
+pub struct LeaseSettings {
+    pub namespace: String,
+    pub name: String,
+    /// This replica, as the Lease's holder: its pod name.
+    pub identity: String,
+    /// How long a holder that stops renewing keeps it.
+    pub duration: Duration,
+}
+
+/// The Lease's default duration (client-go's leader election uses 15 s).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+
+/// Reap forever: learn finished pods from `finished`, release what each
+/// owns after the grace period, while this replica holds the Lease.
+pub async fn run(
+    client: kube::Client,
+    finished: Arc<FinishedPods>,
+    settings: ReaperSettings,
+    metrics: Arc<Metrics>,
+) {
+    let mut changes = finished.subscribe();
+    let mut lease = Lease::new(client.clone(), settings.lease.clone());
+    // Finished pods by (namespace, name, uid): when first seen finished.
+    let mut pending: HashMap<(String, String, String), Instant> = HashMap::new();
+    let seen = |pending: &mut HashMap<_, _>| {
+        for pod in finished.snapshot() {
+            pending
+                .entry((pod.namespace, pod.name, pod.uid))
+                .or_insert_with(Instant::now);
+        }
+    };
+    seen(&mut pending);
+    let mut tick = tokio::time::interval(lease.renew_every());
+    loop {
+        tokio::select! {
+            change = changes.recv() => match change {
+                Ok(FinishedChange::Finished(pod)) => {
+                    pending.entry((pod.namespace, pod.name, pod.uid)).or_insert_with(Instant::now);
+                }
+                Ok(FinishedChange::Gone(pod)) => {
+                    pending.remove(&(pod.namespace, pod.name, pod.uid));
+                }
+                Ok(FinishedChange::Relisted { .. }) | Err(RecvError::Lagged(_)) => {
+                    // Changes may have been missed: the set as it is now.
+                    let now: std::collections::HashSet<_> = finished
+                        .snapshot()
+                        .into_iter()
+                        .map(|p| (p.namespace, p.name, p.uid))
+                        .collect();
+                    pending.retain(|key, _| now.contains(key));
+                    seen(&mut pending);
+                }
+                Err(RecvError::Closed) => return,
+            },
+            _ = tick.tick() => {
+                let leader = lease.hold().await;
+                metrics.set_reaper_leader(leader);
+                if !leader {
+                    continue;
+                }
+                let due: Vec<_> = pending
+                    .iter()
+                    .filter(|(_, since)| since.elapsed() >= settings.after)
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                for key in due {
+                    pending.remove(&key);
+                    let (namespace, name, uid) = key;
+                    // Still finished with that uid: a pod replaced meanwhile
+                    // is another pod.
+                    if finished.phase_of(&namespace, &name, &uid).is_none() {
+                        continue;
+                    }
+                    reap(&client, Owner { namespace, name, uid }, &settings, &metrics).await;
+                }
+            }
+        }
+    }
+}
+
+/// Release what `owner` owns, counting what went and what was left.
+async fn reap(client: &kube::Client, owner: Owner, settings: &ReaperSettings, metrics: &Metrics) {
+    match release(client.clone(), &owner, settings.release_timeout).await {
+        Ok(released) => {
+            metrics.count_reaped("pods", released.pods);
+            metrics.count_reaped("jobs", released.jobs);
+            metrics.count_reaped("configmaps", released.config_maps);
+            info!(namespace = %owner.namespace, pod = %owner.name, pods = released.pods,
+                jobs = released.jobs, config_maps = released.config_maps,
+                "reaped what a finished owner pod owned");
+        }
+        Err(ReleaseError::Incomplete { left, .. }) => {
+            for object in &left {
+                metrics.count_reap_failure(left_resource(object));
+            }
+            warn!(namespace = %owner.namespace, pod = %owner.name, left = ?left,
+                "reaping a finished owner pod left objects behind");
+        }
+        // Gone, or replaced under its name, since: nothing of it to reap.
+        Err(ReleaseError::OwnerNotFound { .. } | ReleaseError::OwnerUidMismatch { .. }) => {}
+        Err(error) => {
+            metrics.count_reap_failure("release");
+            warn!(namespace = %owner.namespace, pod = %owner.name, %error,
+                "reaping a finished owner pod failed");
+        }
+    }
+}
+
+/// The resource of an object `release` left (`Job/step-1: why`).
+fn left_resource(object: &str) -> &'static str {
+    match object.split('/').next() {
+        Some("Job") => "jobs",
+        Some("ConfigMap") => "configmaps",
+        _ => "pods",
+    }
+}
+
+/// A `coordination.k8s.io/v1` Lease held by this replica, or not.
+pub struct Lease {
+    api: Api<LeaseObject>,
+    settings: LeaseSettings,
+}
+
+impl Lease {
+    pub fn new(client: kube::Client, settings: LeaseSettings) -> Self {
+        Self {
+            api: Api::namespaced(client, &settings.namespace),
+            settings,
+        }
+    }
+
+    /// How often to renew: a third of the duration, as client-go's
+    /// elector retries, so that two missed renewals still hold it.
+    pub fn renew_every(&self) -> Duration {
+        (self.settings.duration / 3).max(Duration::from_millis(100))
+    }
+
+    /// Take or renew the Lease; whether this replica holds it now. Every
+    /// write carries the read version, so two replicas never both win.
+    pub async fn hold(&mut self) -> bool {
+        let now = Timestamp::now();
+        let current = match self.api.get_opt(&self.settings.name).await {
+            Ok(current) => current,
+            Err(error) => {
+                warn!(%error, lease = %self.settings.name, "cannot read the reaper's Lease");
+                return false;
+            }
+        };
+        let Some(mut lease) = current else {
+            let lease = LeaseObject {
+                metadata: ObjectMeta {
+                    name: Some(self.settings.name.clone()),
+                    namespace: Some(self.settings.namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(self.spec(now, 0)),
+            };
+            return self
+                .api
+                .create(&PostParams::default(), &lease)
+                .await
+                .is_ok();
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let mine = spec.holder_identity.as_deref() == Some(self.settings.identity.as_str());
+        let expired = spec.renew_time.as_ref().is_none_or(|renewed| {
+            let held = Duration::from_secs(
+                u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
+            );
+            let until = renewed.0 + held;
+            until < now
+        });
+        if !mine && !expired {
+            return false;
+        }
+        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!mine);
+        let mut renewed = self.spec(now, transitions);
+        if mine {
+            renewed.acquire_time = spec.acquire_time.clone().or(renewed.acquire_time);
+        }
+        lease.spec = Some(renewed);
+        let name = self.settings.name.clone();
+        match self
+            .api
+            .replace(&name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => {
+                if !mine {
+                    info!(lease = %name, identity = %self.settings.identity, "took the reaper's Lease");
+                }
+                true
+            }
+            // Another replica wrote it first (409), or the API failed: not
+            // ours this round.
+            Err(_) => false,
+        }
+    }
+
+    fn spec(&self, now: Timestamp, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.settings.identity.clone()),
+            lease_duration_seconds: Some(
+                i32::try_from(self.settings.duration.as_secs().max(1)).unwrap_or(i32::MAX),
+            ),
+            acquire_time: Some(MicroTime(now)),
+            renew_time: Some(MicroTime(now)),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }
+    }
+}
