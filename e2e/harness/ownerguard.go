@@ -109,10 +109,13 @@ func ReadInstallation(ctx context.Context, c kubernetes.Interface, namespace, na
 	in.Image = container.Image
 	in.Args = append(in.Args, container.Args...)
 	for _, e := range container.Env {
-		if e.ValueFrom != nil {
-			return nil, fmt.Errorf("deployment %s/%s: env %s from a reference, which the suite does not resolve", namespace, name, e.Name)
+		// The template has no pod yet: its name is the Deployment's
+		// until a pod's own spec is read (ForPod).
+		value, err := envValue(e, namespace, name)
+		if err != nil {
+			return nil, fmt.Errorf("deployment %s/%s: %w", namespace, name, err)
 		}
-		in.Env = append(in.Env, e.Name+"="+e.Value)
+		in.Env = append(in.Env, e.Name+"="+value)
 	}
 	if v := in.tlsVolume(); v != nil {
 		in.SecretName = v.Secret.SecretName
@@ -121,6 +124,24 @@ func ReadInstallation(ctx context.Context, c kubernetes.Interface, namespace, na
 		return nil, fmt.Errorf("deployment %s/%s mounts no serving Secret (--tls-cert)", namespace, name)
 	}
 	return in, nil
+}
+
+// envValue is what the kubelet gives an env var: its value, or the pod's
+// own namespace or name from the downward API (the only references the
+// chart makes).
+func envValue(e corev1.EnvVar, namespace, pod string) (string, error) {
+	if e.ValueFrom == nil {
+		return e.Value, nil
+	}
+	if f := e.ValueFrom.FieldRef; f != nil {
+		switch f.FieldPath {
+		case "metadata.namespace":
+			return namespace, nil
+		case "metadata.name":
+			return pod, nil
+		}
+	}
+	return "", fmt.Errorf("env %s from a reference the suite does not resolve", e.Name)
 }
 
 // ForPod is the installation as one of its pods runs it: the pod's own
@@ -134,10 +155,11 @@ func (in *Installation) ForPod(pod *corev1.Pod) (*Installation, error) {
 	container := pod.Spec.Containers[0]
 	out.Image, out.Args, out.Env = container.Image, append([]string(nil), container.Args...), nil
 	for _, e := range container.Env {
-		if e.ValueFrom != nil {
-			return nil, fmt.Errorf("pod %s: env %s from a reference, which the suite does not resolve", pod.Name, e.Name)
+		value, err := envValue(e, pod.Namespace, pod.Name)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s: %w", pod.Name, err)
 		}
-		out.Env = append(out.Env, e.Name+"="+e.Value)
+		out.Env = append(out.Env, e.Name+"="+value)
 	}
 	v := out.tlsVolume()
 	if v == nil {
