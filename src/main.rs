@@ -166,6 +166,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tls_reload_interval: args.tls_reload_interval,
         shutdown_delay: args.shutdown_delay,
         shutdown_timeout: args.shutdown_timeout,
+        idle_timeout: args.idle_timeout,
+        max_connections: args.max_connections,
     };
     let server = Server::bind(options, Arc::new(webhook)).await?;
     server.run(shutdown_signal()).await

@@ -66,6 +66,23 @@ impl TestServer {
         client_ca: Option<&str>,
         shutdown_delay: Duration,
     ) -> Self {
+        Self::start_limited(
+            lookup,
+            client_ca,
+            shutdown_delay,
+            Duration::from_secs(120),
+            1000,
+        )
+        .await
+    }
+
+    async fn start_limited(
+        lookup: Arc<dyn OwnerLookup>,
+        client_ca: Option<&str>,
+        shutdown_delay: Duration,
+        idle_timeout: Duration,
+        max_connections: usize,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let ca =
             certs::generate(&["localhost".into()], &["127.0.0.1".parse().unwrap()], 30).unwrap();
@@ -84,6 +101,8 @@ impl TestServer {
             tls_reload_interval: Duration::from_millis(100),
             shutdown_delay,
             shutdown_timeout: Duration::from_secs(10),
+            idle_timeout,
+            max_connections,
         };
         let webhook = Webhook::new(Default::default(), lookup, Arc::new(Metrics::default()));
         let server = Server::bind(options, Arc::new(webhook)).await.unwrap();
@@ -437,6 +456,93 @@ async fn api_server_timeout_bounds_a_slow_lookup() {
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     common::http_get(&addr.to_string(), path).await
+}
+
+/// A TLS connection to the server, handshake done.
+async fn tls_connection(
+    server: &TestServer,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let connector =
+        tokio_rustls::TlsConnector::from(Arc::new(client_config(&[&server.ca.ca_pem], None)));
+    let tcp = tokio::net::TcpStream::connect(server.https).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    connector.connect(name, tcp).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_connection_idle_past_the_idle_timeout_is_closed() {
+    use tokio::io::AsyncReadExt;
+    let idle = Duration::from_millis(600);
+    let server =
+        TestServer::start_limited(Arc::new(inventory()), None, Duration::ZERO, idle, 1000).await;
+    let mut connection = tls_connection(&server).await;
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 16];
+    // The server closes it: the read ends (EOF or a reset), after the
+    // timeout and not long after.
+    let read = tokio::time::timeout(Duration::from_secs(10), connection.read(&mut buf))
+        .await
+        .expect("an idle connection held past its idle timeout");
+    assert!(!matches!(read, Ok(n) if n > 0), "{read:?}");
+    let took = started.elapsed();
+    assert!(
+        took >= idle,
+        "closed after {took:?}, before the idle timeout"
+    );
+    // A client that keeps talking keeps its connection.
+    let client = client(&server.ca.ca_pem, Version::HTTP_11, None);
+    for uid in ["k-1", "k-2", "k-3"] {
+        tokio::time::sleep(idle / 2).await;
+        let (status, _, _) = post(
+            &client,
+            &server.url("/mutate"),
+            serde_json::to_vec(&review(uid, "w-1")).unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_are_closed_at_accept_and_counted() {
+    use tokio::io::AsyncReadExt;
+    let server = TestServer::start_limited(
+        Arc::new(inventory()),
+        None,
+        Duration::ZERO,
+        Duration::from_secs(120),
+        2,
+    )
+    .await;
+    let _first = tls_connection(&server).await;
+    let _second = tls_connection(&server).await;
+    // The third is closed before any handshake.
+    let mut third = tokio::net::TcpStream::connect(server.https).await.unwrap();
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), third.read(&mut buf))
+        .await
+        .expect("held");
+    assert!(!matches!(read, Ok(n) if n > 0), "{read:?}");
+    let (_, metrics) = get(server.metrics, "/metrics").await;
+    assert!(
+        metrics.contains("ownerguard_connections_refused_total 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("ownerguard_connections 2"), "{metrics}");
+    // One gone, one more fits.
+    drop(_first);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, metrics) = get(server.metrics, "/metrics").await;
+        if metrics.contains("ownerguard_connections 1") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{metrics}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _again = tls_connection(&server).await;
+    server.stop().await;
 }
 
 #[tokio::test]

@@ -299,6 +299,18 @@ pub struct ServeArgs {
     #[arg(long, default_value = "25s", value_parser = duration)]
     pub shutdown_timeout: Duration,
 
+    /// Close a connection once nothing has been read or written on it for
+    /// this long. Longer than the API server's own 90 s, so that it never
+    /// closes a connection the API server is about to reuse.
+    #[arg(long, default_value = "120s", value_parser = duration)]
+    pub idle_timeout: Duration,
+
+    /// Most HTTPS connections open at once; one more is closed at accept.
+    /// An API server keeps up to 25 to a webhook: 1000 leaves room for
+    /// forty and bounds what connections hold.
+    #[arg(long, default_value_t = crate::serve::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
+    pub max_connections: usize,
+
     /// Most live owner GETs in flight at once, across all reviews; a lookup
     /// that finds no room before its deadline fails (503, or allowed under
     /// --fail-open).

@@ -72,6 +72,8 @@ pub struct Metrics {
     reaped_objects: Family<ResourceLabels, Counter>,
     reap_failures: Family<ResourceLabels, Counter>,
     reaper_leader: Gauge,
+    connections: Gauge,
+    connections_refused: Counter,
     /// The `resource` label values seen so far: at most
     /// [`MAX_RESOURCE_LABELS`], the rest counted as `other`.
     resources: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -208,8 +210,22 @@ impl Default for Metrics {
             "1 on the replica that holds the reaper's Lease (the one that reaps), 0 on the others",
             reaper_leader.clone(),
         );
+        let connections = Gauge::default();
+        registry.register(
+            "connections",
+            "HTTPS connections open (bounded by --max-connections; idle ones closed after --idle-timeout)",
+            connections.clone(),
+        );
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "HTTPS connections closed at accept because --max-connections were open",
+            connections_refused.clone(),
+        );
         Self {
             registry,
+            connections,
+            connections_refused,
             audit_objects,
             audit_runs,
             audit_last_run,
@@ -380,6 +396,18 @@ impl Metrics {
         self.reap_failures
             .get_or_create(&ResourceLabels { resource })
             .inc();
+    }
+
+    pub fn connection_opened(&self) {
+        self.connections.inc();
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections.dec();
+    }
+
+    pub fn count_connection_refused(&self) {
+        self.connections_refused.inc();
     }
 
     pub fn set_reaper_leader(&self, leader: bool) {

@@ -9,6 +9,7 @@
 //! a graceful drain that lets in-flight reviews finish.
 
 pub(crate) mod handlers;
+pub(crate) mod idle;
 pub(crate) mod tls;
 
 pub use handlers::{MAX_BODY_BYTES, TransportError, router};
@@ -32,8 +33,10 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
+
+use idle::IdleTimeout;
 use tracing::{debug, info, warn};
 
 use crate::webhook::Webhook;
@@ -58,7 +61,18 @@ pub struct ServeOptions {
     pub shutdown_delay: Duration,
     /// After the listener closes, how long in-flight requests may take.
     pub shutdown_timeout: Duration,
+    /// A connection with nothing read or written for this long is closed
+    /// ([`idle`]).
+    pub idle_timeout: Duration,
+    /// Connections open at once, at most; one more is closed at accept.
+    pub max_connections: usize,
 }
+
+/// `--max-connections`'s default. A Kubernetes API server keeps up to 25
+/// idle connections to one webhook (client-go's `idleConnsPerHost`), so a
+/// thousand leaves room for forty API servers and a burst, while bounding
+/// what connections can hold (about 40 KiB each once idle: 40 MiB).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1000;
 
 /// What `/healthz` and `/readyz` report.
 pub struct Health {
@@ -186,8 +200,11 @@ impl Server {
 
         info!(addr = %https.local_addr()?, %metrics_addr, "serving");
         let acceptor = TlsAcceptor::from(tls);
+        let metrics = webhook.metrics().clone();
         let app = handlers::router(webhook);
         let graceful = GracefulShutdown::new();
+        let slots = Arc::new(Semaphore::new(options.max_connections));
+        let idle_timeout = options.idle_timeout;
         loop {
             tokio::select! {
                 accepted = https.accept() => {
@@ -200,11 +217,23 @@ impl Server {
                             continue;
                         }
                     };
+                    // At the cap, the connection is closed at once: it
+                    // waits for nothing, and holds nothing.
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        metrics.count_connection_refused();
+                        debug!(%peer, "connection refused: --max-connections reached");
+                        drop(stream);
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
                     let acceptor = acceptor.clone();
+                    let open = metrics.clone();
                     let service = TowerToHyperService::new(app.clone());
                     let watcher = graceful.watcher();
                     tokio::spawn(async move {
+                        open.connection_opened();
+                        let _closed = Closed { metrics: open, _slot: slot };
+                        let stream = IdleTimeout::new(stream, idle_timeout);
                         let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                             Ok(Ok(tls)) => tls,
                             Ok(Err(error)) => return debug!(%peer, %error, "TLS handshake failed"),
@@ -238,6 +267,19 @@ impl Server {
             .context("metrics server")?;
         info!("stopped");
         Ok(())
+    }
+}
+
+/// A connection's slot and gauge, given back when its task ends, however
+/// it ends.
+struct Closed {
+    metrics: Arc<crate::observe::Metrics>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Closed {
+    fn drop(&mut self) {
+        self.metrics.connection_closed();
     }
 }
 
