@@ -163,6 +163,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tls_cert,
         tls_key,
         client_ca: args.client_ca.clone(),
+        client_names: args.client_names.clone(),
         tls_reload_interval: args.tls_reload_interval,
         shutdown_delay: args.shutdown_delay,
         shutdown_timeout: args.shutdown_timeout,

@@ -1153,6 +1153,8 @@ fn helm_renders_client_certificates_delegates_and_the_webhook_source() {
             "--set",
             "server.clientCA.configMapName=apiserver-client-ca",
             "--set",
+            "server.clientCA.names={kube-apiserver,apiserver.example}",
+            "--set",
             "server.delegates={workflows/engine,ci/submitter}",
             "--set",
             "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
@@ -1163,6 +1165,8 @@ fn helm_renders_client_certificates_delegates_and_the_webhook_source() {
     let args = args(&objects);
     for expected in [
         "--client-ca=/etc/ownerguard/client-ca/ca.crt",
+        "--client-name=kube-apiserver",
+        "--client-name=apiserver.example",
         "--delegate=workflows/engine,ci/submitter",
         "--lookup-rate=50",
     ] {

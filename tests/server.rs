@@ -72,6 +72,7 @@ impl TestServer {
             shutdown_delay,
             Duration::from_secs(120),
             1000,
+            &[],
         )
         .await
     }
@@ -82,6 +83,7 @@ impl TestServer {
         shutdown_delay: Duration,
         idle_timeout: Duration,
         max_connections: usize,
+        client_names: &[&str],
     ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let ca =
@@ -98,6 +100,7 @@ impl TestServer {
             tls_cert: dir.path().join("tls.crt"),
             tls_key: dir.path().join("tls.key"),
             client_ca: client_ca_path,
+            client_names: client_names.iter().map(|n| n.to_string()).collect(),
             tls_reload_interval: Duration::from_millis(100),
             shutdown_delay,
             shutdown_timeout: Duration::from_secs(10),
@@ -426,6 +429,93 @@ async fn client_ca_requires_an_api_server_client_certificate() {
     server.stop().await;
 }
 
+/// Whether a fresh connection presenting `identity` gets an answer.
+async fn served(server: &TestServer, identity: &Generated) -> bool {
+    let client = client(&server.ca.ca_pem, Version::HTTP_11, Some(identity));
+    let request = Request::post(server.url("/mutate"))
+        .body(Full::new(Bytes::from(
+            serde_json::to_vec(&review("uid-mtls", "w-1")).unwrap(),
+        )))
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), client.request(request))
+        .await
+        .expect("no answer and no refusal within 10 s")
+        .is_ok_and(|answer| answer.status() == StatusCode::OK)
+}
+
+#[tokio::test]
+async fn client_ca_is_reread_when_it_changes() {
+    let before = certs::generate_client("kube-apiserver", 30).unwrap();
+    let after = certs::generate_client("kube-apiserver", 30).unwrap();
+    let server =
+        TestServer::start(Arc::new(inventory()), Some(&before.ca_pem), Duration::ZERO).await;
+    assert!(
+        served(&server, &before).await,
+        "the first CA's client refused"
+    );
+    assert!(
+        !served(&server, &after).await,
+        "served a client of a CA not yet in use"
+    );
+
+    // The CA rotated as the kubelet swaps a mounted ConfigMap: the new one
+    // is in use within a few reload ticks (100 ms here), with no restart.
+    write_atomically(&server.dir.path().join("client-ca.crt"), &after.ca_pem);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !served(&server, &after).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new client CA not in use 10 s after the file changed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !served(&server, &before).await,
+        "the old CA's client still served"
+    );
+
+    // A broken file keeps the CA in use and is counted as a failed reload.
+    write_atomically(
+        &server.dir.path().join("client-ca.crt"),
+        "-----BEGIN CERTIFICATE-----\nMIIB",
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        served(&server, &after).await,
+        "a broken CA file unset the CA in use"
+    );
+    let (_, metrics) = get(server.metrics, "/metrics").await;
+    assert!(
+        !metrics.contains("ownerguard_tls_reload_failures_total 0"),
+        "reload failures not counted:\n{metrics}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn client_name_pins_the_certificate_not_only_its_ca() {
+    // Two certificates a CA the server trusts signed: only the one named
+    // as pinned is served.
+    let apiserver = certs::generate_client("kube-apiserver", 30).unwrap();
+    let other = certs::generate_client("system:node:worker-1", 30).unwrap();
+    let both = format!("{}{}", apiserver.ca_pem, other.ca_pem);
+    let server = TestServer::start_limited(
+        Arc::new(inventory()),
+        Some(&both),
+        Duration::ZERO,
+        Duration::from_secs(120),
+        1000,
+        &["kube-apiserver"],
+    )
+    .await;
+    assert!(served(&server, &apiserver).await, "the pinned name refused");
+    assert!(
+        !served(&server, &other).await,
+        "served a certificate of a trusted CA with another name"
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn api_server_timeout_bounds_a_slow_lookup() {
     let slow = Slow {
@@ -474,7 +564,8 @@ async fn a_connection_idle_past_the_idle_timeout_is_closed() {
     use tokio::io::AsyncReadExt;
     let idle = Duration::from_millis(600);
     let server =
-        TestServer::start_limited(Arc::new(inventory()), None, Duration::ZERO, idle, 1000).await;
+        TestServer::start_limited(Arc::new(inventory()), None, Duration::ZERO, idle, 1000, &[])
+            .await;
     let mut connection = tls_connection(&server).await;
     let started = std::time::Instant::now();
     let mut buf = [0u8; 16];
@@ -513,6 +604,7 @@ async fn connections_over_the_cap_are_closed_at_accept_and_counted() {
         Duration::ZERO,
         Duration::from_secs(120),
         2,
+        &[],
     )
     .await;
     let _first = tls_connection(&server).await;

@@ -246,9 +246,21 @@ pub struct ServeArgs {
     pub tls_key: Option<PathBuf>,
 
     /// Require client certificates signed by this CA (PEM): for clusters
-    /// whose admission configuration gives the API server one.
+    /// whose admission configuration gives the API server one. Reread
+    /// like the serving certificate.
     #[arg(long)]
     pub client_ca: Option<PathBuf>,
+
+    /// With --client-ca: accept only a client certificate whose subject
+    /// common name or a DNS name is NAME (repeatable, or comma-separated),
+    /// not any certificate the CA signed.
+    #[arg(
+        long = "client-name",
+        value_name = "NAME",
+        requires = "client_ca",
+        value_delimiter = ','
+    )]
+    pub client_names: Vec<String>,
 
     /// Development: make a CA and a certificate for localhost in certs/ when
     /// none is there, and serve with them.

@@ -13,7 +13,7 @@ pub(crate) mod idle;
 pub(crate) mod tls;
 
 pub use handlers::{MAX_BODY_BYTES, TransportError, router};
-pub use tls::{ReloadingCertificate, TlsError};
+pub use tls::{ClientVerifier, ReloadingCertificate, TlsError};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -53,7 +53,12 @@ pub struct ServeOptions {
     pub metrics_addr: SocketAddr,
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
+    /// Require client certificates signed by this CA, followed like the
+    /// serving certificate.
     pub client_ca: Option<PathBuf>,
+    /// With `client_ca`: the names (subject common name or DNS name) a
+    /// client certificate must carry; empty accepts any the CA signed.
+    pub client_names: Vec<String>,
     /// How often the certificate files are checked for a change.
     pub tls_reload_interval: Duration,
     /// After SIGTERM, how long to keep serving while not ready, so that
@@ -98,6 +103,7 @@ pub struct Server {
     metrics: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     certificate: Arc<ReloadingCertificate>,
+    client: Option<Arc<ClientVerifier>>,
     webhook: Arc<Webhook>,
 }
 
@@ -113,10 +119,17 @@ impl Server {
             &options.tls_cert,
             &options.tls_key,
         )?);
-        let tls = Arc::new(tls::server_config(
-            certificate.clone(),
-            options.client_ca.as_deref(),
-        )?);
+        let client = match &options.client_ca {
+            Some(ca) => Some(Arc::new(ClientVerifier::load(
+                ca,
+                options.client_names.clone(),
+            )?)),
+            None if !options.client_names.is_empty() => {
+                anyhow::bail!("a client name to pin needs the client CA (--client-ca)")
+            }
+            None => None,
+        };
+        let tls = Arc::new(tls::server_config(certificate.clone(), client.clone())?);
         let https = TcpListener::bind(options.addr)
             .await
             .with_context(|| format!("cannot listen on {}", options.addr))?;
@@ -129,6 +142,7 @@ impl Server {
             metrics,
             tls,
             certificate,
+            client,
             webhook,
         })
     }
@@ -161,6 +175,7 @@ impl Server {
             metrics,
             tls,
             certificate,
+            client,
             webhook,
         } = self;
         let health = Arc::new(Health {
@@ -169,7 +184,12 @@ impl Server {
             shutting_down: AtomicBool::new(false),
         });
 
-        let reload = tokio::spawn(certificate.clone().watch(
+        let mut followed: Vec<Arc<dyn tls::Reloads>> = vec![certificate.clone()];
+        if let Some(client) = client {
+            followed.push(client);
+        }
+        let reload = tokio::spawn(tls::follow(
+            followed,
             options.tls_reload_interval,
             webhook.metrics().tls_reload_failures(),
         ));

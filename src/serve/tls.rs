@@ -13,11 +13,13 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
-use rustls::ServerConfig;
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 use tracing::{info, warn};
 
 /// Why a certificate, key or CA cannot be used.
@@ -119,29 +121,6 @@ impl ReloadingCertificate {
             .map_err(|_| poisoned(&self.cert_path))? = loaded;
         Ok(true)
     }
-
-    /// Poll the files every `interval`, forever, counting each failed
-    /// reload into `failures` (`ownerguard_tls_reload_failures_total`): a
-    /// bad pair keeps failing at every tick until it is fixed, so the
-    /// counter's rate says the server is stuck on its old certificate,
-    /// which the expiry gauge alone would not.
-    pub async fn watch(self: Arc<Self>, interval: Duration, failures: Counter) {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            match self.reload_if_changed() {
-                Ok(true) => {
-                    info!(cert = %self.cert_path.display(), not_after = self.not_after(), "serving certificate reloaded");
-                }
-                Ok(false) => {}
-                Err(error) => {
-                    failures.inc();
-                    warn!(%error, "serving certificate not reloaded; the previous one stays in use")
-                }
-            }
-        }
-    }
 }
 
 fn poisoned(path: &Path) -> TlsError {
@@ -205,47 +184,252 @@ pub fn certificate_not_after(der: &[u8]) -> Option<i64> {
     Some(cert.validity().not_after.timestamp())
 }
 
+/// A file (or pair) that the server follows: reread on every tick of
+/// [`follow`], swapped in only when it changed and is usable.
+pub trait Reloads: Send + Sync {
+    /// Reload when the files changed. `Ok(true)` when the new contents are
+    /// in use.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] when the new files are unusable; the old contents stay.
+    fn reload_if_changed(&self) -> Result<bool, TlsError>;
+
+    /// What was reloaded, for the log.
+    fn what(&self) -> String;
+}
+
+impl Reloads for ReloadingCertificate {
+    fn reload_if_changed(&self) -> Result<bool, TlsError> {
+        ReloadingCertificate::reload_if_changed(self)
+    }
+
+    fn what(&self) -> String {
+        format!(
+            "serving certificate {} (notAfter {})",
+            self.cert_path.display(),
+            self.not_after()
+        )
+    }
+}
+
+/// Poll `files` every `interval`, forever, counting each failed reload
+/// into `failures` (`ownerguard_tls_reload_failures_total`): a bad file
+/// keeps failing at every tick until it is fixed, so the counter's rate
+/// says the server is stuck on its old certificate or CA, which the expiry
+/// gauge alone would not.
+pub async fn follow(files: Vec<Arc<dyn Reloads>>, interval: Duration, failures: Counter) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        for file in &files {
+            match file.reload_if_changed() {
+                Ok(true) => info!(reloaded = %file.what(), "TLS file reloaded"),
+                Ok(false) => {}
+                Err(error) => {
+                    failures.inc();
+                    warn!(%error, "TLS file not reloaded; the previous contents stay in use");
+                }
+            }
+        }
+    }
+}
+
+/// The CA that signs the API server's client certificate (`--client-ca`),
+/// followed like the serving certificate, and the names a client
+/// certificate must carry (`--client-name`, as Gatekeeper's
+/// `--client-cn-name`): without the pin, any certificate the CA signed
+/// would do, and a cluster CA signs many.
+pub struct ClientVerifier {
+    path: PathBuf,
+    names: Vec<String>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    current: RwLock<(Vec<u8>, Arc<dyn ClientCertVerifier>)>,
+}
+
+impl std::fmt::Debug for ClientVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientVerifier")
+            .field("ca", &self.path)
+            .field("names", &self.names)
+            .finish()
+    }
+}
+
+impl ClientVerifier {
+    /// Load the CA bundle at `path`; `names` empty accepts any name.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] when the file cannot be read or holds no usable CA.
+    pub fn load(path: &Path, names: Vec<String>) -> Result<Self, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let pem = read(path)?;
+        let verifier = webpki_verifier(path, &pem, provider.clone())?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            names,
+            provider,
+            current: RwLock::new((pem, verifier)),
+        })
+    }
+
+    fn inner(&self) -> Result<Arc<dyn ClientCertVerifier>, rustls::Error> {
+        self.current
+            .read()
+            .map(|current| current.1.clone())
+            .map_err(|_| rustls::Error::General("client CA state poisoned".into()))
+    }
+
+    /// Whether the leaf's subject common name or one of its DNS names is
+    /// one of the pinned names.
+    fn name_pinned(&self, end_entity: &CertificateDer<'_>) -> bool {
+        if self.names.is_empty() {
+            return true;
+        }
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(end_entity) else {
+            return false;
+        };
+        let pinned = |name: &str| self.names.iter().any(|n| n == name);
+        let common_name = cert
+            .subject()
+            .iter_common_name()
+            .filter_map(|cn| cn.as_str().ok())
+            .any(pinned);
+        let dns_name = cert
+            .subject_alternative_name()
+            .ok()
+            .flatten()
+            .is_some_and(|san| {
+                san.value.general_names.iter().any(|name| match name {
+                    x509_parser::extensions::GeneralName::DNSName(dns) => pinned(dns),
+                    _ => false,
+                })
+            });
+        common_name || dns_name
+    }
+}
+
+impl Reloads for ClientVerifier {
+    fn reload_if_changed(&self) -> Result<bool, TlsError> {
+        let pem = read(&self.path)?;
+        {
+            let current = self.current.read().map_err(|_| poisoned(&self.path))?;
+            if current.0 == pem {
+                return Ok(false);
+            }
+        }
+        let verifier = webpki_verifier(&self.path, &pem, self.provider.clone())?;
+        *self.current.write().map_err(|_| poisoned(&self.path))? = (pem, verifier);
+        Ok(true)
+    }
+
+    fn what(&self) -> String {
+        format!("client CA {}", self.path.display())
+    }
+}
+
+impl ClientCertVerifier for ClientVerifier {
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    // No hints: they would have to follow the CA, and a client offered
+    // none sends the certificate it has (Go's crypto/tls, which the API
+    // server uses, takes an empty list as "any CA"). The chain is then
+    // judged against the current CA below.
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner()?
+            .verify_client_cert(end_entity, intermediates, now)?;
+        if !self.name_pinned(end_entity) {
+            warn!(
+                pinned = ?self.names,
+                "client certificate refused: signed by the client CA but named otherwise"
+            );
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ));
+        }
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner()?.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner()?.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner()
+            .map(|inner| inner.supported_verify_schemes())
+            .unwrap_or_default()
+    }
+}
+
+fn webpki_verifier(
+    path: &Path,
+    pem: &[u8],
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let shown = path.display().to_string();
+    let client_ca = |message: String| TlsError::ClientCa {
+        path: shown.clone(),
+        message,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| client_ca(e.to_string()))?;
+        roots.add(cert).map_err(|e| client_ca(e.to_string()))?;
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| client_ca(e.to_string()))
+}
+
 /// The rustls server configuration: TLS 1.2 and 1.3, ALPN `h2` and
 /// `http/1.1`, the reloading certificate, and client certificates required
-/// when `client_ca` is given.
+/// when `client` is given.
 ///
 /// # Errors
 ///
-/// [`TlsError`] when the client CA cannot be read or used.
+/// [`TlsError`] when the protocol versions cannot be set.
 pub fn server_config(
     certificate: Arc<ReloadingCertificate>,
-    client_ca: Option<&Path>,
+    client: Option<Arc<ClientVerifier>>,
 ) -> Result<ServerConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(provider.clone())
+    let builder = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| TlsError::Pem {
             path: String::new(),
             what: e.to_string(),
         })?;
-    let builder = match client_ca {
+    let builder = match client {
         None => builder.with_no_client_auth(),
-        Some(path) => {
-            let shown = path.display().to_string();
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(&read(path)?) {
-                let cert = cert.map_err(|e| TlsError::ClientCa {
-                    path: shown.clone(),
-                    message: e.to_string(),
-                })?;
-                roots.add(cert).map_err(|e| TlsError::ClientCa {
-                    path: shown.clone(),
-                    message: e.to_string(),
-                })?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| TlsError::ClientCa {
-                    path: shown,
-                    message: e.to_string(),
-                })?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
     };
     let mut config = builder.with_cert_resolver(certificate);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -271,11 +455,11 @@ mod tests {
         let certificate = Arc::new(ReloadingCertificate::load(&cert, &key).unwrap());
         let first = certificate.not_after();
         let failures = Counter::default();
-        let watch = tokio::spawn(
-            certificate
-                .clone()
-                .watch(Duration::from_millis(10), failures.clone()),
-        );
+        let watch = tokio::spawn(follow(
+            vec![certificate.clone() as Arc<dyn Reloads>],
+            Duration::from_millis(10),
+            failures.clone(),
+        ));
 
         // A half-written certificate: refused at each tick, counted each time.
         std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nMIIB").unwrap();
@@ -299,5 +483,27 @@ mod tests {
             "no failure once the files are good"
         );
         watch.abort();
+    }
+
+    #[test]
+    fn a_pinned_name_is_the_common_name_or_a_dns_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let client = crate::commands::certs::generate_client("kube-apiserver", 30).unwrap();
+        let ca = dir.path().join("ca.crt");
+        std::fs::write(&ca, &client.ca_pem).unwrap();
+        let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+        // A certificate whose only name is the DNS name localhost.
+        let by_dns = crate::commands::certs::generate(&["localhost".into()], &[], 30).unwrap();
+        let verifier = |names: &[&str]| {
+            ClientVerifier::load(&ca, names.iter().map(|n| n.to_string()).collect()).unwrap()
+        };
+
+        assert!(verifier(&[]).name_pinned(&der(&client.cert_pem)));
+        assert!(verifier(&["kube-apiserver"]).name_pinned(&der(&client.cert_pem)));
+        assert!(!verifier(&["kube-apiserve"]).name_pinned(&der(&client.cert_pem)));
+        assert!(!verifier(&["KUBE-APISERVER"]).name_pinned(&der(&client.cert_pem)));
+        assert!(verifier(&["other", "localhost"]).name_pinned(&der(&by_dns.cert_pem)));
+        assert!(!verifier(&["kube-apiserver"]).name_pinned(&der(&by_dns.cert_pem)));
+        assert!(!verifier(&["kube-apiserver"]).name_pinned(&CertificateDer::from(vec![0u8; 8])));
     }
 }
