@@ -1,7 +1,6 @@
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -206,7 +205,7 @@ fn background(
                 identity: args.reaper_identity.clone(),
                 duration: DEFAULT_LEASE_DURATION,
             },
-            release_timeout: Duration::from_secs(60),
+            retry_after: reaper::DEFAULT_REAP_RETRY,
         };
         info!(after = ?settings.after, lease = %settings.lease.name, identity = %settings.lease.identity,
             "reaping what finished owner pods own");

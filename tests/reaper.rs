@@ -33,7 +33,7 @@ fn settings(identity: &str, after: Duration) -> ReaperSettings {
             identity: identity.into(),
             duration: Duration::from_millis(900),
         },
-        release_timeout: Duration::from_secs(5),
+        retry_after: Duration::from_millis(300),
     }
 }
 
@@ -196,5 +196,108 @@ async fn of_two_replicas_only_the_leases_holder_reaps() {
         !other
             .encode()
             .contains(r#"ownerguard_reaped_objects_total{resource="configmaps"}"#)
+    );
+}
+
+#[tokio::test]
+async fn a_dead_holders_lease_renewed_in_the_future_is_taken_once_it_stops_changing() {
+    // A holder whose clock ran an hour ahead wrote a renewTime in the
+    // future, then died: expiry is timed on this replica's clock from when
+    // the record was first seen unchanged, never from that date.
+    let server = FakeApi::start().await;
+    worker(&server.api, "w-1", W1);
+    let future = (k8s_openapi::jiff::Timestamp::now()
+        + k8s_openapi::jiff::SignedDuration::from_secs(3600))
+    .to_string();
+    server.api.put_object(
+        Kind::Lease,
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "ownerguard-reaper", "namespace": "ownerguard", "uid": "lease-1"},
+            "spec": {"holderIdentity": "ghost", "leaseDurationSeconds": 1,
+                "renewTime": future, "acquireTime": future, "leaseTransitions": 0}}),
+    );
+    let (metrics, _task) = start(&server, "replica-a", Duration::from_millis(200)).await;
+    server.api.set_pod_phase(NS, "w-1", "Failed");
+    let started = Instant::now();
+    eventually("the Lease taken and w-1 reaped", || {
+        leads(&metrics) && !server.api.exists(Kind::ConfigMap, NS, "w-1-prompt")
+    })
+    .await;
+    // Not before the record had stayed unchanged for its second.
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    let lease = server
+        .api
+        .object(Kind::Lease, "ownerguard", "ownerguard-reaper")
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "replica-a");
+    assert_eq!(lease["spec"]["leaseTransitions"], 1);
+}
+
+#[tokio::test]
+async fn a_pass_whose_pods_take_long_to_go_keeps_one_replica_reaping() {
+    // Pods linger 3 s after their delete, three times the Lease: the
+    // holder must keep renewing through its pass, so that the other never
+    // takes over and deletes the same objects again.
+    let server = FakeApi::start().await;
+    for (name, uid) in [("w-1", W1), ("w-2", W2)] {
+        worker(&server.api, name, uid);
+    }
+    server
+        .api
+        .update_faults(|f| f.pod_linger = Duration::from_secs(3));
+    let after = Duration::from_millis(200);
+    let (a, _ta) = start(&server, "replica-a", after).await;
+    let (b, _tb) = start(&server, "replica-b", after).await;
+    eventually("a leader", || leads(&a) != leads(&b)).await;
+    server.api.set_pod_phase(NS, "w-1", "Failed");
+    server.api.set_pod_phase(NS, "w-2", "Failed");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        assert!(!(leads(&a) && leads(&b)), "both replicas lead");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for name in ["w-1", "w-2"] {
+        assert_eq!(deletes(&server.api, name), 1, "{name}-prompt");
+        let agent = format!("DELETE /api/v1/namespaces/agents/pods/{name}-agent?");
+        assert_eq!(server.api.calls_matching(&agent).len(), 1, "{name}-agent");
+    }
+    let lease = server
+        .api
+        .object(Kind::Lease, "ownerguard", "ownerguard-reaper")
+        .unwrap();
+    assert_eq!(
+        lease["spec"]["leaseTransitions"], 0,
+        "the Lease changed hands"
+    );
+}
+
+#[tokio::test]
+async fn a_reap_that_left_something_is_tried_again() {
+    let server = FakeApi::start().await;
+    worker(&server.api, "w-1", W1);
+    server
+        .api
+        .update_faults(|f| f.delete_fails = Some((Kind::ConfigMap, None, 500)));
+    let (metrics, _task) = start(&server, "replica-a", Duration::from_millis(200)).await;
+    server.api.set_pod_phase(NS, "w-1", "Failed");
+    eventually("a failed try", || deletes(&server.api, "w-1") >= 1).await;
+    eventually("the failure counted", || {
+        metrics
+            .encode()
+            .contains(r#"ownerguard_reap_failures_total{resource="configmaps"} "#)
+    })
+    .await;
+    server.api.update_faults(|f| f.delete_fails = None);
+    eventually("the retry", || {
+        !server.api.exists(Kind::ConfigMap, NS, "w-1-prompt")
+    })
+    .await;
+    // The agent pod went at the first try and is not deleted again.
+    assert_eq!(
+        server
+            .api
+            .calls_matching("DELETE /api/v1/namespaces/agents/pods/w-1-agent?")
+            .len(),
+        1
     );
 }

@@ -431,3 +431,86 @@ async fn an_object_recreated_under_the_same_name_is_not_deleted() {
         "the newcomer was deleted"
     );
 }
+
+#[tokio::test]
+async fn an_object_another_running_pod_also_owns_stays_with_it() {
+    // The collector deletes a dependent only once none of its owners is
+    // left: one with w-2's reference beside w-1's lives on with w-2, and
+    // release must not take it away from w-2 (the reaper releases finished
+    // pods while their co-owners run).
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    api.put_pod(NS, "w-1", OWNER);
+    api.put_pod(NS, "w-2", OTHER);
+    let labels = json!({"ownerguard.io/owner-pod": "w-2", "ownerguard.io/owner-uid": OTHER});
+    api.put(
+        Kind::ConfigMap,
+        NS,
+        "shared",
+        "c-s",
+        labels,
+        &[OTHER, OWNER],
+    );
+    api.put(
+        Kind::Pod,
+        NS,
+        "shared-agent",
+        "p-s",
+        json!({}),
+        &[OWNER, OTHER],
+    );
+    api.put(
+        Kind::Job,
+        NS,
+        "shared-step",
+        "j-s",
+        json!({}),
+        &[OWNER, OTHER],
+    );
+    api.put(Kind::Pod, NS, "mine", "p-m", json!({}), &[OWNER]);
+    let released = release(server.client(), &owner(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        released,
+        Released {
+            pods: 1,
+            jobs: 0,
+            config_maps: 0
+        }
+    );
+    for (kind, name) in [
+        (Kind::ConfigMap, "shared"),
+        (Kind::Pod, "shared-agent"),
+        (Kind::Job, "shared-step"),
+    ] {
+        assert!(server.api.exists(kind, NS, name), "{name} was released");
+    }
+    let deleted = deletes(&server);
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
+    assert!(
+        deleted[0].starts_with("DELETE /api/v1/namespaces/agents/pods/mine?"),
+        "{deleted:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_object_already_terminating_is_waited_for_not_deleted_again() {
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    api.put_pod(NS, "w-1", OWNER);
+    api.put(Kind::Pod, NS, "agent-a", "p-a", json!({}), &[OWNER]);
+    api.terminate_pod(NS, "agent-a");
+    server.api.set_faults(Faults {
+        pods_never_go: true,
+        ..Faults::default()
+    });
+    let error = release(server.client(), &owner(), Duration::from_millis(600))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("Pod/agent-a: still there"),
+        "{error}"
+    );
+    assert!(deletes(&server).is_empty(), "{:?}", deletes(&server));
+}

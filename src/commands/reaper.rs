@@ -12,7 +12,14 @@
 //!
 //! Only one replica reaps at a time: the one that holds a
 //! `coordination.k8s.io` Lease ([`Lease`]), renewed every third of its
-//! duration, taken over only once it has expired. A few dozen lines on the
+//! duration, taken over only once it has expired. As client-go's leader
+//! election, expiry is timed on the local clock from when the record was
+//! last seen to change, never from the holder's `renewTime` (another
+//! node's clock, or a date in the future). A reap pass renews before each
+//! owner when a third of the duration has gone, stops as soon as the Lease
+//! is not held, and bounds each owner's release by that third, so that no
+//! pass outlives the Lease. A release that left something is retried
+//! after `retry_after`. A few dozen lines on the
 //! Lease API rather than a crate: kube-rs has no leader election, the
 //! crates that add one bring their own runtime assumptions, and this one
 //! needs only "is it mine now".
@@ -29,7 +36,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::commands::release::{Owner, ReleaseError, release};
+use crate::commands::release::{Owner, ReleaseError, delete_owned};
 use crate::observe::Metrics;
 use crate::owner::{FinishedChange, FinishedPods};
 
@@ -40,9 +47,13 @@ pub struct ReaperSettings {
     pub after: Duration,
     /// The Lease that makes one replica the reaper.
     pub lease: LeaseSettings,
-    /// How long one release may wait for its pods to go.
-    pub release_timeout: Duration,
+    /// After a release that left something (a failed delete, an API
+    /// error), how long until it is tried again.
+    pub retry_after: Duration,
 }
+
+/// `retry_after`'s default.
+pub const DEFAULT_REAP_RETRY: Duration = Duration::from_secs(30);
 
 /// `--reap-after`'s default: a worker's own exit path (its Job's
 /// `ttlSecondsAfterFinished`, its controller) has had its minutes.
@@ -72,13 +83,14 @@ pub async fn run(
 ) {
     let mut changes = finished.subscribe();
     let mut lease = Lease::new(client.clone(), settings.lease.clone());
-    // Finished pods by (namespace, name, uid): when first seen finished.
+    // Finished pods by (namespace, name, uid): when what each owns is due.
     let mut pending: HashMap<(String, String, String), Instant> = HashMap::new();
+    let after = settings.after;
     let seen = |pending: &mut HashMap<_, _>| {
         for pod in finished.snapshot() {
             pending
                 .entry((pod.namespace, pod.name, pod.uid))
-                .or_insert_with(Instant::now);
+                .or_insert_with(|| Instant::now() + after);
         }
     };
     seen(&mut pending);
@@ -87,7 +99,9 @@ pub async fn run(
         tokio::select! {
             change = changes.recv() => match change {
                 Ok(FinishedChange::Finished(pod)) => {
-                    pending.entry((pod.namespace, pod.name, pod.uid)).or_insert_with(Instant::now);
+                    pending
+                        .entry((pod.namespace, pod.name, pod.uid))
+                        .or_insert_with(|| Instant::now() + after);
                 }
                 Ok(FinishedChange::Gone(pod)) => {
                     pending.remove(&(pod.namespace, pod.name, pod.uid));
@@ -110,29 +124,56 @@ pub async fn run(
                 if !leader {
                     continue;
                 }
+                let now = Instant::now();
                 let due: Vec<_> = pending
                     .iter()
-                    .filter(|(_, since)| since.elapsed() >= settings.after)
+                    .filter(|(_, due)| **due <= now)
                     .map(|(key, _)| key.clone())
                     .collect();
                 for key in due {
-                    pending.remove(&key);
-                    let (namespace, name, uid) = key;
+                    // Renewed while the pass goes on; not held: the pass
+                    // stops, the rest stays pending for whoever holds it.
+                    if !lease.renewed_within(lease.renew_every()) && !lease.hold().await {
+                        metrics.set_reaper_leader(false);
+                        break;
+                    }
+                    let (namespace, name, uid) = key.clone();
                     // Still finished with that uid: a pod replaced meanwhile
                     // is another pod.
                     if finished.phase_of(&namespace, &name, &uid).is_none() {
+                        pending.remove(&key);
                         continue;
                     }
-                    reap(&client, Owner { namespace, name, uid }, &settings, &metrics).await;
+                    let owner = Owner { namespace, name, uid };
+                    let done = match tokio::time::timeout(
+                        lease.renew_every(),
+                        reap(&client, &owner, &metrics),
+                    )
+                    .await
+                    {
+                        Ok(done) => done,
+                        Err(_) => {
+                            metrics.count_reap_failure("release");
+                            warn!(namespace = %owner.namespace, pod = %owner.name,
+                                "reaping a finished owner pod took longer than a third of the Lease; retried later");
+                            false
+                        }
+                    };
+                    if done {
+                        pending.remove(&key);
+                    } else {
+                        pending.insert(key, Instant::now() + settings.retry_after);
+                    }
                 }
             }
         }
     }
 }
 
-/// Release what `owner` owns, counting what went and what was left.
-async fn reap(client: &kube::Client, owner: Owner, settings: &ReaperSettings, metrics: &Metrics) {
-    match release(client.clone(), &owner, settings.release_timeout).await {
+/// Delete what `owner` owns, counting what went and what was left.
+/// Whether it is done: `false` when something is left to retry.
+async fn reap(client: &kube::Client, owner: &Owner, metrics: &Metrics) -> bool {
+    match delete_owned(client.clone(), owner).await {
         Ok(released) => {
             metrics.count_reaped("pods", released.pods);
             metrics.count_reaped("jobs", released.jobs);
@@ -140,20 +181,23 @@ async fn reap(client: &kube::Client, owner: Owner, settings: &ReaperSettings, me
             info!(namespace = %owner.namespace, pod = %owner.name, pods = released.pods,
                 jobs = released.jobs, config_maps = released.config_maps,
                 "reaped what a finished owner pod owned");
+            true
         }
         Err(ReleaseError::Incomplete { left, .. }) => {
             for object in &left {
                 metrics.count_reap_failure(left_resource(object));
             }
             warn!(namespace = %owner.namespace, pod = %owner.name, left = ?left,
-                "reaping a finished owner pod left objects behind");
+                "reaping a finished owner pod left objects behind; retried later");
+            false
         }
         // Gone, or replaced under its name, since: nothing of it to reap.
-        Err(ReleaseError::OwnerNotFound { .. } | ReleaseError::OwnerUidMismatch { .. }) => {}
+        Err(ReleaseError::OwnerNotFound { .. } | ReleaseError::OwnerUidMismatch { .. }) => true,
         Err(error) => {
             metrics.count_reap_failure("release");
             warn!(namespace = %owner.namespace, pod = %owner.name, %error,
-                "reaping a finished owner pod failed");
+                "reaping a finished owner pod failed; retried later");
+            false
         }
     }
 }
@@ -171,6 +215,30 @@ fn left_resource(object: &str) -> &'static str {
 pub struct Lease {
     api: Api<LeaseObject>,
     settings: LeaseSettings,
+    /// The record as last read (holder, renewTime, duration) and when, by
+    /// the local clock, it was first seen so: another holder's Lease has
+    /// expired once it has not changed for its duration since then.
+    observed: Option<(Record, Instant)>,
+    /// When this replica last wrote the Lease as its holder.
+    renewed: Option<Instant>,
+}
+
+/// What says a holder is alive: it changes at every renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Record {
+    holder: Option<String>,
+    renew_time: Option<MicroTime>,
+    duration_seconds: Option<i32>,
+}
+
+impl Record {
+    fn of(spec: &LeaseSpec) -> Self {
+        Self {
+            holder: spec.holder_identity.clone(),
+            renew_time: spec.renew_time.clone(),
+            duration_seconds: spec.lease_duration_seconds,
+        }
+    }
 }
 
 impl Lease {
@@ -178,6 +246,8 @@ impl Lease {
         Self {
             api: Api::namespaced(client, &settings.namespace),
             settings,
+            observed: None,
+            renewed: None,
         }
     }
 
@@ -187,9 +257,24 @@ impl Lease {
         (self.settings.duration / 3).max(Duration::from_millis(100))
     }
 
+    /// Whether this replica wrote the Lease as its holder within `within`.
+    pub fn renewed_within(&self, within: Duration) -> bool {
+        self.renewed.is_some_and(|at| at.elapsed() < within)
+    }
+
     /// Take or renew the Lease; whether this replica holds it now. Every
     /// write carries the read version, so two replicas never both win.
     pub async fn hold(&mut self) -> bool {
+        let held = self.try_hold().await;
+        if held {
+            self.renewed = Some(Instant::now());
+        } else {
+            self.renewed = None;
+        }
+        held
+    }
+
+    async fn try_hold(&mut self) -> bool {
         let now = Timestamp::now();
         let current = match self.api.get_opt(&self.settings.name).await {
             Ok(current) => current,
@@ -214,15 +299,21 @@ impl Lease {
                 .is_ok();
         };
         let spec = lease.spec.clone().unwrap_or_default();
+        let record = Record::of(&spec);
+        let seen_at = match &self.observed {
+            Some((observed, at)) if *observed == record => *at,
+            _ => {
+                let at = Instant::now();
+                self.observed = Some((record, at));
+                at
+            }
+        };
         let mine = spec.holder_identity.as_deref() == Some(self.settings.identity.as_str());
-        let expired = spec.renew_time.as_ref().is_none_or(|renewed| {
-            let held = Duration::from_secs(
-                u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
-            );
-            let until = renewed.0 + held;
-            until < now
-        });
-        if !mine && !expired {
+        let unheld = spec.holder_identity.as_deref().is_none_or(str::is_empty);
+        let duration = Duration::from_secs(
+            u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
+        );
+        if !mine && !unheld && seen_at.elapsed() < duration {
             return false;
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!mine);

@@ -5,11 +5,14 @@
 //! pod, so the garbage collector leaves its agents running; the new process
 //! has no step in flight, so everything its pod owns is an orphan. It calls
 //! this at boot. Deleted: the pods, Jobs (with their pods) and ConfigMaps
-//! of the namespace with a reference to the owner, the whole tuple (`v1`,
-//! `Pod`, its name and uid: the garbage collector's reading). Objects of
-//! another owner or without owner are left alone. Each delete carries a uid
-//! precondition, so an object recreated under the same name in between is
-//! never touched. One failed delete does not stop the others.
+//! of the namespace whose every reference is the owner's, the whole tuple
+//! (`v1`, `Pod`, its name and uid: the garbage collector's reading), or
+//! for a pod a released Job's. An object with another owner beside it
+//! lives on with that owner, as the collector would keep it; objects of
+//! another owner or without owner are left alone. Each delete carries a
+//! uid precondition, so an object recreated under the same name in between
+//! is never touched. One failed delete does not stop the others; an object
+//! already being deleted is not deleted again.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -124,6 +127,22 @@ impl Tuple<'_> {
 
 /// Release what `owner` owns; wait up to `timeout` for its pods to go.
 ///
+/// # Errors
+///
+/// As [`delete_owned`], and [`ReleaseError::Incomplete`] naming the pods
+/// still there after `timeout`.
+pub async fn release(
+    client: Client,
+    owner: &Owner,
+    timeout: Duration,
+) -> Result<Released, ReleaseError> {
+    release_and_wait(client, owner, Some(timeout)).await
+}
+
+/// Delete what `owner` owns, as [`release`] does, without waiting for the
+/// pods to terminate (the reaper's way: its pass must stay shorter than
+/// its Lease, and a pod's grace period is the pod's).
+///
 /// Every delete is attempted: one that fails is noted and the others go
 /// on. A 403 on Jobs (listing or deleting them) is logged and Jobs are
 /// skipped: a worker may not be allowed to touch them.
@@ -132,12 +151,15 @@ impl Tuple<'_> {
 ///
 /// [`ReleaseError`] when the owner is refused or not running with its uid,
 /// or a listing fails (nothing is deleted then); [`ReleaseError::Incomplete`]
-/// naming what is left when a delete failed or a pod is still there after
-/// `timeout`.
-pub async fn release(
+/// naming what is left when a delete failed.
+pub async fn delete_owned(client: Client, owner: &Owner) -> Result<Released, ReleaseError> {
+    release_and_wait(client, owner, None).await
+}
+
+async fn release_and_wait(
     client: Client,
     owner: &Owner,
-    timeout: Duration,
+    wait: Option<Duration>,
 ) -> Result<Released, ReleaseError> {
     owner.validate()?;
     let namespace = owner.namespace.as_str();
@@ -190,7 +212,16 @@ pub async fn release(
     let mut left = Vec::new();
     // The Jobs released (or already gone): their pods go too.
     let mut jobs_released = Vec::new();
-    for (name, uid) in &owned_jobs {
+    for Owned {
+        name,
+        uid,
+        terminating,
+    } in &owned_jobs
+    {
+        if *terminating {
+            jobs_released.push((name, uid));
+            continue;
+        }
         match delete(&jobs, name, uid).await {
             Ok(deleted) => {
                 released.jobs += usize::from(deleted);
@@ -224,7 +255,16 @@ pub async fn release(
         .map_err(api_error("list ConfigMaps"))?;
 
     let mut waiting = BTreeSet::new();
-    for (name, uid) in &owned_pods {
+    for Owned {
+        name,
+        uid,
+        terminating,
+    } in &owned_pods
+    {
+        if *terminating {
+            waiting.insert(uid.clone());
+            continue;
+        }
         match delete(&pods, name, uid).await {
             Ok(deleted) => {
                 released.pods += usize::from(deleted);
@@ -233,23 +273,33 @@ pub async fn release(
             Err(error) => left.push(failed("Pod", name, &error)),
         }
     }
-    for (name, uid) in &owned_config_maps {
+    for Owned {
+        name,
+        uid,
+        terminating,
+    } in &owned_config_maps
+    {
+        if *terminating {
+            continue;
+        }
         match delete(&config_maps, name, uid).await {
             Ok(deleted) => released.config_maps += usize::from(deleted),
             Err(error) => left.push(failed("ConfigMap", name, &error)),
         }
     }
 
-    match wait_gone(&pods, &waiting, timeout).await {
-        Ok(()) => {}
-        Err(WaitError::Api(source)) => {
-            left.push(format!("pods not confirmed gone: {}", short(&source)));
+    if let Some(timeout) = wait {
+        match wait_gone(&pods, &waiting, timeout).await {
+            Ok(()) => {}
+            Err(WaitError::Api(source)) => {
+                left.push(format!("pods not confirmed gone: {}", short(&source)));
+            }
+            Err(WaitError::StillThere(still)) => left.extend(
+                still
+                    .into_iter()
+                    .map(|name| format!("Pod/{name}: still there after {}s", timeout.as_secs())),
+            ),
         }
-        Err(WaitError::StillThere(still)) => left.extend(
-            still
-                .into_iter()
-                .map(|name| format!("Pod/{name}: still there after {}s", timeout.as_secs())),
-        ),
     }
     if !left.is_empty() {
         return Err(ReleaseError::Incomplete {
@@ -277,12 +327,22 @@ fn short(error: &kube::Error) -> String {
     }
 }
 
-/// (name, uid) of the objects of `api` with an ownerReference that
-/// `owned_by` accepts. Listed metadata-only.
+/// An object `owned` found.
+struct Owned {
+    name: String,
+    uid: String,
+    /// Already being deleted (a `deletionTimestamp`): not deleted again.
+    terminating: bool,
+}
+
+/// The objects of `api` all of whose ownerReferences `owned_by` accepts
+/// (at least one): the garbage collector deletes a dependent only once no
+/// owner of it is left, so one with another owner beside the released one
+/// is that owner's too and stays. Listed metadata-only.
 async fn owned<K>(
     api: &Api<K>,
     owned_by: impl Fn(&OwnerReference) -> bool,
-) -> Result<Vec<(String, String)>, kube::Error>
+) -> Result<Vec<Owned>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -293,11 +353,18 @@ where
         .filter(|item| {
             item.metadata
                 .owner_references
-                .iter()
-                .flatten()
-                .any(&owned_by)
+                .as_deref()
+                .is_some_and(|references| {
+                    !references.is_empty() && references.iter().all(&owned_by)
+                })
         })
-        .filter_map(|item| Some((item.metadata.name?, item.metadata.uid?)))
+        .filter_map(|item| {
+            Some(Owned {
+                terminating: item.metadata.deletion_timestamp.is_some(),
+                name: item.metadata.name?,
+                uid: item.metadata.uid?,
+            })
+        })
         .collect())
 }
 
