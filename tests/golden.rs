@@ -564,21 +564,55 @@ fn the_oracle_rejects_the_answers_the_third_review_found_wrong() {
             ),
         ),
     ] {
-        let dir = common::fixtures().join(case);
-        let config: CaseConfig =
-            serde_saphyr::from_str(&std::fs::read_to_string(dir.join(fixture::CASE)).unwrap())
-                .unwrap();
-        let mut request = read_json(&dir.join(fixture::REQUEST));
-        request["request"]["uid"] = json!("req-1");
-        let judged = common::oracle::judge(
-            &request,
-            &common::oracle_pods(&dir),
-            common::oracle_hook(config.webhook),
-            &common::oracle_settings(&config),
-            200,
-            &old_answer,
-        );
-        assert!(judged.is_err(), "{case}: the oracle accepts {old_answer}");
+        assert_the_oracle_rejects(case, &old_answer);
+    }
+}
+
+/// The oracle judges `answer` to the fixture `case` wrong.
+fn assert_the_oracle_rejects(case: &str, answer: &Value) {
+    let dir = common::fixtures().join(case);
+    let config: CaseConfig =
+        serde_saphyr::from_str(&std::fs::read_to_string(dir.join(fixture::CASE)).unwrap()).unwrap();
+    let mut request = read_json(&dir.join(fixture::REQUEST));
+    request["request"]["uid"] = json!("req-1");
+    let judged = common::oracle::judge(
+        &request,
+        &common::oracle_pods(&dir),
+        common::oracle_hook(config.webhook),
+        &common::oracle_settings(&config),
+        200,
+        answer,
+    );
+    assert!(judged.is_err(), "{case}: the oracle accepts {answer}");
+}
+
+/// What the attack on issue 16's change found answered wrong: templates
+/// an UPDATE labels anew were never checked against their pod.
+#[test]
+fn the_oracle_rejects_the_answers_the_fourth_review_found_wrong() {
+    use base64::Engine;
+    let allow = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "response": {"uid": "req-1", "allowed": true}});
+    let completed = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "response": {"uid": "req-1", "allowed": true, "patchType": "JSONPatch",
+        "patch": base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&json!([{"op": "add",
+            "path": "/spec/template/metadata/labels/ownerguard.io~1owner-uid",
+            "value": "33333333-0000-4000-8000-000000000003"}])).unwrap())}});
+    for (case, old_answer) in [
+        (
+            "update-legacy-deployment-template-labelled-with-a-stale-uid",
+            &allow,
+        ),
+        (
+            "update-another-pod-labels-a-legacy-template-with-a-stale-uid",
+            &allow,
+        ),
+        (
+            "update-deployment-of-a-gone-owner-template-labelled-anew",
+            &completed,
+        ),
+    ] {
+        assert_the_oracle_rejects(case, old_answer);
     }
 }
 

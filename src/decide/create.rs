@@ -100,6 +100,8 @@ pub(super) fn plan(
             name: &owner.claim.name,
             uid: Some(&owner.claim.uid),
         };
+        // The owner is looked up as the object's: what the templates
+        // declare is checked against it already.
         templates::complete(head, None, &at, template_owner, labels, webhook, &mut patch)?;
     }
 

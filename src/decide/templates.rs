@@ -53,6 +53,13 @@ pub(super) struct TemplateOwner<'a> {
 /// refused outright (a Job's template is immutable). A template that the
 /// update labels anew, or whose uid label it leaves out, is completed.
 ///
+/// Returns the uids the templates the update labels anew (owner label,
+/// name annotation or uid label added or changed) declare for the owner:
+/// what is made from them is checked against that pod, so the update must
+/// find it running with that uid, as a CREATE would. A template whose uid
+/// label the update merely leaves out is put back without asking: with the
+/// owner gone, what is made from it is refused anyway.
+///
 /// # Errors
 ///
 /// [`Denial::TemplateOwnerMismatch`]: a template that declares another
@@ -67,9 +74,10 @@ pub(super) fn complete(
     labels: &OwnerLabels,
     webhook: WebhookKind,
     patch: &mut MetadataPatch,
-) -> Result<(), Denial> {
+) -> Result<Vec<String>, Denial> {
     let mutate = webhook.mutates();
     let old_templates = old.map(ObjectHead::templates).unwrap_or_default();
+    let mut declared = Vec::new();
     let owner_keys = |template: &Template| {
         (
             template.label(&labels.pod).map(str::to_string),
@@ -89,6 +97,15 @@ pub(super) fn complete(
             continue;
         }
         check(template, value, at, owner, labels)?;
+        let before = old_templates.iter().find(|b| b.path == template.path);
+        let uid_left_out = before.is_some_and(|before| {
+            let (pod, uid, name) = owner_keys(before);
+            let (pod_now, uid_now, name_now) = owner_keys(template);
+            pod == pod_now && name == name_now && uid.is_some() && uid_now.is_none()
+        });
+        if !uid_left_out && let Some(uid) = template.label(&labels.uid).or(owner.uid) {
+            declared.push(uid.to_string());
+        }
         if !mutate {
             continue;
         }
@@ -111,7 +128,9 @@ pub(super) fn complete(
             name_the_carrier(head, &templates, template.path, owner, labels, patch);
         }
     }
-    Ok(())
+    declared.sort();
+    declared.dedup();
+    Ok(declared)
 }
 
 /// A template that carries the owner label must declare `owner`: by its

@@ -1585,13 +1585,85 @@ fn a_template_update_leaves_an_old_incomplete_template_alone() {
     new["metadata"]["labels"]["x"] = json!("y");
     let (req, _) = request("UPDATE", new, Some(old.clone()));
     assert!(mutate(&req, HashMap::new()).unwrap().patch.is_empty());
-    // A template the update labels anew is completed.
+    // A template the update labels anew is completed, once its owner is
+    // found running with that uid, as on CREATE.
     let mut unlabelled = old.clone();
     unlabelled["spec"]["template"]["metadata"]["labels"] = json!({});
     let (req, _) = request("UPDATE", old.clone(), Some(unlabelled));
-    let allowed = mutate(&req, HashMap::new()).unwrap();
+    let allowed = mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
     assert_eq!(
         patched(&old, &allowed)["spec"]["template"]["metadata"]["labels"]["ownerguard.io/owner-uid"],
+        "uid-1"
+    );
+}
+
+#[test]
+fn a_template_labelled_anew_on_update_is_checked_against_the_running_owner() {
+    // A Deployment whose template the update labels for its owner: what
+    // its controller makes from it is checked against that pod, so the
+    // update is too, as a CREATE of the same object would be.
+    let template = |labels: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "agents", "labels": {}},
+            "spec": {"template": {"metadata": {"labels": labels}}}})
+    };
+    // Recorded uid, owner gone: refused, never completed with a uid no pod has.
+    let mut old = template(json!({"app": "a"}));
+    old["metadata"]["labels"] = owner_labels("w-1", "uid-1");
+    old["metadata"]["ownerReferences"] = json!([pod_reference("w-1", "uid-1", Some(false))]);
+    let mut new = old.clone();
+    new["spec"]["template"]["metadata"]["labels"] =
+        json!({"app": "a", "ownerguard.io/owner-pod": "w-1"});
+    let (req, _) = request("UPDATE", new.clone(), Some(old.clone()));
+    for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+        let gone = lookups(&[("w-1", Ok(None))]);
+        let err = run(&req, webhook, &Policy::default(), gone).unwrap_err();
+        assert_eq!(err.code(), 403, "{webhook:?}: {err}");
+        assert!(err.to_string().contains("'w-1' not found"), "{err}");
+    }
+    // The owner runs with another uid (the name was reused): refused.
+    let err = mutate(&req, running(&[("w-1", "uid-2")])).unwrap_err();
+    assert!(
+        err.to_string().contains("does not have uid 'uid-1'"),
+        "{err}"
+    );
+    assert!(mutate(&req, running(&[("w-1", "uid-1")])).is_ok());
+
+    // Labelled by name only (before ownerguard), the template given a
+    // stale uid: refused, though the object records none to compare.
+    let mut legacy = template(json!({"app": "a"}));
+    legacy["metadata"]["labels"] = json!({"ownerguard.io/owner-pod": "w-1"});
+    let mut stale = legacy.clone();
+    stale["spec"]["template"]["metadata"]["labels"] =
+        json!({"app": "a", "ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": "uid-0"});
+    let (req, _) = request("UPDATE", stale, Some(legacy));
+    for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+        let err = run(
+            &req,
+            webhook,
+            &Policy::default(),
+            running(&[("w-1", "uid-1")]),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("does not have uid 'uid-0'"),
+            "{webhook:?}: {err}"
+        );
+    }
+
+    // Only the uid label left out (a replace of the original manifest),
+    // the owner gone: put back without asking, since what is made from it
+    // is refused anyway.
+    let mut labelled = old.clone();
+    labelled["spec"]["template"]["metadata"]["labels"] =
+        json!({"app": "a", "ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": "uid-1"});
+    let mut replaced = labelled.clone();
+    replaced["spec"]["template"]["metadata"]["labels"] =
+        json!({"app": "a", "ownerguard.io/owner-pod": "w-1"});
+    let (req, _) = request("UPDATE", replaced.clone(), Some(labelled));
+    let allowed = mutate(&req, lookups(&[("w-1", Ok(None))])).unwrap();
+    assert_eq!(
+        patched(&replaced, &allowed)["spec"]["template"]["metadata"]["labels"]["ownerguard.io/owner-uid"],
         "uid-1"
     );
 }

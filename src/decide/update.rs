@@ -39,6 +39,8 @@ use super::ownership::{
 pub(super) struct Work {
     /// Pod references the update adds: each must be a running pod.
     claims: Vec<Claim>,
+    /// The owner as templates labelled anew declare it: a running pod too.
+    template_claims: Vec<Claim>,
     /// Settled already: references unblocked, templates completed.
     patch: MetadataPatch,
     warnings: Vec<String>,
@@ -366,8 +368,11 @@ pub(super) fn plan(
         None => label_owner.map(|name| templates::TemplateOwner { name, uid: None }),
     }
     .filter(|owner| is_pod_name(owner.name));
+    // What templates labelled anew declare must be a running pod, as on
+    // CREATE: else the controller's objects made from them are refused.
+    let mut template_claims = Vec::new();
     if owner_label_kept && let Some(owner) = template_owner {
-        templates::complete(
+        let declared = templates::complete(
             head,
             request.old_object.as_ref(),
             &at,
@@ -376,10 +381,16 @@ pub(super) fn plan(
             webhook,
             &mut patch,
         )?;
+        template_claims.extend(declared.into_iter().map(|uid| Claim {
+            name: owner.name.to_string(),
+            uid,
+            origin: crate::decide::resolve::Origin::Label,
+        }));
     }
 
     let mut lookups: Vec<LookupNeed> = claims
         .iter()
+        .chain(&template_claims)
         .map(|claim| LookupNeed {
             name: claim.name.clone(),
             uid: claim.uid.clone(),
@@ -414,6 +425,7 @@ pub(super) fn plan(
         lookups: merge_lookups(lookups),
         work: super::Work::Update(Box::new(Work {
             claims,
+            template_claims,
             patch,
             warnings,
             mutate,
@@ -434,6 +446,7 @@ pub(super) fn plan(
 
 pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch, Denial> {
     judge.require_owners(&work.claims, work.warnings)?;
+    judge.require_owners(&work.template_claims, Vec::new())?;
     let mut patch = work.patch;
     // Whether a removal stands (a reference whose pod is gone, labels of an
     // owner that no longer runs): then a pod must own what it releases.

@@ -1312,6 +1312,28 @@ fn check_templates(
                 e.maybe(&[400], true, why);
             }
         }
+        // A template the update labels anew (not one whose uid label it
+        // merely leaves out) makes objects checked against the pod it
+        // declares: that pod must run with that uid, or its controller's
+        // objects are refused (rule 12, "checked and completed as on
+        // CREATE").
+        let before = old_templates
+            .iter()
+            .find(|old| old.pointer == template.pointer);
+        let uid_left_out = before.is_some_and(|old| {
+            let (pod, uid, name) = keys(old);
+            let (pod_now, uid_now, name_now) = keys(&template);
+            pod == pod_now && name == name_now && uid.is_some() && uid_now.is_none()
+        });
+        if !create
+            && changed
+            && !uid_left_out
+            && wrong.is_empty()
+            && let Some(owner) = owner
+            && let Some(uid) = template.label(&uid_key).or(owner_uid)
+        {
+            e.require_live(w, owner, uid, "the template's owner");
+        }
         for why in wrong {
             let why = format!("the template at {} {why} (rule 12)", template.pointer);
             if strict {
