@@ -160,31 +160,116 @@ pub fn classify(
         }
         Err(denial) => Err(denial),
     };
-    let referenced = references
+    // The collector's reading: which exact Pod references resolve to a
+    // running pod, which to a finished one. An object lives as long as one
+    // of its owners does, whatever its labels say.
+    let exact: Vec<_> = references
         .iter()
-        .any(|r| r.api_version == "v1" && r.kind == "Pod" && r.name == owner);
+        .filter(|r| is_exact_pod(&r.api_version, &r.kind) && !r.uid.is_empty())
+        .collect();
+    let resolves = |r: &&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference| {
+        pods.get(namespace, &r.name)
+            .filter(|pod| pod.uid == r.uid && !pod.terminating)
+    };
+    let running_owner = exact
+        .iter()
+        .filter(|r| resolves(r).is_some_and(|pod| pod.finished.is_none()))
+        .map(|r| r.name.clone())
+        .next();
+    let finished_owner = exact
+        .iter()
+        .filter(|r| resolves(r).is_some_and(|pod| pod.finished.is_some()))
+        .map(|r| r.name.clone())
+        .next();
+    let referenced = exact.iter().any(|r| r.name == owner);
+    let blocking = references
+        .iter()
+        .any(|r| means_pod(&r.kind) && r.block_owner_deletion == Some(true));
+    let uid_labelled = meta
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(&labels.uid));
     let (state, detail, patch) = match verdict {
         Ok(allowed) if allowed.patch.is_empty() => (State::Ok, String::new(), None),
         Ok(allowed) => {
             let patch = serde_json::from_slice(&allowed.patch.to_json()).ok();
-            if referenced {
+            if webhook == WebhookKind::Mutate && added_reference(patch.as_ref()) {
+                if uid_labelled {
+                    let detail =
+                        format!("owner pod '{owner}' runs, but the object has no reference to it");
+                    (State::MissingReference, detail, patch)
+                } else {
+                    // A name alone proves no ownership: the pod that runs
+                    // under it may be a later one (a StatefulSet's pod
+                    // recreated). Not fixed: the webhook would refuse the
+                    // uid label added on UPDATE, and rightly.
+                    let detail = format!(
+                        "labelled by name only, no reference: a pod '{owner}' runs, but nothing says it is the one that made this object; if it is, add its reference by hand"
+                    );
+                    (State::MissingReference, detail, None)
+                }
+            } else if blocking {
                 let detail = format!(
                     "a Pod reference has blockOwnerDeletion: true (owner pod '{owner}' runs)"
                 );
                 (State::Blocking, detail, patch)
-            } else if webhook == WebhookKind::Mutate && added_reference(patch.as_ref()) {
-                let detail =
-                    format!("owner pod '{owner}' runs, but the object has no reference to it");
-                (State::MissingReference, detail, patch)
             } else {
-                // Only the uid label to complete: the reference holds.
+                // Only the uid label or an explicit `false` to complete:
+                // the reference holds.
                 (State::Ok, String::new(), None)
+            }
+        }
+        Err(Denial::SelfWithoutPodIdentity { .. }) if running_owner.is_none() => {
+            // `Self` that names no pod: the references alone say who owns it.
+            match (&finished_owner, exact.is_empty()) {
+                (Some(name), _) => (
+                    State::OwnerFinished,
+                    format!("labelled Self without a name; its owner pod '{name}' has finished"),
+                    None,
+                ),
+                (None, false) => (
+                    State::Dangling,
+                    "labelled Self without a name; every Pod reference is to a pod that is gone"
+                        .to_string(),
+                    None,
+                ),
+                (None, true) => (
+                    State::Leaked,
+                    "labelled Self without a name and no reference: nothing will ever delete it"
+                        .to_string(),
+                    None,
+                ),
             }
         }
         Err(denial) => {
             let state = state_of(&denial, referenced || webhook == WebhookKind::ValidateAll);
-            (state, denial.to_string(), None)
+            match (state, &running_owner, &finished_owner) {
+                // Gone by its labels, but another of its owners runs: it
+                // dies with that one (never a leak to delete by hand).
+                (State::Leaked | State::Dangling | State::OwnerFinished, Some(name), _) => (
+                    State::Ok,
+                    format!("{denial}; it is collected with its running owner pod '{name}'"),
+                    None,
+                ),
+                (State::Leaked | State::Dangling, None, Some(name)) => (
+                    State::OwnerFinished,
+                    format!("{denial}; it is kept by its finished owner pod '{name}'"),
+                    None,
+                ),
+                (state, ..) => (state, denial.to_string(), None),
+            }
         }
+    };
+    // Allowed under the cluster-wide reading (a finished pod resolves), but
+    // no owner runs: it lives until the finished pod object is deleted.
+    let (state, detail) = match (state, &running_owner, &finished_owner) {
+        (State::Ok, None, Some(name)) if webhook == WebhookKind::ValidateAll => (
+            State::OwnerFinished,
+            format!(
+                "owner pod '{name}' has finished: what it owns lives until the pod object is deleted"
+            ),
+        ),
+        (state, ..) => (state, detail),
     };
     Some(Finding {
         state,
@@ -273,6 +358,12 @@ fn owner_name(meta: &ObjectMeta, labels: &OwnerLabels) -> Option<String> {
         return meta.annotations.as_ref()?.get(&labels.pod_name).cloned();
     }
     Some(value.clone())
+}
+
+/// Whether a reference is exactly the collector's `v1`/`Pod`: the
+/// garbage collector parses `/v1` as the core group's `v1` too.
+fn is_exact_pod(api_version: &str, kind: &str) -> bool {
+    matches!(api_version, "v1" | "/v1") && kind == "Pod"
 }
 
 /// Whether a reference's kind means a pod, as the webhook reads it.
