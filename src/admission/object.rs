@@ -201,15 +201,66 @@ impl OwnerReference {
     /// already a reference it cannot resolve, so an apiVersion a person
     /// reads as `v1` (`V1`, `v１`) needs no rule of its own.
     ///
-    /// Every kind outside ASCII counts: no API serves one (a built-in
+    /// Every kind outside ASCII counts that no API can serve: a built-in
     /// kind is ASCII, and the API server takes a CustomResourceDefinition
-    /// only when its kind, lowercased, is a DNS-1035 label), so such a
-    /// reference never resolves, whatever a person reads in it. Reading
-    /// alone is a list in disguise: the skeleton of UTS #39 leaves small
-    /// capitals (`ᴘᴏᴅ`), modifier, circled and negative-squared letters
-    /// (`ᴾᵒᵈ`, `ⓟⓞⓓ`, `🅟🅞🅓`) as they are. The chart's CEL sends every
-    /// such kind for the same reason.
+    /// only when its kind, lowercased by Go's `strings.ToLower`, is a
+    /// DNS-1035 label, so such a reference never resolves, whatever a
+    /// person reads in it. Go lowercases two letters outside ASCII into it
+    /// (the Kelvin sign to `k`, `İ` to `i`), so a custom resource may be a
+    /// `WorKer` with a Kelvin sign: that kind is served and is not a pod.
+    /// Reading alone is a list in disguise: the skeleton of UTS #39 leaves
+    /// small capitals (`ᴘᴏᴅ`), modifier, circled and negative-squared
+    /// letters (`ᴾᵒᵈ`, `ⓟⓞⓓ`, `🅟🅞🅓`) as they are. The chart's CEL sends
+    /// every kind outside ASCII, a superset.
     pub fn means_pod(&self) -> bool {
-        !self.kind.is_ascii() || reads_as_any(&self.kind, &["pod", "pods"])
+        reads_as_any(&self.kind, &["pod", "pods"])
+            || (!self.kind.is_ascii() && !servable_kind(&self.kind))
+    }
+}
+
+/// Whether the API server would serve a custom resource of `kind`: its Go
+/// lowercase (`strings.ToLower`, a simple case mapping) is a DNS-1035
+/// label, as `ValidateCustomResourceDefinitionNames` requires.
+fn servable_kind(kind: &str) -> bool {
+    let lowered: String = kind
+        .chars()
+        .map(|c| match c {
+            // Go's unicode.ToLower maps İ to a plain i (the simple mapping);
+            // Rust's full mapping would add a combining dot.
+            '\u{130}' => 'i',
+            c => {
+                let mut lower = c.to_lowercase();
+                match (lower.next(), lower.next()) {
+                    (Some(l), None) => l,
+                    _ => c,
+                }
+            }
+        })
+        .collect();
+    crate::k8s::names::is_dns1035_label(&lowered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OwnerReference;
+
+    fn means_pod(kind: &str) -> bool {
+        OwnerReference {
+            kind: kind.to_string(),
+            ..OwnerReference::default()
+        }
+        .means_pod()
+    }
+
+    #[test]
+    fn a_kind_outside_ascii_means_a_pod_unless_a_custom_resource_can_have_it() {
+        for kind in ["Pod", "pods", "Ｐｏｄ", "Роd", "ᴘᴏᴅ", "ⓟⓞⓓ", "Wörker"] {
+            assert!(means_pod(kind), "{kind}");
+        }
+        // Go lowercases the Kelvin sign to k and İ to i: the API server
+        // takes these kinds for a CustomResourceDefinition, and serves them.
+        for kind in ["Wor\u{212a}er", "\u{130}ngress", "Job", "ReplicaSet"] {
+            assert!(!means_pod(kind), "{kind}");
+        }
     }
 }

@@ -34,6 +34,13 @@ fn is_dns_name(name: &str, dots: bool) -> bool {
                 .all(|label| !label.is_empty() && !label.starts_with('-') && !label.ends_with('-')))
 }
 
+/// An RFC 1035 label (a custom resource's lowercased kind): at most 63
+/// lowercase alphanumerics and `-`, starting with a letter, ending
+/// alphanumeric.
+pub fn is_dns1035_label(name: &str) -> bool {
+    name.len() <= 63 && is_namespace(name) && name.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
 /// A label value: at most 63 characters of `[A-Za-z0-9._-]`, starting and
 /// ending alphanumeric (or empty, which the owner labels never accept).
 pub fn is_label_value(value: &str) -> bool {

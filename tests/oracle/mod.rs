@@ -397,7 +397,7 @@ impl Entry {
             || self
                 .kind
                 .as_deref()
-                .is_some_and(|kind| !kind.is_ascii() || reads_as_pod(kind))
+                .is_some_and(|kind| reads_as_pod(kind) || (!kind.is_ascii() && !crd_kind(kind)))
     }
     fn well_formed(&self) -> bool {
         let text_or_absent = |key: &str| self.field(key).is_none_or(Value::is_string);
@@ -450,6 +450,29 @@ impl Entry {
 /// `/v1` only (`""` and `"/"` are the empty version).
 pub fn core_v1(api_version: &str) -> bool {
     api_version == "v1" || api_version == "/v1"
+}
+
+/// Whether kube-apiserver takes `kind` for a CustomResourceDefinition:
+/// `IsDNS1035Label(strings.ToLower(kind))`, Go lowercasing letter by letter
+/// with the simple mapping (the Kelvin sign K to `k`, `İ` to `i`). Such a
+/// kind can be served, and so can be an owner's.
+fn crd_kind(kind: &str) -> bool {
+    let lowered: String = kind
+        .chars()
+        .map(|c| match c {
+            '\u{212a}' => 'k',
+            '\u{130}' => 'i',
+            c if c.is_ascii() => c.to_ascii_lowercase(),
+            c => c,
+        })
+        .collect();
+    let b = lowered.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_lowercase()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// Whether a person reads `kind` as `Pod` or `Pods` (SPEC §3 rule 15):
