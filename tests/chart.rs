@@ -819,6 +819,7 @@ fn doctor_on(objects: &[Value]) -> Vec<ownerguard::commands::doctor::Check> {
         namespace: "ownerguard".into(),
         name: "og-ownerguard".into(),
         tls_secret: None,
+        serving_address: None,
         min_certificate_days: 14,
         probe: None,
         probe_only: false,

@@ -54,6 +54,20 @@ struct Setup {
     objects: Vec<(String, Value)>,
 }
 
+/// The `helm.sh/chart` label this checkout's chart writes.
+fn chart_label() -> String {
+    let chart = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/ownerguard/Chart.yaml"),
+    )
+    .unwrap();
+    let version = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("version:"))
+        .unwrap()
+        .trim();
+    format!("ownerguard-{version}")
+}
+
 impl Setup {
     fn healthy() -> Self {
         let serving = certs::generate(&[HOST.into()], &[], 365).unwrap();
@@ -74,12 +88,12 @@ impl Setup {
         let objects = vec![
             (
                 MUTATING.to_string(),
-                json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": {"name": "ownerguard"},
+                json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": {"name": "ownerguard", "labels": {"helm.sh/chart": chart_label()}},
                    "webhooks": [webhook("mutate.ownerguard.io", "/mutate")]}),
             ),
             (
                 VALIDATING.to_string(),
-                json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "ownerguard"},
+                json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "ownerguard", "labels": {"helm.sh/chart": chart_label()}},
                    "webhooks": [webhook("validate.ownerguard.io", "/validate")]}),
             ),
             (
@@ -144,6 +158,9 @@ fn options() -> DoctorOptions {
         namespace: NS.into(),
         name: "ownerguard".into(),
         tls_secret: None,
+        // Nothing listens there: the handshake fails at once and the
+        // Secret is read, as from outside the cluster.
+        serving_address: Some("127.0.0.1:1".into()),
         min_certificate_days: 14,
         probe: None,
         probe_only: false,
@@ -383,6 +400,26 @@ async fn a_match_condition_edited_by_hand_fails_and_none_warns() {
         "conditions [create-or-ownership-update, not-agents], the chart's are [create-or-ownership-update]",
     )
     .await;
+    // The same conditions written by another chart version: not this
+    // doctor's to judge (a doctor of another version reports no false
+    // failure), but said.
+    let mut setup = Setup::healthy();
+    setup.at(VALIDATING)["metadata"]["labels"]["helm.sh/chart"] = json!("ownerguard-9.9.9");
+    setup.at(VALIDATING)["webhooks"][0]["matchConditions"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "not-agents", "expression": "request.namespace != 'agents'"}));
+    let checks = run(&setup).await;
+    assert!(failed(&checks).is_empty(), "{checks:#?}");
+    let warned = checks
+        .iter()
+        .find(|c| c.subject == "matchConditions of validating validate.ownerguard.io")
+        .unwrap();
+    assert_eq!(warned.verdict, Verdict::Warn);
+    assert!(
+        warned.detail.contains("written by chart ownerguard-9.9.9"),
+        "{warned:?}"
+    );
     // The expression re-indented (another YAML style) is the same.
     let mut setup = Setup::healthy();
     let spaced = expression.replace('\n', "\n      ");
@@ -592,13 +629,7 @@ async fn flags_given_in_command_instead_of_args_fail() {
     container["command"] = container["args"].take();
     // The server check names it; which certificate a server that does not
     // run would serve cannot be told, so neither can the caBundles verify.
-    let failures = fails(
-        &setup,
-        4,
-        &["server", "serving certificate", "caBundle of"],
-        "",
-    )
-    .await;
+    let failures = fails(&setup, 2, &["server", "serving certificate"], "").await;
     assert!(
         failures[0]
             .starts_with("FAIL server: container ownerguard runs `serve --addr=0.0.0.0:8443"),
@@ -668,7 +699,8 @@ async fn a_certificate_outside_a_secret_or_under_a_sub_path_fails() {
     let mut setup = Setup::healthy();
     setup.at(DEPLOYMENT)["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] =
         json!("/etc/other");
-    fails(&setup, 3, &["serving certificate", "caBundle of"], "").await;
+    // The caBundles are not judged without a certificate (warnings).
+    fails(&setup, 1, &["serving certificate"], "").await;
     let report = failed(&run(&setup).await);
     assert!(report[0].contains("is on no mounted volume"), "{report:#?}");
 
@@ -1091,4 +1123,123 @@ async fn another_installation_judging_the_same_objects_fails() {
     let failures = failed(&run(&setup).await);
     assert_eq!(failures.len(), 1, "{failures:#?}");
     assert!(failures[0].contains("(the owner label)"), "{failures:#?}");
+}
+
+/// A TLS server on loopback presenting `cert_pem` (with `key_pem`), as a
+/// pod behind the Service would; its address.
+async fn serve_certificate(cert_pem: &str, key_pem: &str) -> std::net::SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    let chain = rustls::pki_types::CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = acceptor.accept(tcp).await;
+            });
+        }
+    });
+    address
+}
+
+async fn run_with(
+    setup: &Setup,
+    options: &DoctorOptions,
+    forbidden: &[&str],
+) -> (Vec<Check>, Vec<String>) {
+    let server = FakeApi::start().await;
+    setup.install(&server.api);
+    server
+        .api
+        .update_faults(|f| f.forbidden_paths = forbidden.iter().map(|p| p.to_string()).collect());
+    let installation = gather(server.client(), options).await.unwrap();
+    let checks = check(
+        &installation,
+        options,
+        time::OffsetDateTime::now_utc().unix_timestamp(),
+    );
+    (checks, server.api.calls())
+}
+
+#[tokio::test]
+async fn the_served_certificate_is_judged_without_reading_the_secret() {
+    // doctor with no access to Secrets: the certificate the Service
+    // serves is read by a handshake and each caBundle judged against it.
+    let mut setup = Setup::healthy();
+    let data = setup.at(SECRET)["data"].clone();
+    let pem = |key: &str| {
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(data[key].as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let address = serve_certificate(&pem("tls.crt"), &pem("tls.key")).await;
+    let served = DoctorOptions {
+        serving_address: Some(address.to_string()),
+        ..options()
+    };
+    let (checks, calls) =
+        run_with(&setup, &served, &["/api/v1/namespaces/ownerguard/secrets"]).await;
+    assert!(failed(&checks).is_empty(), "{checks:#?}");
+    let serving = checks
+        .iter()
+        .find(|c| c.subject == "serving certificate")
+        .unwrap();
+    assert_eq!(serving.verdict, Verdict::Ok, "{serving:?}");
+    assert!(
+        serving.detail.contains(&format!("served at {address}")),
+        "{serving:?}"
+    );
+    assert!(calls.iter().all(|c| !c.contains("/secrets")), "{calls:?}");
+
+    // The Service serves another certificate than the Secret holds (the
+    // pods never reloaded it, or another CA signed it): the served one is
+    // what the API server sees, and the caBundles do not verify it.
+    let stranger = certs::generate(&[HOST.into()], &[], 365).unwrap();
+    let address = serve_certificate(&stranger.cert_pem, &stranger.key_pem).await;
+    let served = DoctorOptions {
+        serving_address: Some(address.to_string()),
+        ..options()
+    };
+    let (checks, _) = run_with(&setup, &served, &[]).await;
+    let failures = failed(&checks);
+    assert_eq!(failures.len(), 2, "{failures:#?}");
+    assert!(
+        failures.iter().all(|f| f.starts_with("FAIL caBundle of")
+            && f.contains("does not verify the serving certificate")),
+        "{failures:#?}"
+    );
+
+    // Neither served here nor readable: not judged, said, no failure.
+    let (checks, _) = run_with(
+        &setup,
+        &options(),
+        &["/api/v1/namespaces/ownerguard/secrets"],
+    )
+    .await;
+    let serving = checks
+        .iter()
+        .find(|c| c.subject == "serving certificate")
+        .unwrap();
+    assert_eq!(serving.verdict, Verdict::Warn, "{serving:?}");
+    assert!(
+        serving.detail.contains("may not be read (403)"),
+        "{serving:?}"
+    );
+    assert!(failed(&checks).is_empty(), "{checks:#?}");
 }

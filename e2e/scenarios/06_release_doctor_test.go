@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,6 +121,22 @@ func TestDoctor(t *testing.T) {
 		waitDeploymentReady(ctx, t)
 		_, err := doctor(t)
 		must(t, err, "doctor")
+	})
+	t.Run("JudgesTheServedCertificate", func(t *testing.T) {
+		// The certificate the Service serves, read by a handshake with its
+		// ClusterIP (doctor outside the cluster would port-forward), is
+		// what each caBundle is judged against; the Secret is not read.
+		ctx := ctxFor(t, time.Minute)
+		svc, err := admin.CoreV1().Services(releaseNamespace).Get(ctx, releaseName, metav1.GetOptions{})
+		must(t, err, "the Service")
+		address := net.JoinHostPort(svc.Spec.ClusterIP, "443")
+		out, err := ownerguardCmd(ctx, plane.AdminKubeconfig, "doctor", "--namespace", releaseNamespace,
+			"--name", releaseName, "--serving-address", address)
+		t.Logf("ownerguard doctor --serving-address %s:\n%s", address, out)
+		must(t, err, "doctor")
+		if !strings.Contains(out, "served at "+address) {
+			t.Fatalf("doctor did not judge the certificate served at %s", address)
+		}
 	})
 	t.Run("FailsOnBrokenCABundle", func(t *testing.T) {
 		ctx := ctxFor(t, time.Minute)

@@ -122,6 +122,13 @@ pub struct DoctorArgs {
     #[arg(long)]
     pub tls_secret: Option<String>,
 
+    /// Read the served certificate by a TLS handshake with HOST:PORT
+    /// (after `kubectl port-forward svc/ownerguard 8443:443`:
+    /// 127.0.0.1:8443); default: the webhooks' Service, which answers from
+    /// inside the cluster. The Secret is read only when that fails.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub serving_address: Option<String>,
+
     /// Fail when the serving certificate has fewer days left.
     #[arg(long, default_value_t = 14)]
     pub min_certificate_days: i64,

@@ -100,6 +100,8 @@ pub struct Faults {
     /// DELETE of this kind (of this name only, when given) answers this
     /// code.
     pub delete_fails: Option<(Kind, Option<String>, u16)>,
+    /// Requests to a path under one of these answer 403, as RBAC would.
+    pub forbidden_paths: Vec<String>,
 }
 
 /// One term of a field selector: `field=value` or `field!=value`.
@@ -682,6 +684,13 @@ async fn handle(
             "ServiceUnavailable",
             "the server is currently unable to handle the request",
         );
+    }
+    if faults
+        .forbidden_paths
+        .iter()
+        .any(|forbidden| uri.path().starts_with(forbidden.as_str()))
+    {
+        return status(403, "Forbidden", &format!("{} is forbidden", uri.path()));
     }
     if method == Method::GET {
         let inner = api.inner.lock().unwrap();

@@ -103,7 +103,114 @@ pub fn serving_certificate_source(deployment: &Deployment) -> ServingCertificate
         secret,
         key,
         problem,
-        pem: None,
+        ..ServingCertificate::default()
+    }
+}
+
+/// The chain a TLS server at `address` presents for `host` (SNI), read
+/// by a handshake that trusts nothing and verifies nothing: the chain is
+/// what the caBundles are then judged against, as the API server judges
+/// it. A server that then wants a client certificate (`--client-ca`)
+/// aborts the handshake after sending its own: the chain is still read.
+///
+/// # Errors
+///
+/// When nothing answers at `address` with a certificate within `timeout`.
+pub async fn served_chain(
+    address: &str,
+    host: &str,
+    timeout: Duration,
+) -> Result<Vec<CertificateDer<'static>>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let capture = Arc::new(Capture {
+        chain: std::sync::Mutex::new(Vec::new()),
+        provider: provider.clone(),
+    });
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(capture.clone())
+        .with_no_client_auth();
+    let name = ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
+    let connect = async {
+        let tcp = tokio::net::TcpStream::connect(address)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
+    let outcome = tokio::time::timeout(timeout, connect)
+        .await
+        .unwrap_or_else(|_| Err(format!("no TLS answer within {}s", timeout.as_secs())));
+    let chain = std::mem::take(&mut *capture.chain.lock().map_err(|e| e.to_string())?);
+    match (chain.is_empty(), outcome) {
+        (false, _) => Ok(chain),
+        (true, Err(e)) => Err(e),
+        (true, Ok(())) => Err("the server presented no certificate".into()),
+    }
+}
+
+/// A verifier that keeps the chain it is shown and accepts it.
+#[derive(Debug)]
+struct Capture {
+    chain: std::sync::Mutex<Vec<CertificateDer<'static>>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for Capture {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        if let Ok(mut chain) = self.chain.lock() {
+            *chain = std::iter::once(end_entity)
+                .chain(intermediates)
+                .map(|c| c.clone().into_owned())
+                .collect();
+        }
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -118,8 +225,22 @@ pub(super) fn check_serving_certificate(
     if let Some(problem) = &serving.problem {
         return line(Verdict::Fail, subject, problem.clone());
     }
-    let source = format!("Secret {namespace}/{} ({})", serving.secret, serving.key);
+    let source = match &serving.served {
+        Some(address) => format!("the certificate served at {address}"),
+        None => format!("Secret {namespace}/{} ({})", serving.secret, serving.key),
+    };
     match chain.first().and_then(|leaf| certificate_not_after(leaf)) {
+        // Neither served to doctor nor readable: not judged here, and said
+        // so; the probe's round trip through the API server proves it.
+        None if serving.unread.is_some() => line(
+            Verdict::Warn,
+            subject,
+            format!(
+                "not judged: {}; run doctor in the cluster, or with --serving-address after \
+                 `kubectl port-forward`, or --probe (the API server's own handshake)",
+                serving.unread.as_deref().unwrap_or_default()
+            ),
+        ),
         None => line(
             Verdict::Fail,
             subject,
@@ -188,7 +309,11 @@ pub(super) fn check_ca_bundle(
         );
     };
     let Some((leaf, intermediates)) = chain.split_first() else {
-        return line(Verdict::Fail, subject, "no serving certificate to verify");
+        return line(
+            Verdict::Warn,
+            subject,
+            "not judged: no serving certificate could be read (see the serving certificate check)",
+        );
     };
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&bundle.0).filter_map(Result::ok) {

@@ -22,6 +22,20 @@ pub(super) type Condition = (String, String);
 const RENDERED: &str = include_str!("match-conditions.json");
 /// The key prefix the render was made with.
 const RENDERED_KEY_PREFIX: &str = "ownerguard.io";
+/// The chart the render is of: its `version` says which configurations
+/// this doctor can judge expression for expression.
+const CHART_YAML: &str = include_str!("../../../charts/ownerguard/Chart.yaml");
+
+/// The `helm.sh/chart` label this version's chart writes on the webhook
+/// configurations (`ownerguard-0.3.0`).
+pub(super) fn chart_label() -> String {
+    let version = CHART_YAML
+        .lines()
+        .find_map(|line| line.strip_prefix("version:"))
+        .map(|v| v.trim().trim_matches('"'))
+        .unwrap_or_default();
+    format!("ownerguard-{}", version.replace('+', "_"))
+}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -158,5 +172,18 @@ mod tests {
         assert!(expression.contains("labels[?'example.com/owner-pod']"));
         assert!(expression.contains("[?'example.com/owner-pod-name']"));
         assert!(!expression.contains("ownerguard.io"));
+    }
+}
+
+#[cfg(test)]
+mod chart_tests {
+    #[test]
+    fn the_chart_label_is_the_charts_name_and_version() {
+        let label = super::chart_label();
+        let version = label.strip_prefix("ownerguard-").unwrap();
+        assert!(
+            version.split('.').count() == 3 && version.split('.').all(|n| n.parse::<u32>().is_ok()),
+            "{label}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! its Service, the PodDisruptionBudget and the serving Secret.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -14,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ListParams};
 
 use super::DoctorOptions;
-use super::certificate::serving_certificate_source;
+use super::certificate::{served_chain, serving_certificate_source};
 use super::webhooks::webhooks;
 use super::{Installation, OtherConfiguration, ServingCertificate};
 
@@ -100,6 +101,22 @@ pub(super) async fn other_configurations(
 /// # Errors
 ///
 /// When the API cannot be read (other than 404).
+/// How long the handshake with the Service may take.
+const SERVED_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A DER certificate as a PEM block.
+fn pem_block(der: &[u8]) -> String {
+    use base64::Engine;
+    let text = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
+    for chunk in text.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(chunk).unwrap_or_default());
+        out.push('\n');
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+    out
+}
+
 pub async fn gather(
     client: kube::Client,
     options: &DoctorOptions,
@@ -159,14 +176,61 @@ pub async fn gather(
                 ..ServingCertificate::default()
             }),
     };
-    if !serving.secret.is_empty() {
-        let secret = Api::<Secret>::namespaced(client, namespace)
+    // What the API server is served: the Service's own certificate, by a
+    // handshake; the Secret (which holds the private key too) only when
+    // the Service does not answer from here.
+    let service = webhooks(&installation)
+        .iter()
+        .find_map(|w| w.client_config.service.clone());
+    let target = match (&options.serving_address, &service) {
+        (Some(address), service) => Some((
+            address.clone(),
+            service.as_ref().map_or_else(
+                || {
+                    address
+                        .rsplit_once(':')
+                        .map_or(address.as_str(), |(h, _)| h)
+                        .to_string()
+                },
+                |s| format!("{}.{}.svc", s.name, s.namespace),
+            ),
+        )),
+        (None, Some(s)) => Some((
+            format!("{}.{}.svc:{}", s.name, s.namespace, s.port.unwrap_or(443)),
+            format!("{}.{}.svc", s.name, s.namespace),
+        )),
+        (None, None) => None,
+    };
+    let mut unserved = String::from("no Service to read it from");
+    if let Some((address, host)) = target {
+        match served_chain(&address, &host, SERVED_TIMEOUT).await {
+            Ok(chain) => {
+                let pem: String = chain.iter().map(|der| pem_block(der)).collect();
+                serving.pem = Some(pem.into_bytes());
+                serving.served = Some(address);
+            }
+            Err(error) => unserved = format!("{address} did not answer a handshake ({error})"),
+        }
+    }
+    if serving.pem.is_none() && !serving.secret.is_empty() {
+        match Api::<Secret>::namespaced(client, namespace)
             .get_opt(&serving.secret)
-            .await?;
-        serving.pem = secret
-            .and_then(|s| s.data)
-            .and_then(|mut data| data.remove(&serving.key))
-            .map(|pem| pem.0);
+            .await
+        {
+            Ok(secret) => {
+                serving.pem = secret
+                    .and_then(|s| s.data)
+                    .and_then(|mut data| data.remove(&serving.key))
+                    .map(|pem| pem.0);
+            }
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                serving.unread = Some(format!(
+                    "{unserved}, and Secret {namespace}/{} may not be read (403)",
+                    serving.secret
+                ));
+            }
+            Err(error) => return Err(error),
+        }
     }
     installation.serving_certificate = serving;
     Ok(installation)

@@ -59,8 +59,12 @@ pub struct DoctorOptions {
     /// Name of the webhook configurations and the Deployment.
     pub name: String,
     /// The serving certificate's Secret; default: the Secret behind the
-    /// volume that holds the server's `--tls-cert`.
+    /// volume that holds the server's `--tls-cert`. Read only when the
+    /// Service does not answer a handshake from here.
     pub tls_secret: Option<String>,
+    /// Where to read the served certificate by a TLS handshake; default:
+    /// the webhooks' Service, `<service>.<namespace>.svc:<port>`.
+    pub serving_address: Option<String>,
     /// Fewer days left than this on the serving certificate fails.
     pub min_certificate_days: i64,
     /// The admission round trip, if asked for.
@@ -87,6 +91,7 @@ impl From<crate::commands::cli::DoctorArgs> for DoctorOptions {
             namespace: args.namespace,
             name: args.name,
             tls_secret: args.tls_secret,
+            serving_address: args.serving_address,
             min_certificate_days: args.min_certificate_days,
             probe: args.probe.map(|namespace| ProbeOptions {
                 namespace,
@@ -355,8 +360,13 @@ pub struct ServingCertificate {
     pub key: String,
     /// Why the server's certificate is not (cleanly) in a Secret, when so.
     pub problem: Option<String>,
-    /// The certificate chain (PEM), if the Secret and key exist.
+    /// The certificate chain (PEM): the one the Service serves, else the
+    /// Secret's.
     pub pem: Option<Vec<u8>>,
+    /// Where the chain was served from, when read by a handshake.
+    pub served: Option<String>,
+    /// Why no chain could be read, neither served nor from the Secret.
+    pub unread: Option<String>,
 }
 
 /// The flags of `ownerguard serve` the checks compare with, as the

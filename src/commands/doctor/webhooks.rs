@@ -121,6 +121,8 @@ pub(super) struct WebhookView<'a> {
     pub(super) failure_policy: &'a str,
     pub(super) timeout_seconds: i32,
     pub(super) match_conditions: Vec<conditions::Condition>,
+    /// The configuration's `helm.sh/chart` label: which chart wrote it.
+    pub(super) chart: Option<String>,
 }
 
 impl WebhookView<'_> {
@@ -133,7 +135,7 @@ pub(super) fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
     // MutatingWebhook and ValidatingWebhook are two types with the same
     // fields: one view of either.
     macro_rules! view {
-        ($configuration:expr, $webhook:expr) => {{
+        ($configuration:expr, $chart:expr, $webhook:expr) => {{
             let webhook = $webhook;
             WebhookView {
                 configuration: $configuration,
@@ -150,19 +152,30 @@ pub(super) fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
                     .flatten()
                     .map(|c| (c.name.clone(), c.expression.clone()))
                     .collect(),
+                chart: $chart,
             }
         }};
     }
-    let mutating = installation
-        .mutating
-        .iter()
-        .flat_map(|c| c.webhooks.iter().flatten())
-        .map(|webhook| view!(Configuration::Mutating, webhook));
-    let validating = installation
-        .validating
-        .iter()
-        .flat_map(|c| c.webhooks.iter().flatten())
-        .map(|webhook| view!(Configuration::Validating, webhook));
+    let chart = |labels: &Option<std::collections::BTreeMap<String, String>>| {
+        labels
+            .as_ref()
+            .and_then(|l| l.get("helm.sh/chart"))
+            .cloned()
+    };
+    let mutating = installation.mutating.iter().flat_map(|c| {
+        let written_by = chart(&c.metadata.labels);
+        c.webhooks
+            .iter()
+            .flatten()
+            .map(move |webhook| view!(Configuration::Mutating, written_by.clone(), webhook))
+    });
+    let validating = installation.validating.iter().flat_map(|c| {
+        let written_by = chart(&c.metadata.labels);
+        c.webhooks
+            .iter()
+            .flatten()
+            .map(move |webhook| view!(Configuration::Validating, written_by.clone(), webhook))
+    });
     mutating.chain(validating).collect()
 }
 
@@ -461,6 +474,7 @@ pub(super) fn check_match_conditions(
              (nothing is skipped, but an outage also blocks updates that do not touch ownership)",
         );
     }
+    let ours = conditions::chart_label();
     match conditions::difference(&expected, &webhook.match_conditions) {
         None => line(
             Verdict::Ok,
@@ -474,12 +488,28 @@ pub(super) fn check_match_conditions(
                     .join(", ")
             ),
         ),
-        Some(difference) => line(
+        // Written by this version's chart, then changed: nothing but an
+        // edit explains it.
+        Some(difference) if webhook.chart.as_deref() == Some(ours.as_str()) => line(
             Verdict::Fail,
             subject,
             format!(
                 "{difference}: a condition that differs may skip requests ownerguard must judge; \
                  install the chart of this version (keyPrefix {key_prefix}) rather than editing them"
+            ),
+        ),
+        // Another chart version writes other conditions: not this
+        // doctor's to judge, and no failure.
+        Some(difference) => line(
+            Verdict::Warn,
+            subject,
+            format!(
+                "{difference}: written by {}, while this doctor knows the conditions of {ours}; \
+                 run the doctor of the installed version to judge them",
+                webhook.chart.as_deref().map_or_else(
+                    || "no chart (no helm.sh/chart label)".to_string(),
+                    |c| format!("chart {c}")
+                )
             ),
         ),
     }
