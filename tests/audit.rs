@@ -49,7 +49,19 @@ fn every_class(api: &FakeApi) {
     config_map(api, "leaked", labels("gone-0", Some(GONE)), json!([]));
     config_map(api, "leaked-by-name", labels("gone-1", None), json!([]));
     config_map(api, "replaced", labels("w-1", Some(GONE)), json!([]));
-    config_map(api, "finished", labels("w-done", Some(DONE)), json!([]));
+    config_map(
+        api,
+        "finished",
+        labels("w-done", Some(DONE)),
+        json!([reference("w-done", DONE, false)]),
+    );
+    // No reference: even deleting the finished pod would leave it.
+    config_map(
+        api,
+        "finished-unreferenced",
+        labels("w-done", Some(DONE)),
+        json!([]),
+    );
     config_map(api, "missing", labels("w-1", Some(W1)), json!([]));
     config_map(api, "missing-by-name", labels("w-1", None), json!([]));
     config_map(
@@ -121,6 +133,7 @@ async fn every_class_is_found_by_the_webhooks_rules() {
             ("dangling".into(), State::Dangling),
             ("dangling-labelled".into(), State::Dangling),
             ("finished".into(), State::OwnerFinished),
+            ("finished-unreferenced".into(), State::Leaked),
             ("leaked".into(), State::Leaked),
             ("leaked-by-name".into(), State::Leaked),
             ("malformed".into(), State::Malformed),
@@ -137,7 +150,7 @@ async fn every_class_is_found_by_the_webhooks_rules() {
     );
     assert!(report.has_findings());
     assert!(report.errors.is_empty());
-    assert_eq!(pages, vec![("configmaps".to_string(), 13)]);
+    assert_eq!(pages, vec![("configmaps".to_string(), 14)]);
     // Owners are listed, never looked up one by one.
     let calls = server.api.calls();
     assert!(
@@ -207,7 +220,7 @@ async fn a_403_on_one_resource_is_reported_and_the_rest_audited() {
         report.errors
     );
     assert_eq!(report.errors[1].0, "nosuchthings.example.com");
-    assert_eq!(report.lines.len(), 11, "configmaps audited all the same");
+    assert_eq!(report.lines.len(), 12, "configmaps audited all the same");
 }
 
 #[tokio::test]

@@ -598,6 +598,9 @@ fn the_oracle_rejects_the_answers_the_fourth_review_found_wrong() {
         "patch": base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&json!([{"op": "add",
             "path": "/spec/template/metadata/labels/ownerguard.io~1owner-uid",
             "value": "33333333-0000-4000-8000-000000000003"}])).unwrap())}});
+    let refused_by_index = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "response": {"uid": "req-1", "allowed": false, "status": {"code": 400, "message":
+        "Deployment 'agents' in namespace 'agents': its claim template spec.template.spec.volumes[1].ephemeral.volumeClaimTemplate declares owner pod 'w-1' without label ownerguard.io/owner-uid, and the object records no uid for its owner"}}});
     for (case, old_answer) in [
         (
             "update-legacy-deployment-template-labelled-with-a-stale-uid",
@@ -610,6 +613,10 @@ fn the_oracle_rejects_the_answers_the_fourth_review_found_wrong() {
         (
             "update-deployment-of-a-gone-owner-template-labelled-anew",
             &completed,
+        ),
+        (
+            "update-legacy-deployment-volume-inserted-before-a-labelled-claim-template",
+            &refused_by_index,
         ),
     ] {
         assert_the_oracle_rejects(case, old_answer);

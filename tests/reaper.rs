@@ -301,3 +301,36 @@ async fn a_reap_that_left_something_is_tried_again() {
         1
     );
 }
+
+#[tokio::test]
+async fn an_object_of_two_workers_is_reaped_once_both_have_finished() {
+    // Kept while w-2 runs (it owns it too); taken when w-2 finishes in
+    // turn, though w-1's pod object, finished, still names it.
+    let server = FakeApi::start().await;
+    worker(&server.api, "w-1", W1);
+    worker(&server.api, "w-2", W2);
+    server.api.put(
+        Kind::ConfigMap,
+        NS,
+        "shared",
+        "cm-shared",
+        json!({}),
+        &[W1, W2],
+    );
+    let (_metrics, _task) = start(&server, "replica-a", Duration::from_millis(200)).await;
+    server.api.set_pod_phase(NS, "w-1", "Failed");
+    eventually("w-1 reaped", || {
+        !server.api.exists(Kind::ConfigMap, NS, "w-1-prompt")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        server.api.exists(Kind::ConfigMap, NS, "shared"),
+        "taken from a running co-owner"
+    );
+    server.api.set_pod_phase(NS, "w-2", "Succeeded");
+    eventually("shared reaped with w-2", || {
+        !server.api.exists(Kind::ConfigMap, NS, "shared")
+    })
+    .await;
+}

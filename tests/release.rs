@@ -514,3 +514,68 @@ async fn an_object_already_terminating_is_waited_for_not_deleted_again() {
     );
     assert!(deletes(&server).is_empty(), "{:?}", deletes(&server));
 }
+
+#[tokio::test]
+async fn an_object_shared_with_a_pod_that_owns_nothing_any_more_is_released() {
+    // Beside the owner, a finished pod, one being deleted, or one gone:
+    // none keeps the object once the owner is released, so it goes (the
+    // reaper releasing the second of two finished co-owners needs this).
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    api.put_pod(NS, "w-1", OWNER);
+    const DONE: &str = "6f1f3d4e-0c1a-4b7e-9d2a-0000000000d0";
+    const GOING: &str = "6f1f3d4e-0c1a-4b7e-9d2a-0000000000d1";
+    const GONE: &str = "6f1f3d4e-0c1a-4b7e-9d2a-0000000000d2";
+    api.put_pod_in_phase(NS, "w-done", DONE, "Succeeded");
+    api.put_pod(NS, "w-going", GOING);
+    api.terminate_pod(NS, "w-going");
+    api.put(
+        Kind::ConfigMap,
+        NS,
+        "with-finished",
+        "c-1",
+        json!({}),
+        &[OWNER, DONE],
+    );
+    api.put(
+        Kind::ConfigMap,
+        NS,
+        "with-going",
+        "c-2",
+        json!({}),
+        &[GOING, OWNER],
+    );
+    api.put(
+        Kind::ConfigMap,
+        NS,
+        "with-gone",
+        "c-3",
+        json!({}),
+        &[OWNER, GONE],
+    );
+    // Only finished or gone pods, not the owner: not the owner's to take.
+    api.put(
+        Kind::ConfigMap,
+        NS,
+        "not-ours",
+        "c-4",
+        json!({}),
+        &[DONE, GONE],
+    );
+    // `/v1` is the collector's v1: the owner's reference.
+    api.put_with_references(
+        Kind::ConfigMap,
+        NS,
+        "slash-v1",
+        "c-5",
+        json!([{"apiVersion": "/v1", "kind": "Pod", "name": "w-1", "uid": OWNER}]),
+    );
+    let released = release(server.client(), &owner(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(released.config_maps, 4, "{released:?}");
+    for name in ["with-finished", "with-going", "with-gone", "slash-v1"] {
+        assert!(!api.exists(Kind::ConfigMap, NS, name), "{name} left");
+    }
+    assert!(api.exists(Kind::ConfigMap, NS, "not-ours"));
+}

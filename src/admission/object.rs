@@ -81,6 +81,8 @@ impl ObjectHead {
             .and_then(|s| strings(&s.match_labels))
             .flatten()
             .unwrap_or_default();
+        let text =
+            |v: &Option<serde_json::Value>| v.as_ref().and_then(|v| v.as_str()).map(str::to_string);
         for (index, claim) in spec.volume_claim_templates.iter().flatten().enumerate() {
             let raw = claim.as_ref().and_then(|c| c.metadata.as_ref());
             templates.extend(raw.and_then(|raw| {
@@ -89,6 +91,7 @@ impl ObjectHead {
                     raw,
                     selector.clone(),
                 )
+                .map(|t| t.keyed(text(&raw.name)))
             }));
         }
 
@@ -113,12 +116,14 @@ impl ObjectHead {
                     .and_then(|v| v.ephemeral.as_ref())
                     .and_then(|e| e.volume_claim_template.as_ref())
                     .and_then(|t| t.metadata.as_ref());
+                let name = volume.as_ref().and_then(|v| text(&v.name));
                 templates.extend(raw.and_then(|raw| {
                     Template::new(
                         TemplatePath::EphemeralVolume(at, index),
                         raw,
                         BTreeMap::new(),
                     )
+                    .map(|t| t.keyed(name.clone()))
                 }));
             }
         }

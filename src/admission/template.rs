@@ -17,6 +17,11 @@ pub struct Template {
     /// Labels the controller sets on what it makes besides the template's
     /// own, over them: a StatefulSet's `spec.selector.matchLabels`.
     pub added_labels: BTreeMap<String, String>,
+    /// What names a template of a list, whatever its index: the volume's
+    /// name for an ephemeral volume's claim template, the claim template's
+    /// own name for a StatefulSet's. An update that inserts a volume in
+    /// front shifts the indices, not the templates.
+    pub key: Option<String>,
 }
 
 impl Template {
@@ -29,7 +34,33 @@ impl Template {
             path,
             meta: TemplateMeta::from_raw(raw)?,
             added_labels,
+            key: None,
         })
+    }
+
+    /// This template, named by `key` in its list.
+    pub(super) fn keyed(mut self, key: Option<String>) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// Whether `other` (of the old object) is this template: the same
+    /// path, or for a template of a list, the same kind of list and the
+    /// same key.
+    pub fn is(&self, other: &Template) -> bool {
+        match (self.path, other.path) {
+            (TemplatePath::EphemeralVolume(at, _), TemplatePath::EphemeralVolume(was, _))
+                if self.key.is_some() =>
+            {
+                at == was && self.key == other.key
+            }
+            (TemplatePath::VolumeClaimTemplate(_), TemplatePath::VolumeClaimTemplate(_))
+                if self.key.is_some() =>
+            {
+                self.key == other.key
+            }
+            (path, was) => path == was,
+        }
     }
 
     /// Label `key` of what is made from the template.
@@ -201,9 +232,11 @@ pub struct PodSpecHead {
     pub volumes: Option<Vec<Option<VolumeHead>>>,
 }
 
-/// A volume: its generic ephemeral source.
+/// A volume: its name and generic ephemeral source.
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct VolumeHead {
+    #[serde(default)]
+    pub name: Option<serde_json::Value>,
     #[serde(default, deserialize_with = "lenient")]
     pub ephemeral: Option<EphemeralHead>,
 }
@@ -234,6 +267,8 @@ pub struct SelectorHead {
 /// A template's labels and annotations as they came, of any shape.
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct RawTemplateMeta {
+    #[serde(default)]
+    pub(super) name: Option<serde_json::Value>,
     #[serde(default)]
     pub(super) labels: Option<serde_json::Value>,
     #[serde(default)]

@@ -118,7 +118,15 @@ struct Tuple<'a> {
 
 impl Tuple<'_> {
     fn named_by(&self, reference: &OwnerReference) -> bool {
-        reference.api_version == self.api_version
+        // `/v1` is the core group's `v1` to the collector (rule 15).
+        fn read(v: &str) -> &str {
+            if crate::k8s::names::is_core_v1(v) {
+                "v1"
+            } else {
+                v
+            }
+        }
+        read(&reference.api_version) == read(self.api_version)
             && reference.kind == self.kind
             && reference.name == self.name
             && reference.uid == self.uid
@@ -198,9 +206,20 @@ async fn release_and_wait(
         uid: &owner.uid,
     };
 
+    // The other pods an object may name beside the owner: one that is
+    // gone, going or finished owns nothing any more (a finished pod keeps
+    // its dependents only as long as its object stays, which is what the
+    // reaper ends), so an object shared with it is the owner's to release.
+    let others = co_owners(&pods).await.map_err(api_error("list pods"))?;
+    let gone = |r: &OwnerReference| {
+        r.kind == "Pod"
+            && crate::k8s::names::is_core_v1(&r.api_version)
+            && !others.running.contains(&r.uid)
+    };
+
     // Jobs first, so that their controller does not replace the pods.
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    let owned_jobs = match owned(&jobs, |r| worker.named_by(r)).await {
+    let owned_jobs = match owned(&jobs, |r| worker.named_by(r), gone).await {
         Ok(jobs) => jobs,
         Err(kube::Error::Api(status)) if status.code == 403 => {
             warn!(%namespace, message = %status.message, "not allowed to list Jobs; Jobs are skipped");
@@ -235,22 +254,26 @@ async fn release_and_wait(
         }
     }
 
-    let owned_pods = owned(&pods, |r| {
-        worker.named_by(r)
-            || jobs_released.iter().any(|(name, uid)| {
-                Tuple {
-                    api_version: "batch/v1",
-                    kind: "Job",
-                    name,
-                    uid,
-                }
-                .named_by(r)
-            })
-    })
+    let owned_pods = owned(
+        &pods,
+        |r| {
+            worker.named_by(r)
+                || jobs_released.iter().any(|(name, uid)| {
+                    Tuple {
+                        api_version: "batch/v1",
+                        kind: "Job",
+                        name,
+                        uid,
+                    }
+                    .named_by(r)
+                })
+        },
+        gone,
+    )
     .await
     .map_err(api_error("list pods"))?;
     let config_maps: Api<ConfigMap> = Api::namespaced(client, namespace);
-    let owned_config_maps = owned(&config_maps, |r| worker.named_by(r))
+    let owned_config_maps = owned(&config_maps, |r| worker.named_by(r), gone)
         .await
         .map_err(api_error("list ConfigMaps"))?;
 
@@ -335,13 +358,45 @@ struct Owned {
     terminating: bool,
 }
 
-/// The objects of `api` all of whose ownerReferences `owned_by` accepts
-/// (at least one): the garbage collector deletes a dependent only once no
-/// owner of it is left, so one with another owner beside the released one
-/// is that owner's too and stays. Listed metadata-only.
+/// The running pods of the namespace, by uid.
+struct CoOwners {
+    running: BTreeSet<String>,
+}
+
+/// Which pods of the namespace still own what they own: there, not being
+/// deleted, not finished. Metadata carries no phase: the finished ones
+/// are listed by `status.phase`, as the audit lists them.
+async fn co_owners(pods: &Api<Pod>) -> Result<CoOwners, kube::Error> {
+    let mut running: BTreeSet<String> = pods
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.uid)
+        .collect();
+    for phase in ["Succeeded", "Failed"] {
+        let finished = pods
+            .list_metadata(&ListParams::default().fields(&format!("status.phase={phase}")))
+            .await?;
+        for pod in finished.items {
+            if let Some(uid) = pod.metadata.uid {
+                running.remove(&uid);
+            }
+        }
+    }
+    Ok(CoOwners { running })
+}
+
+/// The objects of `api` with a reference `owned_by` accepts and every
+/// other reference to a pod that `gone` says owns nothing any more: the
+/// garbage collector deletes a dependent only once no owner of it is
+/// left, so one with a running pod (or any other object) as owner beside
+/// the released one is that owner's too and stays. Listed metadata-only.
 async fn owned<K>(
     api: &Api<K>,
     owned_by: impl Fn(&OwnerReference) -> bool,
+    gone: impl Fn(&OwnerReference) -> bool,
 ) -> Result<Vec<Owned>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
@@ -355,7 +410,8 @@ where
                 .owner_references
                 .as_deref()
                 .is_some_and(|references| {
-                    !references.is_empty() && references.iter().all(&owned_by)
+                    references.iter().any(&owned_by)
+                        && references.iter().all(|r| owned_by(r) || gone(r))
                 })
         })
         .filter_map(|item| {

@@ -280,6 +280,7 @@ mod tests {
                 annotations: None,
             },
             added_labels: BTreeMap::new(),
+            key: None,
         }
     }
 

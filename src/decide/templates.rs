@@ -90,14 +90,14 @@ pub(super) fn complete(
         let Some(value) = template.label(&labels.pod) else {
             continue;
         };
-        let unchanged = old_templates.iter().any(|before| {
-            before.path == template.path && owner_keys(before) == owner_keys(template)
-        });
+        let unchanged = old_templates
+            .iter()
+            .any(|before| template.is(before) && owner_keys(before) == owner_keys(template));
         if unchanged {
             continue;
         }
         check(template, value, at, owner, labels)?;
-        let before = old_templates.iter().find(|b| b.path == template.path);
+        let before = old_templates.iter().find(|b| template.is(b));
         let uid_left_out = before.is_some_and(|before| {
             let (pod, uid, name) = owner_keys(before);
             let (pod_now, uid_now, name_now) = owner_keys(template);

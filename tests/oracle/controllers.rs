@@ -57,6 +57,10 @@ pub struct Made {
 pub struct TemplateView {
     /// JSON pointer of the template's `metadata`.
     pub pointer: String,
+    /// Which template it is across an update: its pointer, or for one of a
+    /// list, the list and the name (a volume's, a claim template's): a
+    /// volume inserted in front moves the others, it changes none.
+    pub identity: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     /// Labels the controller sets over the template's: a StatefulSet's
@@ -97,8 +101,24 @@ fn view(object: &Value, pointer: String, added: &BTreeMap<String, String>) -> Op
         labels: string_map(metadata.get("labels"))?,
         annotations: string_map(metadata.get("annotations"))?,
         added: added.clone(),
+        identity: pointer.clone(),
         pointer,
     })
+}
+
+/// `view` of a template of a list whose entries are named at `name`.
+fn named_view(
+    object: &Value,
+    pointer: String,
+    list: &str,
+    name: &str,
+    added: &BTreeMap<String, String>,
+) -> Option<TemplateView> {
+    let mut found = view(object, pointer, added)?;
+    if let Some(name) = object.pointer(name).and_then(Value::as_str) {
+        found.identity = format!("{list}[name={name}]");
+    }
+    Some(found)
 }
 
 /// Every template of `object`, by the shapes rule 12 names: pod templates
@@ -130,9 +150,11 @@ pub fn templates(object: &Value) -> Vec<TemplateView> {
             .map_or(0, Vec::len)
     };
     for i in 0..count("/spec/volumeClaimTemplates") {
-        found.extend(view(
+        found.extend(named_view(
             object,
             format!("/spec/volumeClaimTemplates/{i}/metadata"),
+            "/spec/volumeClaimTemplates",
+            &format!("/spec/volumeClaimTemplates/{i}/metadata/name"),
             &selector,
         ));
     }
@@ -142,9 +164,11 @@ pub fn templates(object: &Value) -> Vec<TemplateView> {
         "/spec/jobTemplate/spec/template/spec",
     ] {
         for i in 0..count(&format!("{spec}/volumes")) {
-            found.extend(view(
+            found.extend(named_view(
                 object,
                 format!("{spec}/volumes/{i}/ephemeral/volumeClaimTemplate/metadata"),
+                &format!("{spec}/volumes"),
+                &format!("{spec}/volumes/{i}/name"),
                 &none,
             ));
         }

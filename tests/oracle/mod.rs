@@ -1292,7 +1292,7 @@ fn check_templates(
         // next carries them. One left as it was is the old object's.
         let changed = !old_templates
             .iter()
-            .any(|old| old.pointer == template.pointer && keys(old) == keys(&template));
+            .any(|old| old.identity == template.identity && keys(old) == keys(&template));
         let strict = create || changed;
         let self_value = s.self_value.as_deref() == Some(value);
         let annotated = template.annotation(&name_key);
@@ -1342,7 +1342,7 @@ fn check_templates(
         // CREATE").
         let before = old_templates
             .iter()
-            .find(|old| old.pointer == template.pointer);
+            .find(|old| old.identity == template.identity);
         let uid_left_out = before.is_some_and(|old| {
             let (pod, uid, name) = keys(old);
             let (pod_now, uid_now, name_now) = keys(&template);
@@ -2752,7 +2752,7 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
                 // must come back (kubectl replace); an old template that
                 // never had it may stay as it was.
                 let had_it = old_templates.iter().any(|t| {
-                    t.pointer == template.pointer && t.label(&uid_key) == Some(uid.as_str())
+                    t.identity == template.identity && t.label(&uid_key) == Some(uid.as_str())
                 });
                 if update && !had_it {
                     continue;

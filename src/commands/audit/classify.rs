@@ -19,11 +19,11 @@ use crate::owner::{Inventory, Lookup, Source};
 pub enum State {
     /// Owned as the webhook would own it now.
     Ok,
-    /// Labelled with an owner that is gone (or has another uid), and no
-    /// reference: the collector will never delete it.
+    /// Labelled with an owner that is gone (or has another uid) or has
+    /// finished, and no reference: the collector will never delete it.
     Leaked,
-    /// The owner exists but has finished: what it owns lives until the
-    /// pod object is deleted.
+    /// The owner exists but has finished, and the object references it:
+    /// it lives until the pod object is deleted.
     OwnerFinished,
     /// The owner runs, but the object has no reference to it (made before
     /// ownerguard): `--fix` adds it.
@@ -300,7 +300,10 @@ fn state_of(denial: &Denial, referenced: bool) -> State {
         | Denial::OwnerTerminating { .. }
         // No uid label and no pod of that name to take it from.
         | Denial::MissingOwnerUid { .. } => gone,
-        Denial::OwnerFinished { .. } => State::OwnerFinished,
+        // Finished: what references it lives until the pod object goes
+        // (the reaper's work); what does not will outlive even that.
+        Denial::OwnerFinished { .. } if referenced => State::OwnerFinished,
+        Denial::OwnerFinished { .. } => State::Leaked,
         Denial::InexactPodReference { .. }
         | Denial::ContradictingReference { .. }
         | Denial::ConflictingUid { .. } => State::Contradicting,
