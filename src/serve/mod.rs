@@ -43,8 +43,6 @@ use crate::webhook::Webhook;
 
 /// A TLS handshake must complete within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Request headers must arrive within this (HTTP/1.1).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where and how to serve.
 #[derive(Debug, Clone)]
@@ -260,7 +258,14 @@ impl Server {
                             Err(_) => return debug!(%peer, "TLS handshake timed out"),
                         };
                         let mut builder = auto::Builder::new(TokioExecutor::new());
-                        builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).keep_alive(true);
+                        // hyper (since 1.6) times the header read from when a
+                        // keep-alive connection goes idle, not from its first
+                        // byte: it is an idle timeout too, and it must not be
+                        // shorter than --idle-timeout, or idle connections the
+                        // API server means to reuse (it keeps them 90 s) are
+                        // closed under it, and a reuse racing the close fails
+                        // the call. A slow header is still cut at that bound.
+                        builder.http1().timer(TokioTimer::new()).header_read_timeout(idle_timeout).keep_alive(true);
                         builder.http2().timer(TokioTimer::new());
                         let connection = builder.serve_connection(TokioIo::new(tls), service);
                         if let Err(error) = watcher.watch(connection).await {
