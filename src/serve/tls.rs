@@ -197,6 +197,9 @@ pub trait Reloads: Send + Sync {
 
     /// What was reloaded, for the log.
     fn what(&self) -> String;
+
+    /// What it is, in the log's message (`serving certificate reloaded`).
+    fn name(&self) -> &'static str;
 }
 
 impl Reloads for ReloadingCertificate {
@@ -206,10 +209,14 @@ impl Reloads for ReloadingCertificate {
 
     fn what(&self) -> String {
         format!(
-            "serving certificate {} (notAfter {})",
+            "{} (notAfter {})",
             self.cert_path.display(),
             self.not_after()
         )
+    }
+
+    fn name(&self) -> &'static str {
+        "serving certificate"
     }
 }
 
@@ -225,11 +232,11 @@ pub async fn follow(files: Vec<Arc<dyn Reloads>>, interval: Duration, failures: 
         ticker.tick().await;
         for file in &files {
             match file.reload_if_changed() {
-                Ok(true) => info!(reloaded = %file.what(), "TLS file reloaded"),
+                Ok(true) => info!(file = %file.what(), "{} reloaded", file.name()),
                 Ok(false) => {}
                 Err(error) => {
                     failures.inc();
-                    warn!(%error, "TLS file not reloaded; the previous contents stay in use");
+                    warn!(%error, "{} not reloaded; the previous one stays in use", file.name());
                 }
             }
         }
@@ -326,7 +333,11 @@ impl Reloads for ClientVerifier {
     }
 
     fn what(&self) -> String {
-        format!("client CA {}", self.path.display())
+        self.path.display().to_string()
+    }
+
+    fn name(&self) -> &'static str {
+        "client CA"
     }
 }
 
