@@ -3,15 +3,17 @@
 //!
 //! Sized for the largest clusters (150,000 pods): only what a decision
 //! reads is kept, pods are grouped by namespace so a namespace is stored
-//! once, and a canonical UUID is kept as 16 bytes rather than 36 characters.
+//! once, a canonical UUID is kept as 16 bytes rather than 36 characters,
+//! and a namespace's names are packed into one text ([`Names`]), not one
+//! allocation each.
 //!
 //! The index may be stale, the way any watch cache is: a pod created a
 //! moment ago may not be there yet, and a pod deleted a moment ago may still
 //! be. That is why a miss or a uid mismatch is always checked again live,
 //! and why each entry carries its age: a hit older than `--cache-max-age`
-//! is read live too. A relist after a 410 Gone is built aside
-//! ([`Relist`]) and swapped in whole at its end, so lookups never see a
-//! half-filled index.
+//! is read live too. A relist after a 410 Gone is swapped in namespace by
+//! namespace as the list passes each ([`Relist`]), so lookups never see a
+//! half-filled namespace and no second index is held aside.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -20,6 +22,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::time::Instant;
 
+use super::packed::Names;
 use crate::owner::ObservedPod;
 
 /// A pod uid: 16 bytes when it is a canonical lowercase UUID (all that the
@@ -33,13 +36,6 @@ pub(super) enum Uid {
 impl Uid {
     pub(super) fn new(text: &str) -> Self {
         parse_uuid(text).map_or_else(|| Self::Other(text.into()), Self::Uuid)
-    }
-
-    pub(super) fn matches(&self, text: &str) -> bool {
-        match self {
-            Self::Uuid(bytes) => parse_uuid(text).is_some_and(|other| other == *bytes),
-            Self::Other(uid) => &**uid == text,
-        }
     }
 
     pub(super) fn to_text(&self) -> String {
@@ -111,6 +107,11 @@ impl Stamp {
         Self(u32::try_from(ms).unwrap_or(u32::MAX))
     }
 
+    #[cfg(test)]
+    pub(super) fn from_ticks(ticks: u32) -> Self {
+        Self(ticks)
+    }
+
     /// How long before `now` this was.
     pub(super) fn age(self, epoch: Instant, now: Instant) -> Duration {
         now.saturating_duration_since(epoch)
@@ -122,8 +123,6 @@ impl Stamp {
 /// still seeded per process, so names cannot be crafted in advance to
 /// collide.
 pub(super) type Hasher = foldhash::fast::RandomState;
-
-pub(super) type Names = HashMap<Box<str>, Entry, Hasher>;
 
 pub(super) type Pods = HashMap<Box<str>, Names, Hasher>;
 
@@ -151,17 +150,92 @@ impl Scope {
     }
 }
 
-/// A relist in progress: the pods listed so far, swapped in at the end.
-/// Each is stamped with the moment the list began: it was there then.
-pub struct Relist {
-    pub(super) pods: Pods,
-    pub(super) started: Stamp,
+/// A relist in progress, swapped in namespace by namespace.
+///
+/// The API server lists in key order (`/registry/pods/<namespace>/<name>`,
+/// the order its `continue` tokens page by), so a namespace's pods arrive
+/// together: once the list moves past a namespace, that namespace is whole
+/// and replaces the old one in the index. Lookups thus always read a
+/// namespace whole, the old one or the new one, never half of either; and
+/// the memory held aside is one namespace, not a second index (a relist of
+/// 150,000 pods no longer doubles the index). Namespaces the list did not
+/// reach are removed at [`Relist::finish`]. A list that failed midway
+/// leaves each namespace whole too, the new ones and the old; the watch
+/// lists again. Should a namespace come back later in the list (no API
+/// server lists so), its pods are added to the one already swapped in: a
+/// pod briefly missing is a miss, read live.
+///
+/// Each pod is stamped with the moment the list began: it was there then.
+pub struct Relist<'a> {
+    index: &'a PodIndex,
+    scope: Scope,
+    started: Stamp,
+    /// The namespace being listed, not yet in the index.
+    current: Option<(Box<str>, Names)>,
+    /// The namespaces already swapped in.
+    done: std::collections::HashSet<Box<str>, Hasher>,
 }
 
-impl Relist {
+impl Relist<'_> {
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
     pub fn add(&mut self, metadata: &ObjectMeta) {
-        if let Some((namespace, name, entry)) = entry_of(metadata, self.started) {
-            insert(&mut self.pods, namespace, name, entry);
+        let Some((namespace, name, entry)) = entry_of(metadata, self.started) else {
+            return;
+        };
+        if !self.scope.covers(namespace) {
+            return;
+        }
+        if self
+            .current
+            .as_ref()
+            .is_none_or(|(listing, _)| &**listing != namespace)
+        {
+            self.swap_in_current();
+            if self.done.contains(namespace) {
+                if let Ok(mut pods) = self.index.pods.write() {
+                    insert(&mut pods, namespace, name, entry);
+                }
+                return;
+            }
+            self.current = Some((namespace.into(), Names::default()));
+        }
+        if let Some((_, names)) = &mut self.current {
+            names.insert(name, &entry);
+        }
+    }
+
+    /// The namespace listed so far is whole: into the index, keeping the
+    /// age of every pod the index already held with the same uid (a list
+    /// says that a pod is there, not what phase it is in, so it does not
+    /// make an old entry young).
+    fn swap_in_current(&mut self) {
+        let Some((namespace, mut names)) = self.current.take() else {
+            return;
+        };
+        names.shrink_to_fit();
+        if let Ok(mut pods) = self.index.pods.write() {
+            if let Some(old) = pods.get(&namespace) {
+                names.keep_older_stamps(old);
+            }
+            if names.is_empty() {
+                pods.remove(&namespace);
+            } else {
+                pods.insert(namespace.clone(), names);
+            }
+        }
+        self.done.insert(namespace);
+    }
+
+    /// The list is over: its last namespace swapped in, and every
+    /// namespace of the scope it did not list removed.
+    pub fn finish(mut self) {
+        self.swap_in_current();
+        if let Ok(mut pods) = self.index.pods.write() {
+            let (scope, done) = (&self.scope, &self.done);
+            pods.retain(|namespace, _| !scope.covers(namespace) || done.contains(namespace));
         }
     }
 }
@@ -170,13 +244,13 @@ impl Relist {
 /// namespace not seen yet.
 pub(super) fn insert(pods: &mut Pods, namespace: &str, name: &str, entry: Entry) {
     match pods.get_mut(namespace) {
-        Some(names) => {
-            names.insert(name.into(), entry);
-        }
+        Some(names) => names.insert(name, &entry),
         None => {
             let mut names = Names::default();
-            names.insert(name.into(), entry);
-            pods.insert(namespace.into(), names);
+            names.insert(name, &entry);
+            if !names.is_empty() {
+                pods.insert(namespace.into(), names);
+            }
         }
     }
 }
@@ -239,7 +313,7 @@ impl PodIndex {
         let pods = self.pods.read().ok()?;
         let entry = pods.get(namespace)?.get(name)?;
         Some(ObservedPod {
-            uid: entry.uid.to_text(),
+            uid: entry.uid.to_owned().to_text(),
             terminating: entry.terminating,
             // This index does not know; see [`Watches::get`].
             finished: None,
@@ -275,13 +349,11 @@ impl PodIndex {
     pub fn confirm(&self, namespace: &str, name: &str, uid: &str, asked: Instant) {
         let stamp = Stamp::at(self.epoch, asked);
         if let Ok(mut pods) = self.pods.write()
-            && let Some(entry) = pods
-                .get_mut(namespace)
-                .and_then(|names| names.get_mut(name))
-            && entry.uid.matches(uid)
-            && !entry.terminating
+            && let Some(names) = pods.get_mut(namespace)
         {
-            entry.confirmed = entry.confirmed.max(stamp);
+            names.confirm(name, stamp, |entry| {
+                entry.uid.matches(uid) && !entry.terminating
+            });
         }
     }
 
@@ -302,17 +374,24 @@ impl PodIndex {
         pods.iter()
             .flat_map(|(namespace, names)| {
                 names.iter().map(move |(name, entry)| {
-                    (namespace.to_string(), name.to_string(), entry.uid.to_text())
+                    (
+                        namespace.to_string(),
+                        name.to_string(),
+                        entry.uid.to_owned().to_text(),
+                    )
                 })
             })
             .collect()
     }
 
-    /// A new relist, its entries stamped now.
-    pub fn relist(&self) -> Relist {
+    /// A new relist of what `scope` covers, its entries stamped now.
+    pub fn relist(&self, scope: &Scope) -> Relist<'_> {
         Relist {
-            pods: Pods::default(),
+            index: self,
+            scope: scope.clone(),
             started: Stamp::at(self.epoch, Instant::now()),
+            current: None,
+            done: Default::default(),
         }
     }
 
@@ -325,7 +404,7 @@ impl PodIndex {
         if let Ok(mut pods) = self.pods.write() {
             if seen == Seen::Changed
                 && let Some(old) = pods.get(namespace).and_then(|names| names.get(name))
-                && old.uid == entry.uid
+                && old.uid.is(&entry.uid)
             {
                 entry.confirmed = old.confirmed;
             }
@@ -345,45 +424,10 @@ impl PodIndex {
         {
             // Only the pod that was deleted: a newer pod of the same name
             // (another uid) may already be there.
-            let same = match (names.get(name), metadata.uid.as_deref()) {
-                (Some(entry), Some(uid)) => entry.uid.matches(uid),
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
-            if same {
-                names.remove(name);
-            }
+            let uid = metadata.uid.as_deref();
+            names.remove_if(name, |entry| uid.is_none_or(|uid| entry.uid.matches(uid)));
             if names.is_empty() {
                 pods.remove(namespace);
-            }
-        }
-    }
-
-    /// Replace everything `scope` covers by the result of a relist. A pod
-    /// the index already held with the same uid keeps its stamp: a list
-    /// says that it is there, not what phase it is in, so it does not make
-    /// an old entry young.
-    pub fn replace(&self, scope: &Scope, mut relist: Relist) {
-        let Ok(mut pods) = self.pods.write() else {
-            return;
-        };
-        for (namespace, names) in &mut relist.pods {
-            let Some(old) = pods.get(namespace) else {
-                continue;
-            };
-            for (name, entry) in names.iter_mut() {
-                if let Some(old) = old.get(name)
-                    && old.uid == entry.uid
-                {
-                    entry.confirmed = entry.confirmed.min(old.confirmed);
-                }
-            }
-        }
-        match scope {
-            Scope::All => *pods = relist.pods,
-            Scope::Namespace(namespace) => {
-                pods.remove(namespace.as_str());
-                pods.extend(relist.pods.into_iter().filter(|(ns, _)| &**ns == namespace));
             }
         }
     }
@@ -427,8 +471,8 @@ pub(super) mod tests {
     fn canonical_uuids_are_stored_as_bytes_and_compare_exactly() {
         assert!(matches!(Uid::new(U1), Uid::Uuid(_)));
         assert_eq!(Uid::new(U1).to_text(), U1);
-        assert!(Uid::new(U1).matches(U1));
-        assert!(!Uid::new(U1).matches(&U1.to_uppercase()));
+        assert_eq!(Uid::new(U1), Uid::new(U1));
+        assert_ne!(Uid::new(U1), Uid::new(&U1.to_uppercase()));
         assert!(matches!(Uid::new("not-a-uuid"), Uid::Other(_)));
         assert!(matches!(Uid::new(&U1.to_uppercase()), Uid::Other(_)));
     }
@@ -481,12 +525,12 @@ pub(super) mod tests {
         index.apply(&meta("agents", "old", U1, false), Seen::Whole);
         index.apply(&meta("agents", "replaced", U1, false), Seen::Whole);
         tokio::time::advance(Duration::from_secs(30)).await;
-        let mut relist = index.relist();
+        let mut relist = index.relist(&Scope::All);
         tokio::time::advance(Duration::from_secs(1)).await;
         relist.add(&meta("agents", "old", U1, false));
         relist.add(&meta("agents", "replaced", "uid-2", false));
         relist.add(&meta("agents", "new", U1, false));
-        index.replace(&Scope::All, relist);
+        relist.finish();
         let age = |name: &str, uid: &str| index.get_matching("agents", name, uid).unwrap().age;
         assert_eq!(age("old", U1), Duration::from_secs(31));
         // Another uid is another pod, and a new one is as old as the list.
@@ -510,15 +554,48 @@ pub(super) mod tests {
         let index = PodIndex::default();
         index.apply(&meta("a", "gone", U1, false), Seen::Whole);
         index.apply(&meta("b", "kept", U1, false), Seen::Whole);
-        let mut relist = index.relist();
+        let mut relist = index.relist(&Scope::Namespace("a".into()));
         relist.add(&meta("a", "fresh", U1, false));
-        index.replace(&Scope::Namespace("a".into()), relist);
+        // Outside its scope: not for this relist to add.
+        relist.add(&meta("b", "stray", U1, false));
+        relist.finish();
         assert_eq!(index.get("a", "gone"), None);
         assert!(index.get("a", "fresh").is_some());
         assert!(index.get("b", "kept").is_some());
-        let mut relist = index.relist();
+        assert!(index.get("b", "stray").is_none());
+        let mut relist = index.relist(&Scope::All);
         relist.add(&meta("c", "only", U1, false));
-        index.replace(&Scope::All, relist);
+        relist.finish();
         assert_eq!(index.len(), 1);
+    }
+
+    #[test]
+    fn a_relist_swaps_in_each_namespace_whole_once_the_list_has_passed_it() {
+        let index = PodIndex::default();
+        for (namespace, name) in [("a", "old-1"), ("a", "old-2"), ("b", "old"), ("z", "gone")] {
+            index.apply(&meta(namespace, name, U1, false), Seen::Whole);
+        }
+        let mut relist = index.relist(&Scope::All);
+        relist.add(&meta("a", "new-1", U1, false));
+        // Halfway through "a": lookups still read the old "a", whole.
+        assert!(index.get("a", "old-1").is_some());
+        assert!(index.get("a", "new-1").is_none());
+        relist.add(&meta("a", "new-2", U1, false));
+        relist.add(&meta("b", "new", U1, false));
+        // The list has moved on to "b": "a" is the new one, whole; "b" is
+        // still the old one.
+        assert!(index.get("a", "old-1").is_none());
+        assert!(index.get("a", "new-1").is_some() && index.get("a", "new-2").is_some());
+        assert!(index.get("b", "old").is_some());
+        assert!(index.get("b", "new").is_none());
+        // A namespace that comes back (no API server lists so) is added to.
+        relist.add(&meta("a", "late", U1, false));
+        assert!(index.get("a", "late").is_some() && index.get("a", "new-1").is_some());
+        // A namespace the list never reached stays until the end, then goes.
+        assert!(index.get("z", "gone").is_some());
+        relist.finish();
+        assert!(index.get("z", "gone").is_none());
+        assert!(index.get("b", "new").is_some() && index.get("b", "old").is_none());
+        assert_eq!(index.len(), 4);
     }
 }

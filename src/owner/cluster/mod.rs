@@ -21,6 +21,7 @@
 pub mod finished;
 mod health;
 pub mod index;
+mod packed;
 mod throttle;
 mod watch;
 pub mod watches;

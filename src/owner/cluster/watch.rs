@@ -77,12 +77,13 @@ impl Feed {
         }
     }
 
-    pub(super) fn replace(&self, scope: &Scope, relist: Relist) {
-        self.index().replace(scope, relist);
+    pub(super) fn replace(&self, relist: Relist<'_>) {
+        let scope = relist.scope().clone();
+        relist.finish();
         if let Self::Finished { pods, phase } = self {
             pods.notify(|| {
                 Some(FinishedChange::Relisted {
-                    scope: scope.clone(),
+                    scope,
                     phase: *phase,
                 })
             });
@@ -212,10 +213,11 @@ impl Watch {
         }
     }
 
-    /// List every pod of the scope, page by page, into a new index swapped
-    /// in whole at the end. Returns the list's resourceVersion.
+    /// List every pod of the scope, page by page, into the index, each
+    /// namespace swapped in whole once the list has passed it ([`Relist`]).
+    /// Returns the list's resourceVersion.
     pub(super) async fn relist(&self) -> Result<String, kube::Error> {
-        let mut relist = self.feed.index().relist();
+        let mut relist = self.feed.index().relist(&self.scope);
         let mut params = ListParams::default().limit(LIST_PAGE);
         if let Some(selector) = &self.selector {
             params = params.labels(selector);
@@ -233,7 +235,7 @@ impl Watch {
                 None => break page.metadata.resource_version.unwrap_or_default(),
             }
         };
-        self.feed.replace(&self.scope, relist);
+        self.feed.replace(relist);
         self.feed.report_size(&self.metrics);
         self.health.heard();
         if !self.health.synced.swap(true, Ordering::SeqCst) {

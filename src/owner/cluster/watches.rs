@@ -191,9 +191,9 @@ mod tests {
         assert_eq!(pods.phase_of("agents", "evicted", "uid-2"), None);
         assert_eq!(pods.len(), 1);
         // A relist of one phase and one scope leaves the other phase alone.
-        let mut relist = pods.failed.relist();
+        let mut relist = pods.failed.relist(&Scope::All);
         relist.add(&meta("agents", "later", "uid-3", false));
-        failed.replace(&Scope::All, relist);
+        failed.replace(relist);
         assert_eq!(
             pods.phase_of("agents", "done", U1),
             Some(Finished::Succeeded)
@@ -216,7 +216,7 @@ mod tests {
         // a pod that finished.
         failed.modified(&meta("agents", "w-1", U1, true));
         failed.deleted(&meta("agents", "w-1", U1, true));
-        failed.replace(&Scope::Namespace("agents".into()), pods.failed.relist());
+        failed.replace(pods.failed.relist(&Scope::Namespace("agents".into())));
         let pod = FinishedPod {
             namespace: "agents".into(),
             name: "w-1".into(),
