@@ -1086,6 +1086,63 @@ async fn rule_11_a_pod_leaving_the_finished_selection_is_deleted_from_the_set() 
 }
 
 #[tokio::test]
+async fn a_relist_that_fails_midway_tells_the_subscribers_what_it_changed() {
+    // More finished pods than a page: the list of the Failed phase swaps in
+    // the namespace its first page has passed, then fails, again and again.
+    let cluster = Cluster::start(WatchSettings::default(), |api| {
+        running_workers(api);
+        api.put_pod_in_phase("aa-first", "evicted", "uid-first", "Failed");
+        for i in 0..501 {
+            api.put_pod_in_phase(
+                NS,
+                &format!("evicted-{i:03}"),
+                &format!("uid-evicted-{i}"),
+                "Failed",
+            );
+        }
+        api.put_pod_in_phase("zz-later", "evicted", "uid-later", "Failed");
+        api.update_faults(|f| f.continue_fails = true);
+    })
+    .await;
+    let mut changes = cluster.watches.finished.subscribe();
+    eventually("the namespace the first page passed swapped in", || {
+        cluster
+            .watches
+            .finished
+            .phase_of("aa-first", "evicted", "uid-first")
+            .is_some()
+    })
+    .await;
+    // The set changed without a Finished per pod: the subscriber is told to
+    // read the snapshot, though no list has finished.
+    let told = async {
+        loop {
+            match changes.recv().await {
+                Ok(FinishedChange::Relisted {
+                    phase: Finished::Failed,
+                    ..
+                }) => break,
+                Ok(_) => {}
+                Err(error) => panic!("{error}"),
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(20), told)
+        .await
+        .expect("a Relisted change for the Failed phase");
+    assert!(
+        cluster
+            .watches
+            .finished
+            .phase_of("zz-later", "evicted", "uid-later")
+            .is_none(),
+        "the namespace after the failed page is not there"
+    );
+    // Nor the one the failed page would have finished: never half of it.
+    assert_eq!(cluster.watches.finished.len(), 1);
+}
+
+#[tokio::test]
 async fn rule_11_a_failing_watch_of_finished_pods_sends_hits_live() {
     let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
     cluster.synced().await;

@@ -90,6 +90,9 @@ pub struct Faults {
     /// Lists and watches with a field selector answer 500: the watches of
     /// finished pods keep failing, the others work.
     pub field_selectors_fail: bool,
+    /// A list's later pages (asked with a `continue` token) answer 500: a
+    /// list that fails midway.
+    pub continue_fails: bool,
     /// Changes are not sent to open watches, which stay open: a stream that
     /// lost its events, or went silent.
     pub mute_watches: bool,
@@ -790,6 +793,11 @@ async fn handle(
                 "injected failure of field-selected requests",
             )
         }
+        (Method::GET, None) if faults.continue_fails && query.contains_key("continue") => status(
+            500,
+            "InternalError",
+            "injected failure of a list's later page",
+        ),
         (Method::GET, None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
             if faults.watch_fails {
                 return status(500, "InternalError", "injected watch failure");

@@ -174,6 +174,8 @@ pub struct Relist<'a> {
     current: Option<(Box<str>, Names)>,
     /// The namespaces already swapped in.
     done: std::collections::HashSet<Box<str>, Hasher>,
+    /// A namespace came back after the list had moved past it.
+    out_of_order: bool,
 }
 
 impl Relist<'_> {
@@ -195,9 +197,7 @@ impl Relist<'_> {
         {
             self.swap_in_current();
             if self.done.contains(namespace) {
-                if let Ok(mut pods) = self.index.pods.write() {
-                    insert(&mut pods, namespace, name, entry);
-                }
+                self.add_late(namespace, name, entry);
                 return;
             }
             self.current = Some((namespace.into(), Names::default()));
@@ -205,6 +205,31 @@ impl Relist<'_> {
         if let Some((_, names)) = &mut self.current {
             names.insert(name, &entry);
         }
+    }
+
+    /// A pod of a namespace already swapped in (the list was not in key
+    /// order): into the live index, as the oldest of entries, since the
+    /// stamp it had before went with the namespace it replaced, and a
+    /// list must not make an old entry young. A live GET that finds it
+    /// running makes it young again.
+    fn add_late(&mut self, namespace: &str, name: &str, mut entry: Entry) {
+        if !self.out_of_order {
+            self.out_of_order = true;
+            tracing::warn!(
+                namespace,
+                "the pod list came out of key order: its pods are indexed as the oldest entries"
+            );
+        }
+        entry.confirmed = Stamp(0);
+        if let Ok(mut pods) = self.index.pods.write() {
+            insert(&mut pods, namespace, name, entry);
+        }
+    }
+
+    /// Whether the index has been changed by this relist already: a
+    /// relist that fails now has not left the index as it was.
+    pub fn changed_the_index(&self) -> bool {
+        !self.done.is_empty()
     }
 
     /// The namespace listed so far is whole: into the index, keeping the
@@ -392,6 +417,7 @@ impl PodIndex {
             started: Stamp::at(self.epoch, Instant::now()),
             current: None,
             done: Default::default(),
+            out_of_order: false,
         }
     }
 
@@ -538,6 +564,24 @@ pub(super) mod tests {
         assert_eq!(age("new", U1), Duration::from_secs(1));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_list_out_of_key_order_makes_no_entry_younger_than_it_was() {
+        let index = PodIndex::default();
+        index.apply(&meta("a", "p1", U1, false), Seen::Whole);
+        index.apply(&meta("a", "p2", U1, false), Seen::Whole);
+        tokio::time::advance(Duration::from_secs(400)).await;
+        let mut relist = index.relist(&Scope::All);
+        relist.add(&meta("a", "p1", U1, false));
+        relist.add(&meta("b", "x", U1, false));
+        // "a" again, after the list had moved past it: p2's stamp went with
+        // the namespace swapped out, so it is taken as the oldest.
+        relist.add(&meta("a", "p2", U1, false));
+        relist.finish();
+        let age = |name: &str| index.get_matching("a", name, U1).unwrap().age;
+        assert_eq!(age("p1"), Duration::from_secs(400));
+        assert!(age("p2") >= Duration::from_secs(400), "{:?}", age("p2"));
+    }
+
     #[test]
     fn late_delete_of_an_old_pod_keeps_its_successor() {
         let index = PodIndex::default();
@@ -591,6 +635,7 @@ pub(super) mod tests {
         // A namespace that comes back (no API server lists so) is added to.
         relist.add(&meta("a", "late", U1, false));
         assert!(index.get("a", "late").is_some() && index.get("a", "new-1").is_some());
+        assert!(relist.changed_the_index());
         // A namespace the list never reached stays until the end, then goes.
         assert!(index.get("z", "gone").is_some());
         relist.finish();

@@ -80,10 +80,16 @@ impl Feed {
     pub(super) fn replace(&self, relist: Relist<'_>) {
         let scope = relist.scope().clone();
         relist.finish();
+        self.relisted(&scope);
+    }
+
+    /// Tell a subscriber that `scope` was listed anew, wholly or in part:
+    /// changes were not sent one by one.
+    pub(super) fn relisted(&self, scope: &Scope) {
         if let Self::Finished { pods, phase } = self {
             pods.notify(|| {
                 Some(FinishedChange::Relisted {
-                    scope,
+                    scope: scope.clone(),
                     phase: *phase,
                 })
             });
@@ -146,16 +152,21 @@ pub(super) const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(10);
 pub(super) const LIST_PAGE: u32 = 500;
 
 impl WatchSettings {
+    /// One scope per namespace named, each once: two watches of one
+    /// namespace would feed one index, and one's relist could put back a
+    /// pod the other had just seen deleted.
     pub fn scopes(&self) -> Vec<Scope> {
         if self.namespaces.is_empty() {
-            vec![Scope::All]
-        } else {
-            self.namespaces
-                .iter()
-                .cloned()
-                .map(Scope::Namespace)
-                .collect()
+            return vec![Scope::All];
         }
+        let mut scopes: Vec<Scope> = Vec::new();
+        for namespace in &self.namespaces {
+            let scope = Scope::Namespace(namespace.clone());
+            if !scopes.contains(&scope) {
+                scopes.push(scope);
+            }
+        }
+        scopes
     }
 }
 
@@ -226,7 +237,17 @@ impl Watch {
             params = params.fields(&fields);
         }
         let version = loop {
-            let page = self.api.list_metadata(&params).await?;
+            let page = match self.api.list_metadata(&params).await {
+                Ok(page) => page,
+                Err(error) => {
+                    // The namespaces listed so far are in the index
+                    // already: a subscriber must read the snapshot anew.
+                    if relist.changed_the_index() {
+                        self.feed.relisted(&self.scope);
+                    }
+                    return Err(error);
+                }
+            };
             for pod in &page.items {
                 relist.add(&pod.metadata);
             }

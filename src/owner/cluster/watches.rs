@@ -236,6 +236,15 @@ mod tests {
             }
         );
         assert!(changes.try_recv().is_err());
+        // A relist that changed the set and then failed says so too.
+        failed.relisted(&Scope::All);
+        assert_eq!(
+            changes.try_recv().unwrap(),
+            FinishedChange::Relisted {
+                scope: Scope::All,
+                phase: Finished::Failed
+            }
+        );
         assert!(pods.snapshot().is_empty());
         failed.added(&meta("b", "w-2", "uid-2", false));
         assert_eq!(
@@ -246,6 +255,18 @@ mod tests {
                 uid: "uid-2".into(),
                 phase: Finished::Failed
             }]
+        );
+    }
+
+    #[test]
+    fn a_namespace_named_twice_is_watched_once() {
+        let settings = WatchSettings {
+            namespaces: vec!["a".into(), "b".into(), "a".into()],
+            ..WatchSettings::default()
+        };
+        assert_eq!(
+            settings.scopes(),
+            vec![Scope::Namespace("a".into()), Scope::Namespace("b".into())]
         );
     }
 
