@@ -64,6 +64,11 @@ func (c *Cluster) up(ctx context.Context, repo, record string) error {
 	}
 	args := append([]string{"install", ReleaseName, Chart(repo),
 		"--namespace", ReleaseNamespace, "--create-namespace"}, ChartSettings(Chart(repo))...)
+	// E2E_HELM_SET: more values for this install, space-separated
+	// key=value pairs (for a benchmark's variant, e.g. replicaCount=1).
+	for _, set := range strings.Fields(os.Getenv("E2E_HELM_SET")) {
+		args = append(args, "--set", set)
+	}
 	out, err := plane.Helm(ctx, args...)
 	if err != nil {
 		return err

@@ -428,11 +428,16 @@ impl PodIndex {
             return;
         };
         if let Ok(mut pods) = self.pods.write() {
-            if seen == Seen::Changed
-                && let Some(old) = pods.get(namespace).and_then(|names| names.get(name))
-                && old.uid.is(&entry.uid)
-            {
-                entry.confirmed = old.confirmed;
+            if seen == Seen::Changed {
+                // A change keeps the age of the pod's last whole sighting;
+                // a change of a pod never seen whole (its ADDED lost, or a
+                // new pod under the name) has none, so it is the oldest:
+                // its first hit is read live.
+                entry.confirmed = pods
+                    .get(namespace)
+                    .and_then(|names| names.get(name))
+                    .filter(|old| old.uid.is(&entry.uid))
+                    .map_or(Stamp(0), |old| old.confirmed);
             }
             insert(&mut pods, namespace, name, entry);
         }
@@ -580,6 +585,18 @@ pub(super) mod tests {
         let age = |name: &str| index.get_matching("a", name, U1).unwrap().age;
         assert_eq!(age("p1"), Duration::from_secs(400));
         assert!(age("p2") >= Duration::from_secs(400), "{:?}", age("p2"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_of_a_pod_never_seen_whole_is_the_oldest_entry() {
+        let index = PodIndex::default();
+        tokio::time::advance(Duration::from_secs(400)).await;
+        index.apply(&meta("agents", "w-1", U1, false), Seen::Changed);
+        assert!(index.get_matching("agents", "w-1", U1).unwrap().age >= Duration::from_secs(400));
+        // Nor under another uid than the one seen whole.
+        index.apply(&meta("agents", "w-2", "uid-a", false), Seen::Whole);
+        index.apply(&meta("agents", "w-2", U1, false), Seen::Changed);
+        assert!(index.get_matching("agents", "w-2", U1).unwrap().age >= Duration::from_secs(400));
     }
 
     #[test]
