@@ -32,7 +32,9 @@ fn main() -> ExitCode {
     } else {
         "warn"
     };
-    telemetry::init(cli.log_format, default_level);
+    // Held to the end of main: dropped after the runtime, it writes out
+    // the lines still queued.
+    let _log = telemetry::init(cli.log_format, default_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

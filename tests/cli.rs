@@ -220,6 +220,47 @@ fn certs_writes_a_ca_and_a_serving_certificate_and_prints_the_ca_bundle() {
         .unwrap();
 }
 
+/// A log reader that stops reading does not stop the reviews: standard
+/// error is a pipe nobody reads here (64 KiB in Linux, some 150 decision
+/// lines), as a container runtime's can be for a while, and 600 reviews
+/// are still answered; every line is written once the pipe drains.
+#[test]
+fn reviews_are_answered_while_nothing_reads_the_log() {
+    const REVIEWS: usize = 600;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("pods.yaml"),
+        format!("kind: Pod\nmetadata: {{name: w-1, namespace: agents, uid: {UID}}}\n"),
+    )
+    .unwrap();
+    let mut serve = common::Serve::start(dir.path(), &["--pods", "pods.yaml"], &[]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (addr, ca) = (serve.addr.clone(), serve.ca());
+    let answered = runtime.block_on(async {
+        tokio::time::timeout(std::time::Duration::from_secs(60), async {
+            for _ in 0..REVIEWS {
+                let answer = common::send_over_tls(&addr, &ca, UID).await;
+                assert_eq!(answer["response"]["allowed"], true, "{answer}");
+            }
+        })
+        .await
+    });
+    assert!(
+        answered.is_ok(),
+        "reviews stopped being answered once the unread log pipe was full"
+    );
+    // The pipe drains (as a runtime's reader catches up); then SIGTERM.
+    let log = serve.read_log_in_background();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    serve.terminate();
+    let rest = log.join().unwrap();
+    let decisions = rest.iter().filter(|l| l.contains("\"decision\"")).count();
+    assert_eq!(decisions, REVIEWS, "a decision line was lost");
+}
+
 /// `serve --dev` on a fresh directory: makes its certificates, serves a
 /// review over TLS, and exits 0 on SIGTERM.
 #[test]

@@ -1,21 +1,45 @@
 //! Logs through `tracing`, to standard error (standard output is the
 //! `review` command's answer), as text or JSON. `OWNERGUARD_LOG` (or
 //! `RUST_LOG`) overrides the level, with `tracing-subscriber`'s syntax.
+//!
+//! Lines are written by a thread of their own (`tracing-appender`), not by
+//! the task that logs them: `serve` logs a line per decision, and a
+//! `write(2)` to standard error can wait (a container runtime's full pipe,
+//! a disk's writeback throttling) while it holds stderr's lock, so a slow
+//! write on one runtime worker would stall every review on both. The queue
+//! holds up to [`QUEUED_LINES`]; when it is full a line waits for room
+//! rather than being dropped (the decision log is an audit trail).
 
 use std::io::IsTerminal;
 
+use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
 use crate::commands::cli::LogFormat;
 
-pub fn init(format: LogFormat, default_level: &str) {
+/// Lines queued for the writer thread before a logging task waits: about
+/// a second of decisions at the highest rate measured, some MiB at most.
+pub const QUEUED_LINES: usize = 65_536;
+
+/// Keeps the writer thread; dropping it writes out what is queued.
+#[must_use = "dropping the guard stops the log writer"]
+pub struct LogGuard {
+    _writer: WorkerGuard,
+}
+
+pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
     let filter = EnvFilter::try_from_env("OWNERGUARD_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(default_level));
+    let (writer, guard) = NonBlockingBuilder::default()
+        .lossy(false)
+        .buffered_lines_limit(QUEUED_LINES)
+        .thread_name("ownerguard-log")
+        .finish(std::io::stderr());
     // Colours only for a person at a terminal, never into a log collector.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::stderr().is_terminal());
     let result = match format {
         LogFormat::Text => builder.try_init(),
@@ -27,4 +51,5 @@ pub fn init(format: LogFormat, default_level: &str) {
     };
     // Already set (a second init in tests): keep the first.
     drop(result);
+    LogGuard { _writer: guard }
 }

@@ -237,6 +237,17 @@ impl Serve {
         std::fs::read_to_string(self.dir.join("certs/ca.crt")).unwrap()
     }
 
+    /// Read its log from now on, on a thread: the lines it wrote after
+    /// `serving`, once it has exited. [`Serve::terminate`] then returns none.
+    pub fn read_log_in_background(&mut self) -> std::thread::JoinHandle<Vec<String>> {
+        let lines = self.lines.take();
+        std::thread::spawn(move || {
+            lines
+                .map(|lines| lines.map_while(Result::ok).collect())
+                .unwrap_or_default()
+        })
+    }
+
     /// SIGTERM; assert exit 0; the log lines written after `serving`.
     pub fn terminate(mut self) -> Vec<String> {
         let status = std::process::Command::new("kill")
