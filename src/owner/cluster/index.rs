@@ -22,7 +22,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::time::Instant;
 
-use super::packed::Names;
+use super::packed::{Names, UidRef};
 use crate::owner::ObservedPod;
 
 /// A pod uid: 16 bytes when it is a canonical lowercase UUID (all that the
@@ -38,20 +38,11 @@ impl Uid {
         parse_uuid(text).map_or_else(|| Self::Other(text.into()), Self::Uuid)
     }
 
-    pub(super) fn to_text(&self) -> String {
+    /// Borrowed, as a slot holds it.
+    pub(super) fn as_ref(&self) -> UidRef<'_> {
         match self {
-            Self::Other(uid) => uid.to_string(),
-            Self::Uuid(b) => {
-                let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
-                format!(
-                    "{}-{}-{}-{}-{}",
-                    &hex[0..8],
-                    &hex[8..12],
-                    &hex[12..16],
-                    &hex[16..20],
-                    &hex[20..32]
-                )
-            }
+            Self::Uuid(bytes) => UidRef::Uuid(bytes),
+            Self::Other(text) => UidRef::Other(text),
         }
     }
 }
@@ -338,7 +329,7 @@ impl PodIndex {
         let pods = self.pods.read().ok()?;
         let entry = pods.get(namespace)?.get(name)?;
         Some(ObservedPod {
-            uid: entry.uid.to_owned().to_text(),
+            uid: entry.uid.to_text(),
             terminating: entry.terminating,
             // This index does not know; see [`Watches::get`].
             finished: None,
@@ -399,11 +390,7 @@ impl PodIndex {
         pods.iter()
             .flat_map(|(namespace, names)| {
                 names.iter().map(move |(name, entry)| {
-                    (
-                        namespace.to_string(),
-                        name.to_string(),
-                        entry.uid.to_owned().to_text(),
-                    )
+                    (namespace.to_string(), name.to_string(), entry.uid.to_text())
                 })
             })
             .collect()
@@ -436,7 +423,7 @@ impl PodIndex {
                 entry.confirmed = pods
                     .get(namespace)
                     .and_then(|names| names.get(name))
-                    .filter(|old| old.uid.is(&entry.uid))
+                    .filter(|old| old.uid == entry.uid.as_ref())
                     .map_or(Stamp(0), |old| old.confirmed);
             }
             insert(&mut pods, namespace, name, entry);
@@ -501,7 +488,7 @@ pub(super) mod tests {
     #[test]
     fn canonical_uuids_are_stored_as_bytes_and_compare_exactly() {
         assert!(matches!(Uid::new(U1), Uid::Uuid(_)));
-        assert_eq!(Uid::new(U1).to_text(), U1);
+        assert_eq!(Uid::new(U1).as_ref().to_text(), U1);
         assert_eq!(Uid::new(U1), Uid::new(U1));
         assert_ne!(Uid::new(U1), Uid::new(&U1.to_uppercase()));
         assert!(matches!(Uid::new("not-a-uuid"), Uid::Other(_)));

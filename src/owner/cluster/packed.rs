@@ -56,14 +56,25 @@ impl UidRef<'_> {
         }
     }
 
-    pub(super) fn is(self, uid: &Uid) -> bool {
-        match (self, uid) {
-            (Self::Uuid(a), Uid::Uuid(b)) => a == b,
-            (Self::Other(a), Uid::Other(b)) => a == &**b,
-            _ => false,
+    /// The uid as the API server wrote it.
+    pub(super) fn to_text(self) -> String {
+        match self {
+            Self::Other(uid) => uid.to_string(),
+            Self::Uuid(b) => {
+                let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
+                format!(
+                    "{}-{}-{}-{}-{}",
+                    &hex[0..8],
+                    &hex[8..12],
+                    &hex[12..16],
+                    &hex[16..20],
+                    &hex[20..32]
+                )
+            }
         }
     }
 
+    #[cfg(test)]
     pub(super) fn to_owned(self) -> Uid {
         match self {
             Self::Uuid(bytes) => Uid::Uuid(*bytes),
@@ -237,8 +248,7 @@ impl Names {
             Uid::Other(_) => {
                 flags |= UID_IN_TEXT;
                 let mut bytes = [0; 16];
-                bytes[..4].copy_from_slice(&uid_at.to_le_bytes());
-                bytes[4..8].copy_from_slice(&uid_len.to_le_bytes());
+                set_uid_span(&mut bytes, uid_at, uid_len);
                 bytes
             }
         };
@@ -264,8 +274,7 @@ impl Names {
             slot.name_at = text.len() as u32;
             text.push_str(name_of(&self.text, &old));
             if let UidRef::Other(uid) = uid_of(&self.text, &old) {
-                let at = text.len() as u32;
-                slot.uid[..4].copy_from_slice(&at.to_le_bytes());
+                set_uid_span(&mut slot.uid, text.len() as u32, uid.len() as u32);
                 text.push_str(uid);
             }
         }
@@ -279,28 +288,36 @@ fn name_of<'a>(text: &'a str, slot: &Slot) -> &'a str {
     &text[at..at + usize::from(slot.name_len)]
 }
 
-fn uid_of<'a>(text: &'a str, slot: &'a Slot) -> UidRef<'a> {
+/// Where a uid kept as text is in the text: offset, then length, both u32
+/// little-endian in the first 8 of the slot's 16 uid bytes.
+fn set_uid_span(uid: &mut [u8; 16], at: u32, len: u32) {
+    uid[..4].copy_from_slice(&at.to_le_bytes());
+    uid[4..8].copy_from_slice(&len.to_le_bytes());
+}
+
+/// `(offset, length)` of the uid in the text; `None` for a UUID's bytes.
+fn uid_span(slot: &Slot) -> Option<(usize, usize)> {
     if slot.flags & UID_IN_TEXT == 0 {
-        return UidRef::Uuid(&slot.uid);
+        return None;
     }
     let word = |i: usize| {
         let mut bytes = [0; 4];
         bytes.copy_from_slice(&slot.uid[i..i + 4]);
         u32::from_le_bytes(bytes) as usize
     };
-    let (at, len) = (word(0), word(4));
-    UidRef::Other(&text[at..at + len])
+    Some((word(0), word(4)))
 }
 
+fn uid_of<'a>(text: &'a str, slot: &'a Slot) -> UidRef<'a> {
+    match uid_span(slot) {
+        None => UidRef::Uuid(&slot.uid),
+        Some((at, len)) => UidRef::Other(&text[at..at + len]),
+    }
+}
+
+/// The bytes of the text the slot points to.
 fn text_len(slot: &Slot) -> usize {
-    let uid = if slot.flags & UID_IN_TEXT == 0 {
-        0
-    } else {
-        let mut bytes = [0; 4];
-        bytes.copy_from_slice(&slot.uid[4..8]);
-        u32::from_le_bytes(bytes) as usize
-    };
-    usize::from(slot.name_len) + uid
+    usize::from(slot.name_len) + uid_span(slot).map_or(0, |(_, len)| len)
 }
 
 fn view<'a>(text: &'a str, slot: &'a Slot) -> View<'a> {
