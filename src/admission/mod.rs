@@ -210,8 +210,86 @@ impl Default for Operation {
 pub struct UserInfo {
     #[serde(default)]
     pub username: String,
-    #[serde(default, deserialize_with = "null_as_default")]
+    /// Only the pod identity of a pod-bound token ([`EXTRA_POD_NAME`],
+    /// [`EXTRA_POD_UID`]): the decision reads no other key, and the rest
+    /// (credential id, node name and uid...) are skipped undecoded.
+    #[serde(default, deserialize_with = "pod_identity")]
     pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// `userInfo.extra`, keeping only the keys of the pod identity; `null`
+/// reads as empty. A kept key whose value is no list of strings is a
+/// malformed review, as before; the last of a repeated key wins, as in
+/// Go's decoder.
+fn pod_identity<'de, D>(deserializer: D) -> Result<BTreeMap<String, Vec<String>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    /// A key of `extra`: one of the identity's, or another (unallocated).
+    struct Key(Option<&'static str>);
+
+    impl<'de> Deserialize<'de> for Key {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Visitor;
+            impl serde::de::Visitor<'_> for Visitor {
+                type Value = Key;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a key of userInfo.extra")
+                }
+                fn visit_str<E>(self, key: &str) -> Result<Key, E> {
+                    Ok(Key([EXTRA_POD_NAME, EXTRA_POD_UID]
+                        .into_iter()
+                        .find(|k| *k == key)))
+                }
+            }
+            deserializer.deserialize_str(Visitor)
+        }
+    }
+
+    struct Visitor;
+
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = BTreeMap<String, Vec<String>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of lists of strings, or null")
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+
+        fn visit_some<D: serde::Deserializer<'de>>(
+            self,
+            deserializer: D,
+        ) -> Result<Self::Value, D::Error> {
+            deserializer.deserialize_map(self)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut kept = BTreeMap::new();
+            while let Some(Key(key)) = map.next_key::<Key>()? {
+                match key {
+                    Some(key) => {
+                        kept.insert(key.to_string(), map.next_value::<Vec<String>>()?);
+                    }
+                    None => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(kept)
+        }
+    }
+
+    deserializer.deserialize_option(Visitor)
 }
 
 /// The key under which a pod-bound service-account token names its pod.
@@ -286,6 +364,47 @@ mod tests {
         // undecoded). Checking it means decoding the whole object, the cost
         // this module avoids; the API server's Go encoder never writes one.
         assert!(Review::from_json(lone_surrogate).is_ok());
+    }
+
+    #[test]
+    fn only_the_pod_identity_of_extra_is_kept() {
+        let review = |extra: &str| {
+            Review::from_json(format!(
+                r#"{{"kind":"AdmissionReview","request":{{"operation":"CREATE","userInfo":{{"extra":{extra}}}}}}}"#
+            ).as_bytes())
+        };
+        let kept = review(
+            r#"{"authentication.kubernetes.io/credential-id":["JTI=1"],"authentication.kubernetes.io/pod-name":["w-0"],"other":{"not":"a list"},"authentication.kubernetes.io/pod-uid":["u-1"]}"#,
+        )
+        .unwrap()
+        .request
+        .user_info
+        .extra;
+        assert_eq!(
+            kept,
+            BTreeMap::from([
+                (EXTRA_POD_NAME.to_string(), vec!["w-0".to_string()]),
+                (EXTRA_POD_UID.to_string(), vec!["u-1".to_string()]),
+            ])
+        );
+        // A key written with escapes is still the key.
+        let escaped = review(r#"{"authentication.kubernetes.io\/pod-name":["w-0"]}"#).unwrap();
+        assert_eq!(escaped.request.user_info.extra[EXTRA_POD_NAME], ["w-0"]);
+        // The last of a repeated key wins, as in Go.
+        let repeated = review(
+            r#"{"authentication.kubernetes.io/pod-name":["w-0"],"authentication.kubernetes.io/pod-name":["w-1"]}"#,
+        )
+        .unwrap();
+        assert_eq!(repeated.request.user_info.extra[EXTRA_POD_NAME], ["w-1"]);
+        assert!(review("null").unwrap().request.user_info.extra.is_empty());
+        // The identity's own keys keep their shape.
+        for bad in [
+            r#"{"authentication.kubernetes.io/pod-name":"w-0"}"#,
+            r#"{"authentication.kubernetes.io/pod-uid":[1]}"#,
+            r#"["authentication.kubernetes.io/pod-name"]"#,
+        ] {
+            assert!(matches!(review(bad), Err(DecodeError::Json(_))), "{bad}");
+        }
     }
 
     #[test]

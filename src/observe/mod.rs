@@ -6,6 +6,7 @@
 //! sets up the logs themselves.
 
 pub mod fixture;
+mod json_lines;
 mod log;
 mod metrics;
 mod record;

@@ -10,16 +10,22 @@
 //! holds up to [`QUEUED_LINES`]; when it is full a line waits for room
 //! rather than being dropped (the decision log is an audit trail).
 
-use std::io::IsTerminal;
+use std::io::{BufWriter, IsTerminal};
 
 use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::JsonFields;
+
+use super::json_lines::JsonLines;
 
 use crate::commands::cli::LogFormat;
 
 /// Lines queued for the writer thread before a logging task waits: about
 /// a second of decisions at the highest rate measured, some MiB at most.
 pub const QUEUED_LINES: usize = 65_536;
+
+/// What the writer thread gathers before a `write(2)`: some hundred lines.
+const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Keeps the writer thread; dropping it writes out what is queued.
 #[must_use = "dropping the guard stops the log writer"]
@@ -35,7 +41,14 @@ pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
         .lossy(false)
         .buffered_lines_limit(QUEUED_LINES)
         .thread_name("ownerguard-log")
-        .finish(std::io::stderr());
+        // Buffered: the writer thread writes what it has taken off the queue
+        // in one `write(2)` and flushes once the queue is empty, instead of
+        // a system call a line. A line is never split: BufWriter writes
+        // whole buffers of whole lines, and a line over its size directly.
+        .finish(BufWriter::with_capacity(
+            WRITE_BUFFER_BYTES,
+            std::io::stderr(),
+        ));
     // Colours only for a person at a terminal, never into a log collector.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -43,10 +56,12 @@ pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
         .with_ansi(std::io::stderr().is_terminal());
     let result = match format {
         LogFormat::Text => builder.try_init(),
+        // tracing-subscriber's `.json().flatten_event(true)
+        // .with_current_span(false)`, written without its per-piece
+        // adaptor (json_lines.rs); spans keep their fields as JSON.
         LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
+            .fmt_fields(JsonFields::new())
+            .event_format(JsonLines::default())
             .try_init(),
     };
     // Already set (a second init in tests): keep the first.
