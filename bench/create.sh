@@ -17,7 +17,9 @@
 #
 # A round of WARMUP pods per variant first, not counted. Then ownerguard's
 # added latency over no webhook as a multiple of the no-op webhook's, at
-# p50 and p99. A benchmark: it measures and prints.
+# p50 and p99; the API server's own histograms per variant (webhook calls,
+# etcd writes, whole requests); and each create over 100 ms, with its place
+# in its round. A benchmark: it measures and prints.
 #
 #   bash bench/create.sh [-n PODS_PER_ROUND] [-c CLIENTS] [-rounds R] [-warmup PODS]
 set -euo pipefail

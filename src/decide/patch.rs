@@ -6,7 +6,7 @@
 //! replaces, so the patch applies whatever the current value, and on a list
 //! it appends with `-`, which leaves the indices of other operations valid.
 
-use json_patch::{AddOperation, Patch, PatchOperation};
+use json_patch::{AddOperation, PatchOperation};
 use jsonptr::PointerBuf;
 use serde_json::{Value, json};
 
@@ -118,12 +118,14 @@ impl MetadataPatch {
     /// The patch document, as the JSON array the API server applies.
     pub fn to_json(&self) -> Vec<u8> {
         // A list of add operations with string paths always serialises.
-        serde_json::to_vec(&Patch(self.operations.clone())).unwrap_or_default()
+        // `Patch` is a newtype over the list and serialises as the list:
+        // written from the borrowed operations, not a clone of them.
+        serde_json::to_vec(&self.operations).unwrap_or_default()
     }
 
     /// The patch as a JSON value, for reading (golden files, `--record`).
     pub fn to_value(&self) -> Value {
-        serde_json::to_value(Patch(self.operations.clone())).unwrap_or(Value::Null)
+        serde_json::to_value(&self.operations).unwrap_or(Value::Null)
     }
 }
 
@@ -152,6 +154,8 @@ fn tokens(owned: &[String]) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+
+    use json_patch::Patch;
 
     use super::*;
     use crate::admission::{PodSpecAt, TemplateMeta, TemplatePath};

@@ -4,7 +4,10 @@
 // (the ceiling of examples/ceiling.rs: ownerguard's TLS and HTTP stack,
 // allowed, no patch) or at the same no-op webhook answering ownerguard's
 // own answers (its patch and audit annotations, as `ownerguard review`
-// gives them), interleaved round by round in the same run. Run by
+// gives them), interleaved round by round in the same run. With them, the
+// API server's own histograms of its webhook calls, etcd writes and whole
+// requests per variant (apimetrics.go), and every create over 100 ms with
+// its place in its round, so that a tail says where it is. Run by
 // bench/create.sh inside the network namespace it makes; a benchmark, never
 // a test.
 package main
@@ -158,6 +161,7 @@ func run(n, c, rounds, warmup int) error {
 		{"no webhooks, labelled pods", none, true},
 	}
 	results := map[string][]time.Duration{}
+	histograms := map[string]map[string]buckets{}
 	perRound := map[string][]time.Duration{}
 	walls := map[string]time.Duration{}
 	registered := toOwnerguard
@@ -178,9 +182,23 @@ func run(n, c, rounds, warmup int) error {
 			if va.labelled {
 				labels = labelled
 			}
+			before, err := scrapeHistograms(ctx, admin)
+			if err != nil {
+				return err
+			}
 			lat, wall, err := round(ctx, admin, ns, fmt.Sprintf("r%d-%d", r+1, len(results[va.name])), size, c, labels)
 			if err != nil {
 				return fmt.Errorf("%s: %w", va.name, err)
+			}
+			after, err := scrapeHistograms(ctx, admin)
+			if err != nil {
+				return err
+			}
+			if r >= 0 {
+				if histograms[va.name] == nil {
+					histograms[va.name] = map[string]buckets{}
+				}
+				addDelta(histograms[va.name], before, after)
 			}
 			if err := cleanup(ctx, admin, ns); err != nil {
 				return err
@@ -208,6 +226,11 @@ func run(n, c, rounds, warmup int) error {
 		fmt.Printf("| %s | %d | %.0f | %s | %s | %s | %s |\n", va.name, len(lat),
 			float64(len(lat))/walls[va.name].Seconds(), ms(pct(lat, 50)), ms(pct(lat, 90)), ms(pct(lat, 99)), strings.Join(rounds, ", "))
 	}
+	var order []string
+	for _, va := range variants {
+		order = append(order, va.name)
+	}
+	printHistograms(order, histograms)
 	// ownerguard's cost over no webhook, as a multiple of what a webhook
 	// that does nothing costs on the same registrations; and what the same
 	// webhook costs when it answers what ownerguard answers.
@@ -286,6 +309,7 @@ func round(ctx context.Context, admin *kubernetes.Clientset, ns, prefix string, 
 	var mu sync.Mutex
 	var lat []time.Duration
 	var firstErr error
+	var slow []string
 	next := make(chan int)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -302,6 +326,9 @@ func round(ctx context.Context, admin *kubernetes.Clientset, ns, prefix string, 
 					firstErr = err
 				}
 				lat = append(lat, d)
+				if d > slowCreate {
+					slow = append(slow, fmt.Sprintf("#%d at +%s: %s", i, ms(t.Sub(start)), ms(d)))
+				}
 				mu.Unlock()
 			}
 		}()
@@ -311,8 +338,17 @@ func round(ctx context.Context, admin *kubernetes.Clientset, ns, prefix string, 
 	}
 	close(next)
 	wg.Wait()
+	if len(slow) > 0 {
+		// Which creates of the round were slow, and when they started: a
+		// tail at the start of every round is a cost of the switch of
+		// registrations, one spread over the round is a cost per create.
+		fmt.Printf("round %s: %d of %d creates over %s: %s\n", prefix, len(slow), n, slowCreate, strings.Join(slow, ", "))
+	}
 	return lat, time.Since(start), firstErr
 }
+
+// A create slower than this is named, with its place in its round.
+const slowCreate = 100 * time.Millisecond
 
 func cleanup(ctx context.Context, admin *kubernetes.Clientset, ns string) error {
 	if err := admin.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "bench=1"}); err != nil {
@@ -389,7 +425,7 @@ func setWebhooks(ctx context.Context, admin *kubernetes.Clientset, from, to regi
 		return out, nil
 	}
 	probe := pod("probe", map[string]string{"ownerguard.io/owner-pod": "missing", "ownerguard.io/owner-uid": "00000000-0000-0000-0000-000000000000"})
-	return harness.Until(ctx, 30*time.Second, 200*time.Millisecond, fmt.Sprintf("webhooks registered to %v in force", to), func() error {
+	err := harness.Until(ctx, 30*time.Second, 200*time.Millisecond, fmt.Sprintf("webhooks registered to %v in force", to), func() error {
 		before, err := counts()
 		if err != nil {
 			return err
@@ -419,6 +455,21 @@ func setWebhooks(ctx context.Context, admin *kubernetes.Clientset, from, to regi
 		}
 		return fmt.Errorf("probe: refused %v (%v), reached %v", refused, err, reached)
 	})
+	if err != nil || to == none {
+		return err
+	}
+	// Then one create every registration allows, both webhooks called: the
+	// API server readies a registration's webhooks lazily, at their first
+	// call, and the refused probe never reaches /validate (the mutating
+	// webhook has already said no). Without this the first create of each
+	// client after a switch to ownerguard waited 180 to 360 ms (none of it
+	// in the webhook calls, by the API server's own histogram), while the
+	// no-op webhook's allowed probe had already paid that for its rounds.
+	ready := pod("probe-allowed", map[string]string{"ownerguard.io/owner-pod": owner.Name, "ownerguard.io/owner-uid": string(owner.UID)})
+	if _, err := admin.CoreV1().Pods(owner.Namespace).Create(ctx, ready, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		return fmt.Errorf("the allowed probe, registered to %v: %w", to, err)
+	}
+	return nil
 }
 
 // startCeiling runs examples/ceiling.rs (CEILING_BIN) as NAME with the
