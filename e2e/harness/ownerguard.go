@@ -515,33 +515,15 @@ func (og *Ownerguard) Metric(name string, labels map[string]string) (float64, er
 	if _, err := buf.ReadFrom(resp.Body); err != nil {
 		return 0, err
 	}
+	samples, err := ParseSamples(buf.String())
+	if err != nil {
+		return 0, err
+	}
 	sum, found := 0.0, false
-	for _, line := range strings.Split(buf.String(), "\n") {
-		if strings.HasPrefix(line, "#") {
-			continue
+	for _, s := range samples {
+		if s.Name == name && s.Has(labels) {
+			sum, found = sum+s.Value, true
 		}
-		series, value, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		metric, labelText, _ := strings.Cut(strings.TrimSuffix(series, "}"), "{")
-		if metric != name {
-			continue
-		}
-		match := true
-		for k, v := range labels {
-			if !strings.Contains(","+labelText+",", ","+k+"=\""+v+"\",") {
-				match = false
-			}
-		}
-		if !match {
-			continue
-		}
-		f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", line, err)
-		}
-		sum, found = sum+f, true
 	}
 	if !found {
 		return 0, fmt.Errorf("no %s%v in /metrics", name, labels)

@@ -8,29 +8,30 @@ package main
 // one waited on a webhook call or on storage.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 
+	"ownerguard.io/e2e/harness"
+
 	"k8s.io/client-go/kubernetes"
 )
 
-// A histogram the API server exports, narrowed to the series whose labels
-// contain every one of match.
+// A histogram the API server exports, narrowed to the series that carry
+// every pair of labels.
 type watchedHistogram struct {
 	name   string
 	metric string
-	match  []string
+	labels map[string]string
 }
 
 var watchedHistograms = []watchedHistogram{
-	{"mutating webhook calls", "apiserver_admission_webhook_admission_duration_seconds_bucket", []string{`type="admit"`, `operation="CREATE"`}},
-	{"validating webhook calls", "apiserver_admission_webhook_admission_duration_seconds_bucket", []string{`type="validating"`, `operation="CREATE"`}},
-	{"etcd creates (every type)", "etcd_request_duration_seconds_bucket", []string{`operation="create"`}},
-	{"pod creates (whole request)", "apiserver_request_duration_seconds_bucket", []string{`verb="POST"`, `resource="pods"`, `subresource=""`}},
+	{"mutating webhook calls", "apiserver_admission_webhook_admission_duration_seconds_bucket", map[string]string{"type": "admit", "operation": "CREATE"}},
+	{"validating webhook calls", "apiserver_admission_webhook_admission_duration_seconds_bucket", map[string]string{"type": "validating", "operation": "CREATE"}},
+	{"etcd creates (every type)", "etcd_request_duration_seconds_bucket", map[string]string{"operation": "create"}},
+	{"pod creates (whole request)", "apiserver_request_duration_seconds_bucket", map[string]string{"verb": "POST", "resource": "pods", "subresource": ""}},
 }
 
 // buckets: cumulative counts by upper bound (`le`), summed over the
@@ -43,49 +44,20 @@ func scrapeHistograms(ctx context.Context, admin *kubernetes.Clientset) (map[str
 	if err != nil {
 		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
+	samples, err := harness.ParseSamples(string(raw))
+	if err != nil {
+		return nil, fmt.Errorf("the API server's metrics: %w", err)
+	}
 	out := map[string]buckets{}
 	for _, w := range watchedHistograms {
 		out[w.name] = buckets{}
-	}
-	scanner := bufio.NewScanner(strings.NewReader(string(raw)))
-	scanner.Buffer(make([]byte, 1<<20), 1<<20)
-	for scanner.Scan() {
-		line := scanner.Text()
-		for _, w := range watchedHistograms {
-			if !strings.HasPrefix(line, w.metric+"{") {
-				continue
+		for _, s := range samples {
+			if le := s.Labels["le"]; s.Name == w.metric && le != "" && s.Has(w.labels) {
+				out[w.name][le] += s.Value
 			}
-			labels, value, ok := strings.Cut(line[len(w.metric):], "} ")
-			if !ok || !containsAll(labels, w.match) {
-				continue
-			}
-			le := labelValue(labels, "le")
-			n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-			if le == "" || err != nil {
-				continue
-			}
-			out[w.name][le] += n
 		}
 	}
-	return out, scanner.Err()
-}
-
-func containsAll(labels string, match []string) bool {
-	for _, m := range match {
-		if !strings.Contains(labels, m) {
-			return false
-		}
-	}
-	return true
-}
-
-func labelValue(labels, name string) string {
-	_, rest, ok := strings.Cut(labels, name+`="`)
-	if !ok {
-		return ""
-	}
-	value, _, _ := strings.Cut(rest, `"`)
-	return value
+	return out, nil
 }
 
 // addDelta adds after - before into sum.
