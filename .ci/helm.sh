@@ -1,53 +1,30 @@
 # Sourced by .ci/chart-check and .ci/alerts (expects REPO, the repository's
 # root): the Helm both judge the chart with, and where CI's Go builds are
-# cached. Helm: $OWNERGUARD_HELM if set; else built from helm.sh/helm/v3
-# (the end-to-end suite's module e2e/helm when present, so both judge the
-# chart with the same Helm; else the version pinned below), with the
-# Kubernetes version stamped in as Helm's own Makefile does. Needs Go;
+# cached. Helm: $OWNERGUARD_HELM if set; else real Helm 4 built from its
+# Go module by e2e/helm/build (the end-to-end suite's pins, so both judge
+# the chart with the same Helm; Helm 3 beside it as $HELM3). Needs Go;
 # modules come from the Go proxy. Builds are cached in $CARGO_TARGET_DIR
-# (or target/) under chart-check/. Sets HELM, KUBE_VERSION, TARGET, BIN and
-# exports OWNERGUARD_HELM.
+# (or target/) under chart-check/. Sets HELM, HELM3, KUBE_VERSION,
+# KUBE_VERSION_OLDEST, TARGET, BIN and exports OWNERGUARD_HELM.
 
-HELM_VERSION=v3.19.5
-# The Kubernetes version the chart is rendered for: the e2e control plane's.
-KUBE_VERSION=1.34.4
+# The Kubernetes releases the chart is rendered for: the newest and the
+# oldest control plane the end-to-end suite pins (e2e/plane/k8s-<minor>.mod).
+kube_release() { awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v1\./ { sub(/^v/, "", $2); print $2; exit }' "$1"; }
+mapfile -t _planes < <(ls "$REPO"/e2e/plane/k8s-*.mod | sort -t. -k2,2n)
+KUBE_VERSION="$(kube_release "${_planes[-1]}")"
+KUBE_VERSION_OLDEST="$(kube_release "${_planes[0]}")"
 TARGET="${CARGO_TARGET_DIR:-$REPO/target}"
 [[ "$TARGET" = /* ]] || TARGET="$REPO/$TARGET"
 BIN="$TARGET/chart-check"
 mkdir -p "$BIN"
 
-build_helm() {
-  local module dir
-  if [[ -f "$REPO/e2e/helm/go.mod" ]]; then
-    dir="$REPO/e2e/helm"
-  else
-    dir="$BIN/helm-module"
-    mkdir -p "$dir"
-    if [[ ! -f "$dir/go.mod" ]] || ! grep -q "helm.sh/helm/v3 $HELM_VERSION" "$dir/go.mod"; then
-      rm -f "$dir/go.mod" "$dir/go.sum"
-      (cd "$dir" && go mod init ownerguard.io/ci/helm >/dev/null 2>&1 && go get "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >/dev/null 2>&1)
-    fi
-  fi
-  module="$(cd "$dir" && go list -m -f '{{.Version}}' helm.sh/helm/v3)"
-  if [[ -x "$BIN/helm" && "$(cat "$BIN/helm.version" 2>/dev/null)" == "$module $KUBE_VERSION" ]]; then
-    return
-  fi
-  local major="${KUBE_VERSION%%.*}" minor
-  minor="$(cut -d. -f2 <<<"$KUBE_VERSION")"
-  local ldflags="-X helm.sh/helm/v3/internal/version.version=$module"
-  local pkg
-  for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
-    ldflags+=" -X $pkg.k8sVersionMajor=$major -X $pkg.k8sVersionMinor=$minor"
-  done
-  echo "building helm $module (from $dir)"
-  (cd "$dir" && nice -n 19 go build -trimpath -ldflags "$ldflags" -o "$BIN/helm" helm.sh/helm/v3/cmd/helm)
-  echo "$module $KUBE_VERSION" >"$BIN/helm.version"
-}
-
 if [[ -n "${OWNERGUARD_HELM:-}" ]]; then
   HELM="$OWNERGUARD_HELM"
+  HELM3="${OWNERGUARD_HELM3:-}"
 else
-  build_helm
+  bash "$REPO/e2e/helm/build" "$BIN"
   HELM="$BIN/helm"
+  HELM3="$BIN/helm3"
 fi
 export OWNERGUARD_HELM="$HELM"
+export OWNERGUARD_KUBE_VERSION="$KUBE_VERSION"

@@ -17,46 +17,63 @@ export E2E_BIN E2E_NODE_IP E2E_SERVICE_CIDR E2E_OWNERGUARD OWNERGUARD_IMAGE
 
 log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-# The Go binaries, rebuilt when a source, go.mod or go.sum changed; the
-# control plane on Kubernetes' own pinned versions (e2e/go.mod), Helm in
-# its own module (e2e/helm/go.mod). Builds run at the lowest priority.
+# The Kubernetes minor the control plane runs: E2E_KUBE (e.g. 1.33), else
+# the newest pinned in e2e/plane (k8s-<minor>.mod, written by
+# e2e/plane/pin). Sets E2E_KUBE, E2E_KUBE_VERSION (the release, v1.37.2),
+# E2E_PLANE_MOD and E2E_PLANE_BIN (where that minor's binaries live).
+e2e_kube_select() {
+  local newest
+  newest="$(e2e_kube_minors | tail -n 1)"
+  E2E_KUBE="${E2E_KUBE:-$newest}"
+  E2E_PLANE_MOD="$E2E_DIR/plane/k8s-$E2E_KUBE.mod"
+  if [[ ! -f "$E2E_PLANE_MOD" ]]; then
+    log "E2E_KUBE=$E2E_KUBE: no control plane pinned for that minor; pinned: $(e2e_kube_minors | tr '\n' ' ')"
+    return 1
+  fi
+  E2E_KUBE_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v1\./ { print $2; exit }' "$E2E_PLANE_MOD")"
+  E2E_PLANE_BIN="$E2E_BIN/k8s-$E2E_KUBE_VERSION"
+  export E2E_KUBE E2E_KUBE_VERSION E2E_PLANE_BIN
+}
+
+# Every minor pinned in e2e/plane, oldest first.
+e2e_kube_minors() {
+  local f
+  for f in "$E2E_DIR"/plane/k8s-*.mod; do
+    f="${f##*/k8s-}"
+    echo "${f%.mod}"
+  done | sort -t. -k1,1n -k2,2n
+}
+
+# A stamp of the files a build reads: rebuilt when one of them changes.
+e2e_stamp_of() {
+  (cd "$E2E_DIR" && find "$@" -type f \( -name '*.go' -o -name '*.mod' -o -name '*.sum' \) -print0 \
+    | sort -z | xargs -0 sha256sum; sha256sum lib.sh) | sha256sum | cut -d' ' -f1
+}
+
+# The Go binaries, each rebuilt when its sources, module files or
+# e2e/lib.sh changed: the control plane of the selected minor from its own
+# module file (e2e/plane/k8s-<minor>.mod: Kubernetes' own pinned
+# versions), cached per release in $E2E_BIN/k8s-<release>/; the scenarios
+# and createbench (e2e/go.mod, the newest minor's client); Helm 4, Helm 3
+# and chartcheck (e2e/helm). Builds run at the lowest priority.
 e2e_build() {
-  local stamp want
   e2e_image_present
-  want="$(cd "$E2E_DIR" && find . -path ./.bin -prune -o -path ./.work -prune -o \
-      \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' -o -name lib.sh \) -type f -print0 \
-    | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
-  stamp="$E2E_BIN/.stamp"
+  e2e_kube_select
+  e2e_build_plane
+  local want stamp="$E2E_BIN/.stamp"
+  want="$(e2e_stamp_of go.mod go.sum harness scenarios cmd/createbench helm)"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-    log "Go binaries up to date in $E2E_BIN"
+    log "scenarios, createbench, Helm and chartcheck up to date in $E2E_BIN"
   else
     local start=$SECONDS
-    log "building etcd, kube-apiserver, kube-controller-manager, the scenarios, createbench, helm and chartcheck (nice -n 19)"
+    log "building the scenarios, createbench, Helm 4, Helm 3 and chartcheck (nice -n 19)"
     mkdir -p "$E2E_BIN"
-    # The version Kubernetes' own build (hack/lib/version.sh) stamps in;
-    # without it the API server says v0.0.0-master and Helm refuses the
-    # chart's kubeVersion.
-    local k8s ldflags="" pkg
-    k8s="$(cd "$E2E_DIR" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
-    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      ldflags+=" -X $pkg.gitVersion=$k8s -X $pkg.gitMajor=$(cut -d. -f1 <<<"${k8s#v}")"
-      ldflags+=" -X $pkg.gitMinor=$(cut -d. -f2 <<<"$k8s") -X $pkg.gitTreeState=clean"
-    done
-    (cd "$E2E_DIR" && nice -n 19 go build -trimpath -ldflags "$ldflags" -o "$E2E_BIN/" ./cmd/...)
+    (cd "$E2E_DIR" && nice -n 19 go build -trimpath -o "$E2E_BIN/" ./cmd/createbench)
     (cd "$E2E_DIR" && nice -n 19 go test -c -trimpath -o "$E2E_BIN/scenarios.test" ./scenarios)
-    # Helm's Makefile stamps its version and the Kubernetes minor of its
-    # client-go (the default of `helm template`, which asks no cluster).
-    local helm_ver client_go hl
-    helm_ver="$(cd "$E2E_DIR/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v3)"
-    client_go="$(cd "$E2E_DIR/helm" && go list -m -f '{{.Version}}' k8s.io/client-go)"
-    hl="-X helm.sh/helm/v3/internal/version.version=$helm_ver"
-    for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
-      hl+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$(cut -d. -f2 <<<"$client_go")"
-    done
-    (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -ldflags "$hl" -o "$E2E_BIN/helm" helm.sh/helm/v3/cmd/helm)
+    bash "$E2E_DIR/helm/build" "$E2E_BIN"
     (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -o "$E2E_BIN/" ./chartcheck)
     echo "$want" >"$stamp"
-    log "Go binaries built in $((SECONDS - start)) s"
+    log "built in $((SECONDS - start)) s"
   fi
   log "building ownerguard (cargo build --release)"
   (cd "$REPO" && cargo build --release --locked --quiet)
@@ -67,6 +84,33 @@ e2e_build() {
   cp "$built" "$E2E_BIN/ownerguard"
   OWNERGUARD_BIN="$E2E_BIN/ownerguard"
   export OWNERGUARD_BIN
+}
+
+# etcd, kube-apiserver and kube-controller-manager of $E2E_KUBE_VERSION,
+# from e2e/cmd (upstream's mains, the same on every minor) built with
+# `-modfile` e2e/plane/k8s-<minor>.mod.
+e2e_build_plane() {
+  local want stamp="$E2E_PLANE_BIN/.stamp" rel="${E2E_PLANE_MOD#"$E2E_DIR/"}"
+  want="$(e2e_stamp_of "$rel" "${rel%.mod}.sum" cmd/etcd cmd/kube-apiserver cmd/kube-controller-manager)"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    log "control plane of Kubernetes $E2E_KUBE_VERSION up to date in $E2E_PLANE_BIN"
+    return
+  fi
+  local start=$SECONDS
+  log "building etcd, kube-apiserver and kube-controller-manager of Kubernetes $E2E_KUBE_VERSION (nice -n 19)"
+  mkdir -p "$E2E_PLANE_BIN"
+  # The version Kubernetes' own build (hack/lib/version.sh) stamps in;
+  # without it the server says v0.0.0-master and Helm refuses the
+  # chart's kubeVersion.
+  local k8s="$E2E_KUBE_VERSION" ldflags="" pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$k8s -X $pkg.gitMajor=$(cut -d. -f1 <<<"${k8s#v}")"
+    ldflags+=" -X $pkg.gitMinor=$(cut -d. -f2 <<<"$k8s") -X $pkg.gitTreeState=clean"
+  done
+  (cd "$E2E_DIR" && nice -n 19 go build -modfile="$E2E_PLANE_MOD" -trimpath -ldflags "$ldflags" \
+    -o "$E2E_PLANE_BIN/" ./cmd/etcd ./cmd/kube-apiserver ./cmd/kube-controller-manager)
+  echo "$want" >"$stamp"
+  log "control plane of Kubernetes $E2E_KUBE_VERSION built in $((SECONDS - start)) s"
 }
 
 # With E2E_OWNERGUARD=image, the image must be there before anything is
@@ -173,18 +217,23 @@ e2e_cleanup() {
       E2E_PASSED=0 E2E_FAILED=1
       rc=1
     fi
-    echo "$E2E_PASSED passed, $E2E_FAILED failed"
+    echo "$E2E_PASSED passed, $E2E_FAILED failed, ${E2E_SKIPPED:-0} skipped below their minor (Kubernetes ${E2E_KUBE_VERSION:-?})"
   fi
   exit $rc
 }
 
 # Count the leaf tests of a `go test -v` log (a test with subtests counts
-# through its subtests) into E2E_PASSED and E2E_FAILED, naming each
-# failure; a binary that failed outside any test counts as one failure.
-# Returns non-zero when something failed.
+# through its subtests) into E2E_PASSED, E2E_FAILED and E2E_SKIPPED,
+# naming each failure. A skip counts as skipped only when the scenario
+# recorded it as one that holds from a later minor on
+# ($E2E_WORK/skipped-by-version, written by needsMinor); any other skip
+# counts as failed. A binary that failed outside any test counts as one
+# failure. Returns non-zero when something failed.
 e2e_count() {
-  local file="$1" status="$2" counts
-  counts="$(awk '
+  local file="$1" status="$2" counts versioned="$E2E_WORK/skipped-by-version"
+  [[ -f "$versioned" ]] || : >"$versioned"
+  counts="$(awk -F'\t' '
+    FILENAME == ARGV[1] { byversion[$1] = $2; next }
     match($0, /^ *--- (PASS|FAIL|SKIP): [^ ]+/) {
       split(substr($0, RSTART, RLENGTH), w, " ")
       sub(/:$/, "", w[2]); result[w[3]] = w[2]; order[n++] = w[3]
@@ -195,11 +244,12 @@ e2e_count() {
         for (other in result) if (index(other, name "/") == 1) { leaf = 0; break }
         if (!leaf) continue
         if (result[name] == "PASS") p++
+        else if (result[name] == "SKIP" && name in byversion) { s++; print "skipped: " name ": " byversion[name] > "/dev/stderr" }
         else { q++; if (result[name] == "FAIL") print "failed: " name > "/dev/stderr"; else print "skipped (counted as failed): " name > "/dev/stderr" }
       }
-      printf "%d %d\n", p, q
-    }' "$file")"
-  read -r E2E_PASSED E2E_FAILED <<<"$counts"
+      printf "%d %d %d\n", p, q, s
+    }' "$versioned" "$file")"
+  read -r E2E_PASSED E2E_FAILED E2E_SKIPPED <<<"$counts"
   if [[ "$status" -ne 0 && "$E2E_FAILED" -eq 0 ]]; then
     log "the scenarios exited with status $status outside any test (setup, timeout or crash)"
     E2E_FAILED=1

@@ -129,7 +129,11 @@ fn every_webhook_excludes_kube_system_and_the_release_namespace() {
         common.contains("include \"ownerguard.namespaceSelector\""),
         "{common}"
     );
-    for file in ["webhook-mutating.yaml", "webhook-validating.yaml"] {
+    for file in [
+        "webhook-mutating.yaml",
+        "webhook-validating.yaml",
+        "webhook-cluster-wide.yaml",
+    ] {
         let text = template(file);
         let webhooks = text.matches("  - name: ").count();
         let common = text.matches("include \"ownerguard.webhookCommon\"").count();
@@ -175,9 +179,14 @@ fn webhook_settings_are_the_safe_ones() {
 
 #[test]
 fn the_cluster_wide_switch_has_its_own_policy_and_opt_out() {
-    let validating = template("webhook-validating.yaml");
-    let switch = validating.find("{{- if .enabled }}").expect("the switch");
-    let guarded = &validating[switch..];
+    // In a configuration of its own, all of it behind the switch: turning
+    // the switch off deletes the object whole (a webhook entry the CA
+    // injector co-owns could not be removed by Helm 4's server-side apply).
+    assert!(!template("webhook-validating.yaml").contains("allPodOwnerReferences"));
+    let cluster_wide = template("webhook-cluster-wide.yaml");
+    let switch = cluster_wide.find("{{- if .enabled }}").expect("the switch");
+    assert!(!cluster_wide[..switch].contains("kind:"), "an object outside the switch");
+    let guarded = &cluster_wide[switch..];
     for expected in [
         "\"path\" \"/validate-all\"",
         "(list \"CREATE\")",
@@ -459,11 +468,11 @@ fn the_notes_warn_of_the_default_namespace_and_recommend_atomic() {
         body.contains("labelled objects created in default are not judged"),
         "{body}"
     );
-    // Helm 3.19 has --atomic; --rollback-on-failure is Helm 4's name.
-    assert!(
-        notes.contains("helm upgrade --install {{ .Release.Name }} <chart> -n {{ $ns }} --atomic")
-    );
-    assert!(notes.contains("--rollback-on-failure"));
+    // Helm 4 is the primary Helm; Helm 3's name for the flag is --atomic.
+    assert!(notes.contains(
+        "helm upgrade --install {{ .Release.Name }} <chart> -n {{ $ns }} --rollback-on-failure"
+    ));
+    assert!(notes.contains("Helm 3 names it --atomic"));
 }
 
 #[test]
@@ -705,9 +714,13 @@ fn helm() -> PathBuf {
     path
 }
 
-/// The Kubernetes version the chart is rendered for: the end-to-end
-/// control plane's.
-const KUBE_VERSION: &str = "1.34.4";
+/// The Kubernetes version the chart is rendered for: the newest control
+/// plane the end-to-end suite pins, which `.ci/helm.sh` exports (it reads
+/// e2e/plane/), so this file names no release of its own.
+static KUBE_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    std::env::var("OWNERGUARD_KUBE_VERSION")
+        .expect("OWNERGUARD_KUBE_VERSION names no Kubernetes release: run bash .ci/chart-check")
+});
 
 /// `helm template` with `args`: Ok(objects) or Err(stderr).
 fn render(helm: &Path, args: &[&str]) -> Result<Vec<Value>, String> {
@@ -724,7 +737,7 @@ fn render_as(helm: &Path, release: &str, args: &[&str]) -> Result<Vec<Value>, St
             "--namespace",
             "ownerguard",
             "--kube-version",
-            KUBE_VERSION,
+            KUBE_VERSION.as_str(),
         ])
         .args(args)
         .output()
@@ -779,8 +792,9 @@ fn args(objects: &[Value]) -> Vec<String> {
 /// ready: the objects as the API server would hold them.
 fn doctor_on(objects: &[Value]) -> Vec<ownerguard::commands::doctor::Check> {
     let get = |kind: &str| objects.iter().find(|o| o["kind"] == kind).cloned();
-    let mut deployment: Deployment = serde_json::from_value(get("Deployment").unwrap()).unwrap();
-    let replicas = deployment.spec.as_ref().unwrap().replicas.unwrap();
+    let rendered = get("Deployment").unwrap();
+    let replicas = rendered["spec"]["replicas"].as_i64().unwrap();
+    let mut deployment: Deployment = serde_json::from_value(rendered).unwrap();
     deployment.status = Some(
         serde_json::from_value(json!({"replicas": replicas, "readyReplicas": replicas})).unwrap(),
     );
@@ -795,11 +809,24 @@ fn doctor_on(objects: &[Value]) -> Vec<ownerguard::commands::doctor::Check> {
                 .decode(b64)
                 .unwrap()
         });
+    // The switch's configuration is `<name>-cluster-wide`, beside the
+    // validating configuration of the labelled objects.
+    let validating = |cluster_wide: bool| {
+        objects
+            .iter()
+            .find(|o| {
+                o["kind"] == "ValidatingWebhookConfiguration"
+                    && o["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with("-cluster-wide") == cluster_wide)
+            })
+            .map(|v| serde_json::from_value::<ValidatingWebhookConfiguration>(v.clone()).unwrap())
+    };
     let installation = Installation {
         mutating: get("MutatingWebhookConfiguration")
             .map(|v| serde_json::from_value::<MutatingWebhookConfiguration>(v).unwrap()),
-        validating: get("ValidatingWebhookConfiguration")
-            .map(|v| serde_json::from_value::<ValidatingWebhookConfiguration>(v).unwrap()),
+        validating: validating(false),
+        cluster_wide: validating(true),
         deployment: Some(deployment),
         services: objects
             .iter()
@@ -1213,8 +1240,13 @@ fn helm_renders_the_cluster_wide_switch_failing_open_with_an_opt_out() {
     let webhooks = object(&objects, "ValidatingWebhookConfiguration", "og-ownerguard")["webhooks"]
         .as_array()
         .unwrap();
-    assert_eq!(webhooks.len(), 2);
-    let all = &webhooks[1];
+    // In a configuration of its own, which the switch deletes whole.
+    assert_eq!(webhooks.len(), 1);
+    let all = &object(
+        &objects,
+        "ValidatingWebhookConfiguration",
+        "og-ownerguard-cluster-wide",
+    )["webhooks"][0];
     assert_eq!(all["name"], "validate-all.ownerguard.io");
     assert_eq!(all["failurePolicy"], "Ignore");
     assert_eq!(all["clientConfig"]["service"]["path"], "/validate-all");
@@ -1441,7 +1473,12 @@ fn helm_keeps_the_previous_ca_in_the_bundle_until_the_next_ca_renewal() {
     let output = Command::new(helm())
         .args(["template", "og"])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chart/rotation"))
-        .args(["--namespace", "ownerguard", "--kube-version", KUBE_VERSION])
+        .args([
+            "--namespace",
+            "ownerguard",
+            "--kube-version",
+            KUBE_VERSION.as_str(),
+        ])
         .args(["--show-only", "templates/cases.yaml"])
         .output()
         .unwrap();
@@ -1597,7 +1634,7 @@ fn helm_lint_refuses_exactly_the_files_marked_so() {
         command
             .args(["lint", "--strict"])
             .arg(chart())
-            .args(["--kube-version", KUBE_VERSION, "-f"])
+            .args(["--kube-version", KUBE_VERSION.as_str(), "-f"])
             .arg(&path);
         if !text.contains("allowRenderWithoutCluster") {
             command.args(["--set", "certificates.chart.allowRenderWithoutCluster=true"]);
@@ -2355,7 +2392,7 @@ fn helm_cilium_recipe_admits_the_api_servers_identity_where_an_ip_block_cannot()
     let lint = Command::new(&helm)
         .args(["lint", "--strict"])
         .arg(chart())
-        .args(["--kube-version", KUBE_VERSION, "-f"])
+        .args(["--kube-version", KUBE_VERSION.as_str(), "-f"])
         .arg(&recipe)
         .args(["--set", "certificates.chart.allowRenderWithoutCluster=true"])
         .output()

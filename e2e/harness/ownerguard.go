@@ -21,12 +21,22 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Helm runs the helm binary as the admin; it returns standard output
-// (standard error goes into the error, when there is one).
+// Helm runs Helm 4 (the chart's primary Helm) as the admin; it returns
+// standard output (standard error goes into the error, when there is one).
 func (p *Plane) Helm(ctx context.Context, args ...string) (string, error) {
+	return p.helm(ctx, "helm", args...)
+}
+
+// Helm3 runs Helm 3 (the newest 3.x: releases users installed with it)
+// the same way, with the same Helm home: both read the same releases.
+func (p *Plane) Helm3(ctx context.Context, args ...string) (string, error) {
+	return p.helm(ctx, "helm3", args...)
+}
+
+func (p *Plane) helm(ctx context.Context, binary string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(p.Bin, "helm"), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(p.Bin, binary), args...)
 	home := filepath.Join(p.Work, "helm")
 	cmd.Env = append(os.Environ(),
 		"KUBECONFIG="+p.AdminKubeconfig,
@@ -38,7 +48,7 @@ func (p *Plane) Helm(ctx context.Context, args ...string) (string, error) {
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	err := cmd.Run()
 	if err != nil {
-		return out.String(), fmt.Errorf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), stderr.String())
+		return out.String(), fmt.Errorf("%s %s: %v\n%s%s", binary, strings.Join(args, " "), err, out.String(), stderr.String())
 	}
 	return out.String(), nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -19,19 +20,21 @@ import (
 
 // Config of a control plane, from the environment e2e/run sets.
 type Config struct {
-	Bin         string // etcd, kube-apiserver, kube-controller-manager, helm
+	Bin         string // helm, helm3, chartcheck, ownerguard
+	PlaneBin    string // etcd, kube-apiserver, kube-controller-manager of the minor under test
 	Work        string // pki/, logs/, etcd data, kubeconfigs
 	NodeIP      net.IP // the advertise address, on the network namespace's dummy interface
 	ServiceCIDR string
 	ServiceIP   net.IP // the first address of ServiceCIDR: the kubernetes Service
 }
 
-// ConfigFromEnv reads E2E_BIN, E2E_WORK, E2E_NODE_IP and E2E_SERVICE_CIDR.
+// ConfigFromEnv reads E2E_BIN, E2E_PLANE_BIN, E2E_WORK, E2E_NODE_IP and
+// E2E_SERVICE_CIDR.
 func ConfigFromEnv() (Config, error) {
-	c := Config{Bin: os.Getenv("E2E_BIN"), Work: os.Getenv("E2E_WORK"), ServiceCIDR: os.Getenv("E2E_SERVICE_CIDR")}
+	c := Config{Bin: os.Getenv("E2E_BIN"), PlaneBin: os.Getenv("E2E_PLANE_BIN"), Work: os.Getenv("E2E_WORK"), ServiceCIDR: os.Getenv("E2E_SERVICE_CIDR")}
 	c.NodeIP = net.ParseIP(os.Getenv("E2E_NODE_IP"))
-	if c.Bin == "" || c.Work == "" || c.NodeIP == nil || c.ServiceCIDR == "" {
-		return c, fmt.Errorf("E2E_BIN, E2E_WORK, E2E_NODE_IP and E2E_SERVICE_CIDR must be set (run e2e/run)")
+	if c.Bin == "" || c.PlaneBin == "" || c.Work == "" || c.NodeIP == nil || c.ServiceCIDR == "" {
+		return c, fmt.Errorf("E2E_BIN, E2E_PLANE_BIN, E2E_WORK, E2E_NODE_IP and E2E_SERVICE_CIDR must be set (run e2e/run)")
 	}
 	_, cidr, err := net.ParseCIDR(c.ServiceCIDR)
 	if err != nil {
@@ -59,6 +62,11 @@ type Plane struct {
 	APIServer                 *Process
 	KCM                       *Process
 	extraAPI                  map[int]*Process
+	// SharedKCMCredentials: the controller manager runs without
+	// --use-service-account-credentials (the flag's default, not
+	// kubeadm's): every controller, the collector included, calls the API
+	// server as the controller manager's own user.
+	SharedKCMCredentials bool
 }
 
 // NewPlane makes the PKI and the kubeconfigs; nothing runs yet.
@@ -87,7 +95,7 @@ func APIURL(port int) string { return "https://127.0.0.1:" + strconv.Itoa(port) 
 
 // StartEtcd starts etcd on loopback and waits for its health.
 func (p *Plane) StartEtcd(ctx context.Context) error {
-	proc, err := Start("etcd", p.Logs, nil, filepath.Join(p.Bin, "etcd"),
+	proc, err := Start("etcd", p.Logs, nil, filepath.Join(p.PlaneBin, "etcd"),
 		"--name=e2e",
 		"--data-dir="+filepath.Join(p.Work, "etcd"),
 		"--listen-client-urls="+EtcdClientURL,
@@ -140,7 +148,7 @@ func (p *Plane) StartAPIServer(ctx context.Context, port int) error {
 	if port != APIPort {
 		name = fmt.Sprintf("kube-apiserver-%d", port)
 	}
-	proc, err := Start(name, p.Logs, nil, filepath.Join(p.Bin, "kube-apiserver"), p.apiServerArgs(port)...)
+	proc, err := Start(name, p.Logs, nil, filepath.Join(p.PlaneBin, "kube-apiserver"), p.apiServerArgs(port)...)
 	if err != nil {
 		return err
 	}
@@ -188,6 +196,11 @@ var Controllers = []string{
 	"ephemeral-volume-controller",
 	"resourceclaim-controller",
 	"persistentvolumeclaim-protection-controller",
+	// Copies of a Service's own labels onto its Endpoints and
+	// EndpointSlices, and of Endpoints' onto mirrored slices (rule 16).
+	"endpoints-controller",
+	"endpointslice-controller",
+	"endpointslice-mirroring-controller",
 	"serviceaccount-controller",
 	"serviceaccount-token-controller",
 	"root-ca-certificate-publisher-controller",
@@ -204,14 +217,14 @@ func (p *Plane) StartKCM(ctx context.Context) error {
 		}
 		controllers += c
 	}
-	proc, err := Start("kube-controller-manager", p.Logs, nil, filepath.Join(p.Bin, "kube-controller-manager"),
+	proc, err := Start("kube-controller-manager", p.Logs, nil, filepath.Join(p.PlaneBin, "kube-controller-manager"),
 		"--kubeconfig="+kubeconfig,
 		"--authentication-kubeconfig="+kubeconfig,
 		"--authorization-kubeconfig="+kubeconfig,
 		"--bind-address=127.0.0.1",
 		"--secure-port=10257",
 		"--controllers="+controllers,
-		"--use-service-account-credentials=true",
+		"--use-service-account-credentials="+strconv.FormatBool(!p.SharedKCMCredentials),
 		"--service-account-private-key-file="+p.PKI.SAKey,
 		"--root-ca-file="+p.PKI.CAFile,
 		"--leader-elect=false",
@@ -225,6 +238,18 @@ func (p *Plane) StartKCM(ctx context.Context) error {
 	p.KCM = proc
 	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 5 * time.Second}
 	return WaitHTTP(ctx, proc, insecure, "https://127.0.0.1:10257/healthz", "", 120*time.Second)
+}
+
+// RestartKCM stops the controller manager and starts it again, its
+// controllers under their own service accounts or all under its own user
+// (shared).
+func (p *Plane) RestartKCM(ctx context.Context, shared bool) error {
+	if p.KCM != nil {
+		p.KCM.Stop(15 * time.Second)
+		p.KCM = nil
+	}
+	p.SharedKCMCredentials = shared
+	return p.StartKCM(ctx)
 }
 
 // HTTPClient trusts the cluster CA.
@@ -286,27 +311,48 @@ func (p *Plane) Processes() []*Process {
 	return out
 }
 
-// StartedControllers reads the controller manager's log for the
-// controllers it says it started (`"Started controller"
-// controller="<name>"`): one skipped for a feature gate or a missing API
-// is logged instead and is not in the set.
+// StartedControllers asks the controller manager which controllers it
+// started: each one it starts gets a health check of its name
+// (`[+]<name> ok` in /healthz?verbose, on every minor from 1.33; the
+// "Started controller" log line is gone from 1.35 on). One skipped for a
+// feature gate or a missing API has no check and is not in the set.
 func (p *Plane) StartedControllers() (map[string]bool, error) {
-	data, err := os.ReadFile(p.KCM.Log)
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 5 * time.Second}
+	resp, err := insecure.Get("https://127.0.0.1:10257/healthz?verbose")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, err
 	}
 	started := map[string]bool{}
-	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.Contains(line, `"Started controller"`) {
-			continue
-		}
-		_, rest, ok := strings.Cut(line, ` controller="`)
+	for _, line := range strings.Split(string(body), "\n") {
+		name, ok := strings.CutPrefix(line, "[+]")
 		if !ok {
 			continue
 		}
-		if name, _, ok := strings.Cut(rest, `"`); ok {
+		if name, ok = strings.CutSuffix(name, " ok"); ok {
 			started[name] = true
 		}
 	}
+	if len(started) == 0 {
+		return nil, fmt.Errorf("the controller manager's /healthz?verbose names no check: %q", body)
+	}
 	return started, nil
+}
+
+// ServerMinor is the minor version the API server reports (37 for
+// v1.37.2): scenarios that hold only from some minor on skip below it.
+func ServerMinor(c *kubernetes.Clientset) (int, error) {
+	v, err := c.Discovery().ServerVersion()
+	if err != nil {
+		return 0, err
+	}
+	minor, err := strconv.Atoi(strings.TrimSuffix(v.Minor, "+"))
+	if err != nil {
+		return 0, fmt.Errorf("the API server's minor version %q: %w", v.Minor, err)
+	}
+	return minor, nil
 }

@@ -81,13 +81,13 @@ func (v *Volume) setOwnership() error {
 // secret for a volume source (its items and defaultMode): its own
 // pkg/volume/secret.MakePayload.
 func SecretPayload(source *corev1.SecretVolumeSource, s *corev1.Secret) (map[string]volumeutil.FileProjection, error) {
-	return secret.MakePayload(source.Items, s, source.DefaultMode, source.Optional != nil && *source.Optional)
+	return secret.MakePayload(source.Items, s, source.DefaultMode, source.DefaultUser, source.Optional != nil && *source.Optional)
 }
 
 // ConfigMapPayload is the same for a ConfigMap volume source
 // (pkg/volume/configmap.MakePayload).
 func ConfigMapPayload(source *corev1.ConfigMapVolumeSource, cm *corev1.ConfigMap) (map[string]volumeutil.FileProjection, error) {
-	return configmap.MakePayload(source.Items, cm, source.DefaultMode, source.Optional != nil && *source.Optional)
+	return configmap.MakePayload(source.Items, cm, source.DefaultMode, source.DefaultUser, source.Optional != nil && *source.Optional)
 }
 
 // ServiceAccountPayload is the kubelet's kube-api-access projected volume
@@ -137,7 +137,7 @@ func projectedPayload(ctx context.Context, c kubernetes.Interface, namespace str
 			if err != nil {
 				return nil, err
 			}
-			files, err := configmap.MakePayload(s.ConfigMap.Items, cm, &mode, s.ConfigMap.Optional != nil && *s.ConfigMap.Optional)
+			files, err := configmap.MakePayload(s.ConfigMap.Items, cm, &mode, source.DefaultUser, s.ConfigMap.Optional != nil && *s.ConfigMap.Optional)
 			if err != nil {
 				return nil, err
 			}
@@ -147,7 +147,7 @@ func projectedPayload(ctx context.Context, c kubernetes.Interface, namespace str
 			if err != nil {
 				return nil, err
 			}
-			files, err := secret.MakePayload(s.Secret.Items, sec, &mode, s.Secret.Optional != nil && *s.Secret.Optional)
+			files, err := secret.MakePayload(s.Secret.Items, sec, &mode, source.DefaultUser, s.Secret.Optional != nil && *s.Secret.Optional)
 			if err != nil {
 				return nil, err
 			}

@@ -292,6 +292,7 @@ func installStandInCRDs(t *testing.T) {
 		{"cert-manager.io", "Certificate", "certificates"},
 		{"cert-manager.io", "Issuer", "issuers"},
 		{"monitoring.coreos.com", "ServiceMonitor", "servicemonitors"},
+		{"monitoring.coreos.com", "PrometheusRule", "prometheusrules"},
 	} {
 		crd := &apiextensionsv1.CustomResourceDefinition{
 			ObjectMeta: metav1.ObjectMeta{Name: c.plural + "." + c.group, Labels: map[string]string{"e2e.ownerguard.io/stand-in": "true"}},

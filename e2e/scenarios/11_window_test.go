@@ -281,8 +281,11 @@ func TestInstallWindow(t *testing.T) {
 		webhooks := seenAt(ctx, admin, name)
 		s := startSampler(w, owned, 100*time.Millisecond)
 		start := s.start
+		// The README's install: --rollback-on-failure waits (Helm 4's
+		// kstatus watcher) until the Deployment is available, here with
+		// the stand-in kubelet running its pods.
 		_, err := plane.Helm(ctx, append([]string{"install", name, chart, "--namespace", name, "--create-namespace",
-			"--set", "keyPrefix=" + keyPrefix}, harness.ChartSettings(chart)...)...)
+			"--set", "keyPrefix=" + keyPrefix, "--rollback-on-failure", "--timeout", "2m"}, harness.ChartSettings(chart)...)...)
 		helmDone := time.Since(start)
 		if err != nil {
 			s.end()
@@ -324,7 +327,7 @@ func TestInstallWindow(t *testing.T) {
 		before := releasePods(t, ctx, name)
 		s := startSampler(w, owned, 100*time.Millisecond)
 		start := s.start
-		_, err := plane.Helm(ctx, "upgrade", name, chart, "--namespace", name, "--reuse-values",
+		_, err := plane.Helm(ctx, "upgrade", name, chart, "--namespace", name, "--reuse-values", "--rollback-on-failure", "--timeout", "2m",
 			"--set-string", "podAnnotations.e2e\\.ownerguard\\.io/rollout="+strconv.FormatInt(time.Now().Unix(), 10))
 		if err != nil {
 			s.end()

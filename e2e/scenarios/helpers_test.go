@@ -32,6 +32,23 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// needsMinor skips t on a control plane older than Kubernetes 1.<minor>,
+// saying why, and records the skip in $E2E_WORK/skipped-by-version, so
+// that e2e/run counts it as skipped on this minor (never as passed, never
+// silently) and a skip for any other reason still fails the run.
+func needsMinor(t *testing.T, minor int, why string) {
+	t.Helper()
+	if serverMinor >= minor {
+		return
+	}
+	line := fmt.Sprintf("%s\tneeds Kubernetes 1.%d (this is 1.%d): %s\n", t.Name(), minor, serverMinor, why)
+	f, err := os.OpenFile(filepath.Join(os.Getenv("E2E_WORK"), "skipped-by-version"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	must(t, err, "record the skip")
+	_, err = f.WriteString(line)
+	must(t, errors.Join(err, f.Close()), "record the skip")
+	t.Skipf("needs Kubernetes 1.%d (this is 1.%d): %s", minor, serverMinor, why)
+}
+
 // must fails the test at once on an error.
 func must(t *testing.T, err error, what string) {
 	t.Helper()

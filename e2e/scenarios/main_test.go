@@ -37,6 +37,8 @@ var (
 	guard     *harness.Ownerguard // the chart's ownerguard, at the Service's ClusterIP
 	recordDir string
 	repo      string
+	// serverMinor: the API server's minor version (37 for v1.37.2).
+	serverMinor int
 )
 
 func TestMain(m *testing.M) {
@@ -60,6 +62,10 @@ func run(m *testing.M) int {
 	}
 	defer cluster.Down()
 	plane, admin, inst, guard = cluster.Plane, cluster.Admin, cluster.Inst, cluster.Guard
-	fmt.Printf("setup: control plane up and ownerguard installed in %.1f s\n", time.Since(start).Seconds())
+	if serverMinor, err = harness.ServerMinor(admin); err != nil {
+		fmt.Fprintln(os.Stderr, "setup:", err)
+		return 1
+	}
+	fmt.Printf("setup: Kubernetes %s control plane up and ownerguard installed in %.1f s\n", os.Getenv("E2E_KUBE_VERSION"), time.Since(start).Seconds())
 	return m.Run()
 }

@@ -1,9 +1,10 @@
 // chartcheck decodes, strictly, the objects of a rendered chart whose
 // kinds the test API server has no real CRD for (cert-manager's
-// Certificate and Issuer, the Prometheus Operator's ServiceMonitor) into
-// those projects' own Go API types: an unknown or mistyped field fails.
-// The API server validates every other object for real (helm install
-// --dry-run=server).
+// Certificate and Issuer, the Prometheus Operator's ServiceMonitor and
+// PrometheusRule) into those projects' own Go API types, at the current
+// releases e2e/helm/go.mod pins: an unknown or mistyped field fails. The
+// API server's schema judges every other object (helm install
+// --dry-run=server validates against it; the suite's installs apply them).
 //
 //	chartcheck < rendered.yaml
 package main
@@ -63,6 +64,8 @@ func check(in io.Reader) (int, error) {
 			into = &cmv1.Issuer{}
 		case "monitoring.coreos.com/v1/ServiceMonitor":
 			into = &monitoringv1.ServiceMonitor{}
+		case "monitoring.coreos.com/v1/PrometheusRule":
+			into = &monitoringv1.PrometheusRule{}
 		default:
 			continue
 		}

@@ -60,9 +60,10 @@ pub(super) async fn other_configurations(
         .await
         .map_err(|e| refused("ValidatingWebhookConfiguration", e))?;
     let mut others = Vec::new();
+    let cluster_wide = cluster_wide_name(ours);
     let mut add = |kind: &'static str, name: Option<String>, webhooks| {
         let name = name.unwrap_or_default();
-        if name != ours {
+        if name != ours && name != cluster_wide {
             others.push(OtherConfiguration {
                 kind,
                 name,
@@ -94,6 +95,13 @@ pub(super) async fn other_configurations(
         add(kind, name, webhooks);
     }
     Ok(others)
+}
+
+/// The name of the configuration the chart gives the cluster-wide
+/// switch's `validate-all` webhook: one of its own, so that turning the
+/// switch off deletes it whole.
+pub fn cluster_wide_name(name: &str) -> String {
+    format!("{name}-cluster-wide")
 }
 
 /// Read the installation. Missing objects are `None`, not errors.
@@ -128,6 +136,9 @@ pub async fn gather(
     let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .get_opt(&options.name)
         .await?;
+    let cluster_wide = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get_opt(&cluster_wide_name(&options.name))
+        .await?;
     let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
         .get_opt(&options.name)
         .await?;
@@ -141,6 +152,7 @@ pub async fn gather(
     let mut installation = Installation {
         mutating,
         validating,
+        cluster_wide,
         deployment,
         disruption_budgets,
         others,

@@ -251,7 +251,7 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
     checks.push(match &installation.deployment {
         None => line(Verdict::Fail, "replicas", format!("Deployment {namespace}/{name} not found")),
         Some(deployment) => {
-            let desired = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let desired = workload::deployment_spec(deployment).and_then(|s| s.replicas).unwrap_or(1);
             let ready = deployment.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
             if ready == 0 || ready < desired {
                 line(Verdict::Fail, "replicas", format!("{ready} of {desired} ready: with failurePolicy Fail, labelled creates fail while none is"))
@@ -319,6 +319,9 @@ pub async fn run(options: &DoctorOptions) -> ExitCode {
 pub struct Installation {
     pub mutating: Option<MutatingWebhookConfiguration>,
     pub validating: Option<ValidatingWebhookConfiguration>,
+    /// `<name>-cluster-wide`: the validating configuration of the opt-in
+    /// `validate-all` webhook, when the switch is on.
+    pub cluster_wide: Option<ValidatingWebhookConfiguration>,
     pub deployment: Option<Deployment>,
     /// The Services the webhooks name, as found (missing ones are absent).
     pub services: Vec<Service>,
@@ -343,6 +346,7 @@ impl Default for Installation {
         Self {
             mutating: None,
             validating: None,
+            cluster_wide: None,
             deployment: None,
             services: Vec::new(),
             disruption_budgets: Vec::new(),

@@ -169,13 +169,17 @@ pub(super) fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
             .flatten()
             .map(move |webhook| view!(Configuration::Mutating, written_by.clone(), webhook))
     });
-    let validating = installation.validating.iter().flat_map(|c| {
-        let written_by = chart(&c.metadata.labels);
-        c.webhooks
-            .iter()
-            .flatten()
-            .map(move |webhook| view!(Configuration::Validating, written_by.clone(), webhook))
-    });
+    let validating = installation
+        .validating
+        .iter()
+        .chain(&installation.cluster_wide)
+        .flat_map(|c| {
+            let written_by = chart(&c.metadata.labels);
+            c.webhooks
+                .iter()
+                .flatten()
+                .map(move |webhook| view!(Configuration::Validating, written_by.clone(), webhook))
+        });
     mutating.chain(validating).collect()
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -23,14 +23,25 @@ pub(super) struct ServerView<'a> {
     pub(super) flags: ServeFlags,
 }
 
+/// The Deployment's spec: optional in the API of Kubernetes 1.33 to 1.36,
+/// required from 1.37 (k8s-openapi follows the version feature, and
+/// ownerguard builds for the newest and the oldest minor it claims).
+pub(super) fn deployment_spec(deployment: &Deployment) -> Option<&DeploymentSpec> {
+    k8s_openapi::k8s_if_ge_1_37! {
+        let spec = Some(&deployment.spec);
+    }
+    k8s_openapi::k8s_if_le_1_36! {
+        let spec = deployment.spec.as_ref();
+    }
+    spec
+}
+
 pub(super) fn pod_spec(deployment: &Deployment) -> Option<&PodSpec> {
-    deployment.spec.as_ref()?.template.spec.as_ref()
+    deployment_spec(deployment)?.template.spec.as_ref()
 }
 
 pub(super) fn template_labels(deployment: &Deployment) -> BTreeMap<String, String> {
-    deployment
-        .spec
-        .as_ref()
+    deployment_spec(deployment)
         .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.labels.clone())
         .unwrap_or_default()
@@ -328,9 +339,7 @@ pub(super) fn check_disruption_budget(installation: &Installation, namespace: &s
         }
     };
     let name = meta_name(&pdb.metadata);
-    let desired = deployment
-        .spec
-        .as_ref()
+    let desired = deployment_spec(deployment)
         .and_then(|s| s.replicas)
         .unwrap_or(1);
     let spec = pdb.spec.clone().unwrap_or_default();
