@@ -2535,3 +2535,121 @@ fn signature(line: &str) -> String {
     }
     out.chars().take(110).collect()
 }
+
+/// Padding the API server can send and the decision must not see (SPEC
+/// §4): a value nested up to its decoder's 10,000 levels, or a string of
+/// up to its 3 MiB body limit written as its encoder writes `<` (six
+/// bytes each), at a place ownerguard skips or reads for its shape only.
+#[derive(Debug, Clone)]
+struct Padding {
+    depth: usize,
+    escaped_bytes: usize,
+    place: usize,
+}
+
+fn padding() -> impl Strategy<Value = Padding> {
+    (
+        prop_oneof![Just(0usize), 1usize..200, 9_990usize..=10_000],
+        prop_oneof![
+            Just(0usize),
+            1usize..4096,
+            (3usize * 1024 * 1024 - 4096)..=(3usize * 1024 * 1024)
+        ],
+        0usize..4,
+    )
+        .prop_map(|(depth, escaped_bytes, place)| Padding {
+            depth,
+            escaped_bytes,
+            place,
+        })
+}
+
+impl Padding {
+    /// The review with the padding in, as text (a `Value` nested 10,000
+    /// deep could not be written back without recursing as deep), and the
+    /// same review with a shallow value of the same shape there.
+    fn apply(&self, review: &Value) -> (String, String) {
+        const MARK: &str = "\"__ownerguard_padding__\"";
+        let mut review = review.clone();
+        let request = &mut review["request"];
+        let at: &mut Value = match self.place {
+            0 => &mut request["options"],
+            1 => &mut request["object"]["spec"],
+            2 => &mut request["object"]["metadata"],
+            _ => &mut request["oldObject"],
+        };
+        if !at.is_object() {
+            *at = json!({});
+        }
+        at["ownerguardPadding"] =
+            json!({"deep": "__ownerguard_padding__", "text": "__ownerguard_text__"});
+        let text = serde_json::to_string(&review).unwrap();
+        let depth = self.depth.max(1);
+        let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let large = format!("\"{}\"", "\\u003c".repeat(self.escaped_bytes));
+        let padded = text
+            .replacen(MARK, &deep, 1)
+            .replacen("\"__ownerguard_text__\"", &large, 1);
+        let plain = text
+            .replacen(MARK, "[]", 1)
+            .replacen("\"__ownerguard_text__\"", "\"\"", 1);
+        (padded, plain)
+    }
+}
+
+#[test]
+fn deep_and_large_reviews_get_the_decision_of_the_plain_ones() {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(48);
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 256,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &[25; 32]));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let strategy = (prop_oneof![creates(), updates()], padding());
+    let result = runner.run(&strategy, |(case, padding)| {
+        let webhook = case.knobs.webhook();
+        let (padded, plain) = padding.apply(&case.review);
+        for kind in [
+            WebhookKind::Mutate,
+            WebhookKind::Validate,
+            WebhookKind::ValidateAll,
+        ] {
+            let (status, answer) = runtime.block_on(common::send(
+                webhook.clone(),
+                kind,
+                padded.clone().into_bytes(),
+            ));
+            let (plain_status, plain_answer) = runtime.block_on(common::send(
+                webhook.clone(),
+                kind,
+                plain.clone().into_bytes(),
+            ));
+            if (status, &answer) != (plain_status, &plain_answer) {
+                return Err(TestCaseError::fail(format!(
+                    "/{}: padded {status} {answer}\n  plain {plain_status} {plain_answer}",
+                    kind.as_str()
+                )));
+            }
+            if status != 200 && plain_status == 200 {
+                return Err(TestCaseError::fail(format!(
+                    "/{}: no decision for the padded review",
+                    kind.as_str()
+                )));
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("deep and large padding changes a decision: {e}");
+    }
+}

@@ -235,7 +235,7 @@ async fn bad_inputs_get_json_errors_never_a_hang() {
         ("no request", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(), StatusCode::BAD_REQUEST),
         ("wrong types", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":5,"operation":"CREATE"}}"#.to_vec(), StatusCode::BAD_REQUEST),
         ("empty body", Vec::new(), StatusCode::BAD_REQUEST),
-        ("over 7 MiB", vec![b' '; 7 * 1024 * 1024 + 1], StatusCode::PAYLOAD_TOO_LARGE),
+        ("over the largest review", vec![b' '; ownerguard::serve::MAX_BODY_BYTES + 1], StatusCode::PAYLOAD_TOO_LARGE),
     ];
     for (what, body, expected) in cases {
         let (status, _, answer) =
@@ -250,7 +250,12 @@ async fn bad_inputs_get_json_errors_never_a_hang() {
         assert_eq!(answer["code"], expected.as_u16(), "{what}");
     }
     // A body just under the limit is read (and refused as not JSON).
-    let (status, _, _) = post(&client, &url, vec![b' '; 7 * 1024 * 1024 - 1]).await;
+    let (status, _, _) = post(
+        &client,
+        &url,
+        vec![b' '; ownerguard::serve::MAX_BODY_BYTES - 1],
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let (status, _, answer) = post(&client, &server.url("/nowhere"), b"{}".to_vec()).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");

@@ -177,6 +177,7 @@ pub fn check(review: &Value, index: usize, strict: bool) {
             mutated = Some(answer);
         }
     }
+    padded_alike(review, index, &body);
     // What the API server does next with an allowed mutation.
     let Some(first) = mutated.filter(|a| a["response"]["allowed"] == true) else {
         return;
@@ -212,4 +213,26 @@ fn patched(review: &Value, answer: &Value) -> Option<Value> {
 pub fn envelope(request: Value, v1beta1: bool) -> Value {
     let api = if v1beta1 { "admission.k8s.io/v1beta1" } else { "admission.k8s.io/v1" };
     json!({"apiVersion": api, "kind": "AdmissionReview", "request": request})
+}
+
+/// The same review padded as the API server can send it (SPEC §4): a value
+/// nested to its decoder's 10,000 levels beside the object's spec, and a
+/// string of `<` as its encoder writes them (six bytes each), must get
+/// the same answer on every endpoint as the review without them.
+fn padded_alike(review: &Value, index: usize, body: &[u8]) {
+    let mut marked = review.clone();
+    let depth = 1 + (index * 97 + body.len()) % 10_000;
+    let escaped = (index * 131 + body.len() * 7) % (64 * 1024);
+    marked["request"]["options"]["ownerguardPadding"] = json!({"deep": "__deep__", "text": "__text__"});
+    let text = serde_json::to_string(&marked).unwrap();
+    let padded = text
+        .replacen("\"__deep__\"", &format!("{}{}", "[".repeat(depth), "]".repeat(depth)), 1)
+        .replacen("\"__text__\"", &format!("\"{}\"", "\\u003c".repeat(escaped)), 1);
+    let plain = text.replacen("\"__deep__\"", "[]", 1).replacen("\"__text__\"", "\"\"", 1);
+    for hook in [Hook::Mutate, Hook::Validate, Hook::ValidateAll] {
+        let (a, b) = (decide(index, hook, padded.as_bytes()), decide(index, hook, plain.as_bytes()));
+        if a != b {
+            wrong(review, index, format!("/{}: {depth} levels and {escaped} escaped bytes change the answer: {a:?} against {b:?}", hook.as_str()));
+        }
+    }
 }

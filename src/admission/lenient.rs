@@ -6,19 +6,150 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+/// The visitor methods of every JSON value but a string, each reading as
+/// another shape: a map or a list skipped as it streams by.
+macro_rules! other_shapes_skipped {
+    () => {
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            Ok(Shaped(None))
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok(Shaped(None))
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Shaped(None))
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Shaped(None))
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Shaped(None))
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Shaped(None))
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(Shaped(None))
+        }
+    };
+}
+
+/// A JSON value read only as far as the shape ownerguard wants of it (a
+/// map of strings, a string): `Shaped(None)` when it has another shape.
+/// Nothing is buffered and nothing recursed into: a value of another shape
+/// is skipped as it streams by, by serde_json's iterative skip, so no
+/// nesting the API server accepts (10,000 levels in a custom resource) can
+/// exhaust a stack or turn a decision into a decoding error (SPEC §4).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shaped<T>(pub Option<T>);
+
+impl<'de> Deserialize<'de> for Shaped<String> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Shaped<String>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+
+            fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
+                Ok(Shaped(Some(value.to_string())))
+            }
+
+            fn visit_string<E>(self, value: String) -> Result<Self::Value, E> {
+                Ok(Shaped(Some(value)))
+            }
+
+            other_shapes_skipped!();
+        }
+
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Shaped<BTreeMap<String, String>> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Shaped<BTreeMap<String, String>>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                // Read to the end whatever the entries are: one that is
+                // not a string makes the whole map another shape.
+                let mut strings = Some(BTreeMap::new());
+                while let Some(key) = map.next_key::<String>()? {
+                    match (map.next_value::<Shaped<String>>()?, strings.as_mut()) {
+                        (Shaped(Some(value)), Some(strings)) => {
+                            strings.insert(key, value);
+                        }
+                        _ => strings = None,
+                    }
+                }
+                Ok(Shaped(strings))
+            }
+
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Shaped(None))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Shaped(None))
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Shaped(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Shaped(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Shaped(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Shaped(None))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Shaped(None))
+            }
+        }
+
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
 /// A map of strings: `Some(None)` when absent (or null), `None` when it is
 /// there but of another shape.
 pub(super) fn strings(
-    value: &Option<serde_json::Value>,
+    value: &Option<Shaped<BTreeMap<String, String>>>,
 ) -> Option<Option<BTreeMap<String, String>>> {
     match value {
         None => Some(None),
-        Some(serde_json::Value::Object(map)) => map
-            .iter()
-            .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-            .collect::<Option<BTreeMap<_, _>>>()
-            .map(Some),
-        Some(_) => None,
+        Some(Shaped(map)) => map.clone().map(Some),
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::lenient::{lenient, null_as_default, strings};
+use super::lenient::{Shaped, lenient, null_as_default, strings};
 use super::template::{PodSpecAt, SpecHead, Template, TemplatePath};
 use crate::k8s::names::{is_core_v1, reads_as_any};
 
@@ -81,8 +81,7 @@ impl ObjectHead {
             .and_then(|s| strings(&s.match_labels))
             .flatten()
             .unwrap_or_default();
-        let text =
-            |v: &Option<serde_json::Value>| v.as_ref().and_then(|v| v.as_str()).map(str::to_string);
+        let text = |v: &Option<Shaped<String>>| v.as_ref().and_then(|v| v.0.clone());
         for (index, claim) in spec.volume_claim_templates.iter().flatten().enumerate() {
             let raw = claim.as_ref().and_then(|c| c.metadata.as_ref());
             templates.extend(raw.and_then(|raw| {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::lenient::{lenient, lenient_list, strings};
+use super::lenient::{Shaped, lenient, lenient_list, strings};
 
 /// A template of the object: metadata a controller stamps on what it
 /// makes from it.
@@ -236,7 +236,7 @@ pub struct PodSpecHead {
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct VolumeHead {
     #[serde(default)]
-    pub name: Option<serde_json::Value>,
+    pub name: Option<Shaped<String>>,
     #[serde(default, deserialize_with = "lenient")]
     pub ephemeral: Option<EphemeralHead>,
 }
@@ -261,18 +261,18 @@ pub struct MetadataHead {
 #[serde(rename_all = "camelCase")]
 pub struct SelectorHead {
     #[serde(default)]
-    pub(super) match_labels: Option<serde_json::Value>,
+    pub(super) match_labels: Option<Shaped<BTreeMap<String, String>>>,
 }
 
 /// A template's labels and annotations as they came, of any shape.
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct RawTemplateMeta {
     #[serde(default)]
-    pub(super) name: Option<serde_json::Value>,
+    pub(super) name: Option<Shaped<String>>,
     #[serde(default)]
-    pub(super) labels: Option<serde_json::Value>,
+    pub(super) labels: Option<Shaped<BTreeMap<String, String>>>,
     #[serde(default)]
-    pub(super) annotations: Option<serde_json::Value>,
+    pub(super) annotations: Option<Shaped<BTreeMap<String, String>>>,
 }
 
 /// The labels and annotations of a template.

@@ -2,7 +2,8 @@
 //! tuple, the templates (rule 12); then the patch that completes them
 //! (SPEC §3, "CREATE").
 
-use crate::admission::AdmissionRequest;
+use crate::admission::{AdmissionRequest, ObjectMeta};
+use crate::decide::copies::{self, Copy};
 use crate::decide::denial::Denial;
 use crate::decide::patch::MetadataPatch;
 use crate::decide::resolve::Claim;
@@ -25,6 +26,9 @@ pub(super) struct Work {
     claims: Vec<Claim>,
     patch: MetadataPatch,
     warnings: Vec<String>,
+    /// A controller's copy of a Service's labels: the patch holds when the
+    /// owner resolves, and is dropped (never a denial) when it does not.
+    copy: bool,
 }
 
 pub(super) fn plan(
@@ -38,6 +42,15 @@ pub(super) fn plan(
     if !labels.declared_in(meta) {
         return Ok(None);
     }
+    // A copy of another object's own labels by a Kubernetes component
+    // (rule 16) is never refused: its refusal would repeat for ever.
+    let copy = copies::copy_of(request, meta);
+    match copy {
+        Some(Copy::MirrorPod) => return Ok(None),
+        // Only /mutate completes a copy; /validate lets every copy be.
+        Some(Copy::Endpoints) if !webhook.mutates() => return Ok(None),
+        _ => {}
+    }
     let declared = first_declared_owner(meta, labels);
     let Some(namespace) = namespace_of(request, meta, &object, &declared)? else {
         return Err(cluster_scoped(&object, meta, labels, declared));
@@ -47,11 +60,23 @@ pub(super) fn plan(
         namespace,
         owner: Some(declared.clone()).filter(|owner| !owner.is_empty()),
     };
+    if copy == Some(Copy::Endpoints) {
+        return Ok(copy_plan(meta, at, webhook, policy));
+    }
     check_reference_count(meta, &at, policy)?;
     let requester = requester_of(request, &at, &declared)?;
     let requester = requester.as_ref();
 
     let owner = label_owner(meta, &at, requester, policy.requester_policy(webhook))?;
+    if let Some(owner) = owner.as_ref().filter(|o| o.by_self)
+        && copies::labels_are_copied(request)
+    {
+        return Err(Denial::SelfOnCopiedLabels {
+            at,
+            key: labels.pod.clone(),
+            owner: owner.claim.name.clone(),
+        });
+    }
     if let Some(owner) = &owner {
         // `Self` resolved to the pod's name.
         at.owner = Some(owner.claim.name.clone());
@@ -139,11 +164,62 @@ pub(super) fn plan(
             claims,
             patch,
             warnings,
+            copy: false,
         }),
     }))
 }
 
+/// A controller's copy of a Service's labels (rule 16): the owner the
+/// labels name gets its reference if the collector can resolve it (there
+/// with that uid, running, being deleted or finished: the Service goes
+/// with it, the copy with them). Labels that name no pod (`Self` without
+/// its annotation, no uid label), and a reference already there, leave it
+/// unchanged; so does every other question of ownership, which is the
+/// Service's, judged when it was made.
+fn copy_plan(
+    meta: &ObjectMeta,
+    at: Subject,
+    webhook: WebhookKind,
+    policy: &Policy,
+) -> Option<Checks> {
+    let owner = label_owner(meta, &at, None, policy.requester_policy(webhook))
+        .ok()
+        .flatten()?;
+    let (name, uid) = (&owner.claim.name, &owner.claim.uid);
+    if references(meta).iter().any(|r| &r.uid == uid) {
+        return None;
+    }
+    let mut patch = MetadataPatch::default();
+    patch.add_owner_reference(meta, name, uid);
+    Some(Checks {
+        at,
+        webhook,
+        lookups: vec![LookupNeed {
+            name: name.clone(),
+            uid: uid.clone(),
+            fresh: false,
+        }],
+        work: super::Work::Create(Work {
+            claims: vec![owner.claim],
+            patch,
+            warnings: Vec::new(),
+            copy: true,
+        }),
+    })
+}
+
 pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch, Denial> {
+    if work.copy {
+        let resolvable = work
+            .claims
+            .iter()
+            .all(|claim| judge.require_resolvable(claim).is_ok());
+        return Ok(if resolvable {
+            work.patch
+        } else {
+            MetadataPatch::default()
+        });
+    }
     judge.require_owners(&work.claims, work.warnings)?;
     Ok(work.patch)
 }

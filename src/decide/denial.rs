@@ -139,6 +139,24 @@ pub enum Denial {
     )]
     SelfWithoutPodIdentity { at: Subject, key: String },
 
+    /// `Self` on an object whose labels a controller copies onto objects it
+    /// creates without a pod identity (a Service's, onto its Endpoints and
+    /// EndpointSlices): they could never say which pod `Self` was, and
+    /// would be admitted without the worker's reference.
+    #[error(
+        "{at}: label {key} is 'Self' (owner pod '{}'), but the endpoints and endpointslice \
+         controllers copy this object's labels, not its annotations, onto the Endpoints and \
+         EndpointSlices they create, which then cannot tell which pod Self was: label the object \
+         {key}: {} and the uid label instead (a name over 63 characters cannot be a label value: \
+         set the Service's ownerReference to the pod yourself and leave the owner labels off)",
+        Shown(.owner), Shown(.owner)
+    )]
+    SelfOnCopiedLabels {
+        at: Subject,
+        key: String,
+        owner: String,
+    },
+
     /// The name annotation naming another pod than the owner label (the
     /// annotation completes `Self`; beside a name it may only restate it).
     #[error(
@@ -508,6 +526,7 @@ impl Denial {
             | Self::InvalidOwnerUid { .. }
             | Self::MissingOwnerUid { .. }
             | Self::SelfWithoutPodIdentity { .. }
+            | Self::SelfOnCopiedLabels { .. }
             | Self::StrayOwnerAnnotation { .. }
             | Self::HalfClaim { .. }
             | Self::InvalidNamespace { .. }

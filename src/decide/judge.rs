@@ -114,6 +114,19 @@ impl Judge<'_> {
         }
     }
 
+    /// A pod the garbage collector can resolve: there with its uid, being
+    /// deleted or finished included (a controller's reference to a pod it
+    /// is condemning: the object is meant to go with it).
+    pub(super) fn require_resolvable(&mut self, claim: &Claim) -> Result<(), Denial> {
+        match self.liveness(&claim.name, &claim.uid) {
+            Liveness::Live | Liveness::Terminating | Liveness::Finished(_) => {
+                self.checked(&claim.name, &claim.uid);
+                Ok(())
+            }
+            _ => self.require_owner(claim),
+        }
+    }
+
     /// Whether pod `name` is alive with `uid`, for a decision that keeps a
     /// live owner's ownership: a pod being deleted or finished is not (its
     /// reference may go, is never put back, and its labels may follow). A

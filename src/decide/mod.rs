@@ -14,6 +14,7 @@
 //! and `update` hold the rules of each operation; `templates` the
 //! templates a controller makes objects from (rule 12).
 
+mod copies;
 mod create;
 pub(crate) mod denial;
 mod judge;
@@ -31,7 +32,9 @@ use judge::Judge;
 pub use patch::MetadataPatch;
 pub use policy::{DEFAULT_MAX_POD_REFERENCES, Endpoint, Policy, WebhookKind};
 pub use requester::{Delegate, Requester, RequesterCheck};
-pub use resolve::{GARBAGE_COLLECTOR, OwnerLabels, REQUESTING_POD};
+pub use resolve::{
+    CONTROLLER_MANAGER, GARBAGE_COLLECTOR, OwnerLabels, REQUESTING_POD, is_garbage_collector,
+};
 pub use subject::{ObjectName, Subject};
 
 use std::collections::HashMap;

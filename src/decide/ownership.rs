@@ -8,7 +8,7 @@ use crate::admission::{AdmissionRequest, ObjectMeta, OwnerReference};
 use crate::decide::denial::Denial;
 use crate::decide::resolve::NamedOwner;
 use crate::decide::resolve::{
-    GARBAGE_COLLECTOR, OwnerLabels, REQUESTING_POD, annotation, label, references,
+    OwnerLabels, REQUESTING_POD, annotation, is_garbage_collector, label, references,
 };
 use crate::decide::subject::{Shown, Subject};
 
@@ -73,31 +73,37 @@ pub(super) fn tuple(reference: &OwnerReference) -> (&str, &str, &str, &str) {
 }
 
 /// Whether `request` is the garbage collector's own UPDATE that only
-/// removes references (SPEC §3 rule 14).
+/// removes references, or unblocks them (SPEC §3 rules 14 and 16): the
+/// collector's orphaning and dangling-reference PATCHes, and the one of a
+/// foreground deletion that sets `blockOwnerDeletion: false` on an item's
+/// references, under either identity the collector can have.
 pub(super) fn is_collectors_removal(request: &AdmissionRequest, labels: &OwnerLabels) -> bool {
     match (&request.object, &request.old_object) {
         (Some(new), Some(old)) => {
-            request.user_info.username == GARBAGE_COLLECTOR
-                && only_removes_references(&old.metadata, &new.metadata, labels)
+            is_garbage_collector(&request.user_info.username)
+                && keeps_owner_keys(&old.metadata, &new.metadata, labels)
+                && {
+                    let before: HashSet<&OwnerReference> =
+                        references(&old.metadata).iter().collect();
+                    references(&new.metadata).iter().all(|kept| {
+                        before.contains(kept)
+                            || (kept.block_owner_deletion == Some(false)
+                                && before.contains(&OwnerReference {
+                                    block_owner_deletion: Some(true),
+                                    ..kept.clone()
+                                }))
+                    })
+                }
         }
         _ => false,
     }
 }
 
-/// Whether the update keeps the owner keys and every reference it keeps is
-/// one the old object had, unchanged: it only removes references.
-pub(super) fn only_removes_references(
-    old: &ObjectMeta,
-    meta: &ObjectMeta,
-    labels: &OwnerLabels,
-) -> bool {
+/// Whether the update keeps the owner labels and the name annotation.
+fn keeps_owner_keys(old: &ObjectMeta, meta: &ObjectMeta, labels: &OwnerLabels) -> bool {
     label(old, &labels.pod) == label(meta, &labels.pod)
         && label(old, &labels.uid) == label(meta, &labels.uid)
         && annotation(old, &labels.pod_name) == annotation(meta, &labels.pod_name)
-        && {
-            let before: HashSet<&OwnerReference> = references(old).iter().collect();
-            references(meta).iter().all(|kept| before.contains(kept))
-        }
 }
 
 /// Compare the owner keys of the old and new objects.

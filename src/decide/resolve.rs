@@ -19,9 +19,26 @@ use crate::k8s::names::{is_pod_name, is_uid};
 /// mistaken for one.
 pub const REQUESTING_POD: &str = "Self";
 
-/// The user the garbage collector's controller runs as: its UPDATEs remove
-/// the references of deleted and orphaning owners.
+/// The user the garbage collector's controller runs as with
+/// kube-controller-manager's `--use-service-account-credentials` (kubeadm
+/// sets it): its UPDATEs remove the references of deleted and orphaning
+/// owners, and unblock references in a foreground deletion.
 pub const GARBAGE_COLLECTOR: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
+
+/// The controller manager's own user: without
+/// `--use-service-account-credentials` (the flag's default) every
+/// controller, the collector included, calls the API server as this user
+/// (the conventional name of the controller manager's client certificate).
+pub const CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
+
+/// Whether `username` is one the garbage collector can have: its own
+/// service account, or the controller manager's user it shares with every
+/// controller. Only the shape of an update (it removes or unblocks
+/// references, nothing else) tells the collector's apart; any
+/// controller's update of that shape is as harmless as the collector's.
+pub fn is_garbage_collector(username: &str) -> bool {
+    username == GARBAGE_COLLECTOR || username == CONTROLLER_MANAGER
+}
 
 /// The owner keys under `--key-prefix`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1317,6 +1317,11 @@ fn every_denial_names_object_namespace_owner_and_fix() {
             at: at.clone(),
             key: "ownerguard.io/owner-pod (w-1 unknown)".into(),
         },
+        Denial::SelfOnCopiedLabels {
+            at: at.clone(),
+            key: key.clone(),
+            owner: owner.clone(),
+        },
         Denial::StrayOwnerAnnotation {
             at: at.clone(),
             owner: owner.clone(),
@@ -1481,6 +1486,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::RequesterAdoptsObject { .. }
         | Denial::RequesterReleasesObject { .. }
         | Denial::SelfWithoutPodIdentity { .. }
+        | Denial::SelfOnCopiedLabels { .. }
         | Denial::StrayOwnerAnnotation { .. }
         | Denial::HalfClaim { .. }
         | Denial::OwnerNotFound { .. }
@@ -1510,7 +1516,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::OwnerLabelOmitted { .. } => true,
         Denial::ClusterScoped { .. } => false,
     };
-    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 35);
+    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 36);
     for denial in denials {
         let message = denial.to_string();
         assert!(message.contains("Job 'step-7'"), "no object: {message}");
@@ -2758,4 +2764,252 @@ fn rule_12_an_update_making_the_template_self_completes_it_and_names_the_owner_o
             .is_empty()
     );
     assert!(validate(&req, running(&[("w-1", "uid-1")])).is_ok());
+}
+
+// SPEC §3 rule 16: the collector under every identity it can have; no
+// controller's sync stalls on a refusal.
+
+#[test]
+fn rule_16_the_collector_is_recognised_as_the_controller_managers_own_user_too() {
+    // Over the reference limit, the owner still running (an orphaning
+    // owner is only Terminating): nothing looked up, nothing restored.
+    let policy = Policy::default();
+    let kept: Vec<Value> = (0..policy.max_pod_references + 4)
+        .map(|i| pod_reference(&format!("co-{i}"), &format!("uid-co-{i}"), Some(false)))
+        .collect();
+    let mut old_refs = kept.clone();
+    old_refs.push(pod_reference("w-1", "uid-1", Some(false)));
+    let old = object(owner_labels("w-1", "uid-1"), Some(json!(old_refs)));
+    let new = object(owner_labels("w-1", "uid-1"), Some(json!(kept)));
+    let (_, review) = request("UPDATE", new, Some(old));
+    for user in [GARBAGE_COLLECTOR, CONTROLLER_MANAGER] {
+        let req = as_user(review.clone(), user);
+        for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+            let allowed = run(&req, webhook, &policy, HashMap::new()).unwrap();
+            assert!(allowed.patch.is_empty(), "{user}: {:?}", allowed.patch);
+        }
+    }
+    // Anyone else removing the running owner's reference over the limit is
+    // refused before any lookup.
+    let err = run(
+        &as_user(review, "alice"),
+        WebhookKind::Mutate,
+        &policy,
+        HashMap::new(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Denial::TooManyReferences { .. }), "{err:?}");
+}
+
+#[test]
+fn rule_16_the_collectors_unblocking_in_a_foreground_deletion_is_its_own() {
+    let blocking = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "uid-rs", "controller": true, "blockOwnerDeletion": true});
+    let mut unblocked = blocking.clone();
+    unblocked["blockOwnerDeletion"] = json!(false);
+    let old = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([
+            pod_reference("w-1", "uid-1", Some(false)),
+            blocking
+        ])),
+    );
+    let new = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([
+            pod_reference("w-1", "uid-1", Some(false)),
+            unblocked
+        ])),
+    );
+    let (_, review) = request("UPDATE", new, Some(old));
+    for user in [GARBAGE_COLLECTOR, CONTROLLER_MANAGER] {
+        let allowed = mutate(&as_user(review.clone(), user), HashMap::new()).unwrap();
+        assert!(
+            allowed.patch.is_empty() && allowed.warnings.is_empty(),
+            "{user}"
+        );
+    }
+}
+
+#[test]
+fn rule_16_a_controllers_reference_to_the_pod_it_condemns_on_its_claim_is_admitted() {
+    // The statefulset controller's claim retention (whenScaled: Delete):
+    // the claim of a condemned pod gets that pod as controller, while the
+    // pod is being deleted or has finished.
+    let claim = |refs: Value| {
+        let mut object = object(owner_labels("w-1", "uid-1"), Some(refs));
+        object["kind"] = json!("PersistentVolumeClaim");
+        object
+    };
+    let condemned = json!({"apiVersion": "v1", "kind": "Pod", "name": "db-2", "uid": "uid-db-2", "controller": true, "blockOwnerDeletion": true});
+    let old = claim(json!([pod_reference("w-1", "uid-1", Some(false))]));
+    let new = claim(json!([
+        pod_reference("w-1", "uid-1", Some(false)),
+        condemned
+    ]));
+    let (_, mut review) = request("UPDATE", new.clone(), Some(old));
+    review["kind"] = json!({"group": "", "version": "v1", "kind": "PersistentVolumeClaim"});
+    review["resource"] =
+        json!({"group": "", "version": "v1", "resource": "persistentvolumeclaims"});
+    let req = as_user(
+        review.clone(),
+        "system:serviceaccount:kube-system:statefulset-controller",
+    );
+    let terminating = || lookups(&[("db-2", Ok(Some(("uid-db-2", true))))]);
+    for pods in [
+        running(&[("db-2", "uid-db-2")]),
+        terminating(),
+        finished("db-2", "uid-db-2", crate::owner::Finished::Failed),
+    ] {
+        let allowed = mutate(&req, pods).unwrap();
+        // Made non-blocking, as every Pod reference: the controller
+        // compares only uid and controller, so nothing churns.
+        let stored = patched(&new, &allowed);
+        assert_eq!(
+            stored["metadata"]["ownerReferences"][1]["blockOwnerDeletion"],
+            json!(false)
+        );
+        assert_eq!(
+            stored["metadata"]["ownerReferences"][1]["controller"],
+            json!(true)
+        );
+    }
+    // A pod the collector cannot resolve is still refused.
+    let err = mutate(&req, lookups(&[("db-2", Ok(None))])).unwrap_err();
+    assert!(matches!(err, Denial::OwnerNotFound { .. }), "{err:?}");
+    let err = mutate(&req, lookups(&[("db-2", Ok(Some(("uid-other", false))))])).unwrap_err();
+    assert!(matches!(err, Denial::OwnerUidMismatch { .. }), "{err:?}");
+    // A pod (a worker's token) adding that reference is judged as ever.
+    let from_worker = from_pod(review, "w-1", "uid-1");
+    let err = mutate(&from_worker, terminating()).unwrap_err();
+    assert!(!matches!(err, Denial::OwnerFinished { .. }), "{err:?}");
+}
+
+/// A CREATE of `kind` in `group` by `user`, labelled `labels`.
+fn create_as(group: &str, kind: &str, user: &str, labels: Value) -> (AdmissionRequest, Value) {
+    let mut object = object(labels, None);
+    object["kind"] = json!(kind);
+    let (_, mut review) = request("CREATE", object.clone(), None);
+    review["kind"] = json!({"group": group, "version": "v1", "kind": kind});
+    review["userInfo"] = json!({"username": user});
+    (serde_json::from_value(review).unwrap(), object)
+}
+
+#[test]
+fn rule_16_a_services_labels_copied_by_its_controllers_are_never_refused() {
+    for (group, kind, user) in [
+        (
+            "",
+            "Endpoints",
+            "system:serviceaccount:kube-system:endpoint-controller",
+        ),
+        (
+            "discovery.k8s.io",
+            "EndpointSlice",
+            "system:serviceaccount:kube-system:endpointslice-controller",
+        ),
+        (
+            "discovery.k8s.io",
+            "EndpointSlice",
+            "system:serviceaccount:kube-system:endpointslicemirroring-controller",
+        ),
+        ("discovery.k8s.io", "EndpointSlice", CONTROLLER_MANAGER),
+    ] {
+        let (req, object) = create_as(group, kind, user, owner_labels("w-1", "uid-1"));
+        // The worker there with that uid, running, being deleted or
+        // finished: the copy gets its reference (the Service goes with
+        // the worker, the copy with both).
+        for pods in [
+            running(&[("w-1", "uid-1")]),
+            lookups(&[("w-1", Ok(Some(("uid-1", true))))]),
+            finished("w-1", "uid-1", crate::owner::Finished::Succeeded),
+        ] {
+            let allowed = mutate(&req, pods).unwrap();
+            let stored = patched(&object, &allowed);
+            assert_eq!(
+                stored["metadata"]["ownerReferences"],
+                json!([{"apiVersion": "v1", "kind": "Pod", "name": "w-1", "uid": "uid-1", "controller": false, "blockOwnerDeletion": false}]),
+                "{kind} by {user}"
+            );
+        }
+        // Gone, replaced, or not checked: admitted unchanged.
+        for pods in [
+            lookups(&[("w-1", Ok(None))]),
+            lookups(&[("w-1", Ok(Some(("uid-2", false))))]),
+            failed_lookup(),
+        ] {
+            let allowed = mutate(&req, pods).unwrap();
+            assert!(allowed.patch.is_empty(), "{kind} by {user}");
+        }
+        // /validate lets every copy be.
+        assert!(validate(&req, HashMap::new()).unwrap().patch.is_empty());
+        // Labels that name no pod (Self without its annotation, no uid).
+        for labels in [
+            json!({"ownerguard.io/owner-pod": "Self", "ownerguard.io/owner-uid": "uid-1"}),
+            json!({"ownerguard.io/owner-pod": "w-1"}),
+        ] {
+            let (req, _) = create_as(group, kind, user, labels);
+            assert!(mutate(&req, HashMap::new()).unwrap().patch.is_empty());
+        }
+    }
+    // Anyone else creating Endpoints is judged as ever.
+    let (req, _) = create_as("", "Endpoints", "alice", owner_labels("w-1", "uid-1"));
+    let err = mutate(&req, lookups(&[("w-1", Ok(None))])).unwrap_err();
+    assert!(matches!(err, Denial::OwnerNotFound { .. }), "{err:?}");
+}
+
+#[test]
+fn rule_16_a_service_labelled_self_is_refused_up_front() {
+    let (_, review) = request(
+        "CREATE",
+        object(json!({"ownerguard.io/owner-pod": "Self"}), None),
+        None,
+    );
+    let mut review = review;
+    review["kind"] = json!({"group": "", "version": "v1", "kind": "Service"});
+    let req = from_pod(review.clone(), "w-1", "uid-1");
+    let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(matches!(err, Denial::SelfOnCopiedLabels { .. }), "{err:?}");
+    assert_eq!(err.code(), 400);
+    assert!(
+        err.to_string().contains("ownerguard.io/owner-pod: w-1"),
+        "{err}"
+    );
+    // By name it is a Service like any object.
+    review["object"]["metadata"]["labels"] = json!({"ownerguard.io/owner-pod": "w-1"});
+    let req = from_pod(review, "w-1", "uid-1");
+    assert!(
+        !mutate(&req, running(&[("w-1", "uid-1")]))
+            .unwrap()
+            .patch
+            .is_empty()
+    );
+}
+
+#[test]
+fn rule_16_a_mirror_pod_is_admitted_unchanged() {
+    let (_, mut review) = request(
+        "CREATE",
+        object(
+            owner_labels("w-1", "uid-1"),
+            Some(
+                json!([{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-n1", "controller": true}]),
+            ),
+        ),
+        None,
+    );
+    review["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
+    review["object"]["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "hash"});
+    let req = as_user(review.clone(), "system:node:n1");
+    // Nothing looked up, nothing patched: NodeRestriction allows the
+    // node's one reference and nothing else.
+    for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+        assert!(plan(&req, webhook, &Policy::default()).unwrap().is_none());
+    }
+    // The annotation from anyone else is no mirror pod.
+    let req = as_user(review, "alice");
+    assert!(
+        plan(&req, WebhookKind::Mutate, &Policy::default())
+            .unwrap()
+            .is_some()
+    );
 }

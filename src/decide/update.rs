@@ -19,8 +19,8 @@ use crate::admission::{AdmissionRequest, ObjectMeta, OwnerReference};
 use crate::decide::denial::Denial;
 use crate::decide::patch::MetadataPatch;
 use crate::decide::resolve::Claim;
-use crate::decide::resolve::{GARBAGE_COLLECTOR, label, reference_owners, references};
 use crate::decide::resolve::{check_adoption, check_release, check_requester};
+use crate::decide::resolve::{is_garbage_collector, label, reference_owners, references};
 use crate::decide::subject::Subject;
 use crate::k8s::names::is_pod_name;
 
@@ -39,6 +39,11 @@ use super::ownership::{
 pub(super) struct Work {
     /// Pod references the update adds: each must be a running pod.
     claims: Vec<Claim>,
+    /// The controller reference a controller adds to a claim of a pod it
+    /// condemns (StatefulSet `persistentVolumeClaimRetentionPolicy`
+    /// `whenScaled: Delete`): the pod must be there with its uid, being
+    /// deleted or finished included (SPEC §3 rule 16).
+    retention_claims: Vec<Claim>,
     /// The owner as templates labelled anew declare it: a running pod too.
     template_claims: Vec<Claim>,
     /// Settled already: references unblocked, templates completed.
@@ -124,7 +129,7 @@ pub(super) fn plan(
     let mutate = webhook.mutates();
     // Any other update of the collector's (it makes none) is judged, but
     // what it removes is never put back.
-    let garbage_collector = request.user_info.username == GARBAGE_COLLECTOR;
+    let garbage_collector = is_garbage_collector(&request.user_info.username);
 
     let written = owner_as_written(old, labels);
     // Looked up, restored, checked against: only an owner whose name can
@@ -268,7 +273,22 @@ pub(super) fn plan(
         uid: o.uid.clone(),
         origin: crate::decide::resolve::Origin::Label,
     });
-    let claims = reference_owners(meta, &at, record.as_ref(), &declared, unchanged)?;
+    let mut claims = reference_owners(meta, &at, record.as_ref(), &declared, unchanged)?;
+    // A controller's own reference on a claim (the statefulset
+    // controller's, to the pod whose claim goes with it) names a pod the
+    // controller is condemning, often being deleted or finished already:
+    // judged by whether the collector can resolve it, never by whether the
+    // pod still runs, or the controller's sync stalls on the refusal.
+    let retention_claims: Vec<Claim> = if requester.is_none() && is_claim(request) {
+        let (retention, others): (Vec<Claim>, Vec<Claim>) = claims.into_iter().partition(|claim| {
+            matches!(claim.origin, crate::decide::resolve::Origin::Reference(index)
+                if new_references[index].controller == Some(true))
+        });
+        claims = others;
+        retention
+    } else {
+        Vec::new()
+    };
     for claim in &claims {
         warnings.extend(check_requester(
             claim,
@@ -390,6 +410,7 @@ pub(super) fn plan(
 
     let mut lookups: Vec<LookupNeed> = claims
         .iter()
+        .chain(&retention_claims)
         .chain(&template_claims)
         .map(|claim| LookupNeed {
             name: claim.name.clone(),
@@ -425,6 +446,7 @@ pub(super) fn plan(
         lookups: merge_lookups(lookups),
         work: super::Work::Update(Box::new(Work {
             claims,
+            retention_claims,
             template_claims,
             patch,
             warnings,
@@ -447,6 +469,9 @@ pub(super) fn plan(
 pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch, Denial> {
     judge.require_owners(&work.claims, work.warnings)?;
     judge.require_owners(&work.template_claims, Vec::new())?;
+    work.retention_claims
+        .iter()
+        .try_for_each(|claim| judge.require_resolvable(claim))?;
     let mut patch = work.patch;
     // Whether a removal stands (a reference whose pod is gone, labels of an
     // owner that no longer runs): then a pod must own what it releases.
@@ -524,4 +549,9 @@ fn reference_changed(at: Subject, before: &OwnerReference, after: &OwnerReferenc
         kind: after.kind.clone(),
         name: after.name.clone(),
     }
+}
+
+/// Whether the request is for a PersistentVolumeClaim (core group).
+fn is_claim(request: &AdmissionRequest) -> bool {
+    request.kind.group.is_empty() && request.kind.kind == "PersistentVolumeClaim"
 }

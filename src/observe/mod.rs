@@ -11,6 +11,7 @@ mod log;
 mod metrics;
 mod record;
 pub mod telemetry;
+mod text_fields;
 
 pub use log::{DecisionLog, result_label};
 pub use metrics::Metrics;

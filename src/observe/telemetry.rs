@@ -17,6 +17,7 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::JsonFields;
 
 use super::json_lines::JsonLines;
+use super::text_fields::EscapedFields;
 
 use crate::commands::cli::LogFormat;
 
@@ -55,7 +56,8 @@ pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
         .with_writer(writer)
         .with_ansi(std::io::stderr().is_terminal());
     let result = match format {
-        LogFormat::Text => builder.try_init(),
+        // Every field escaped: names come from the request (text_fields.rs).
+        LogFormat::Text => builder.fmt_fields(EscapedFields).try_init(),
         // tracing-subscriber's `.json().flatten_event(true)
         // .with_current_span(false)`, written without its per-piece
         // adaptor (json_lines.rs); spans keep their fields as JSON.

@@ -15,53 +15,84 @@ use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tokio::sync::Semaphore;
 
 use crate::admission::DecodeError;
 use crate::decide::Endpoint;
 use crate::k8s::duration::parse_go_duration;
 use crate::webhook::Webhook;
 
-/// The largest body accepted: an UPDATE carries two objects of up to 3 MiB
-/// each (etcd's default request limit is 1.5 MiB; the API server's is 3),
-/// plus the envelope.
-pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+/// The largest review the API server can send, from its own limits
+/// (SPEC §4): a request body of at most 3 MiB (`MaxRequestBodyBytes`,
+/// k8s.io/apiserver, no flag) becomes the review's `object`, and an
+/// UPDATE's `oldObject` is what etcd stored, at most 1.5 MiB (its default
+/// `--max-request-bytes`); the API server writes both with Go's JSON
+/// encoder, which escapes `<`, `>` and `&` as six bytes each, so a
+/// built-in object of such characters (stored as protobuf) grows six-fold:
+/// 6 × (3 + 1.5) MiB = 27 MiB, plus the envelope and managed fields.
+pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// The bytes of request bodies held at once across all requests: two of
+/// the largest reviews, or thousands of everyday ones. A request whose body
+/// does not fit waits for room (within its own timeout) rather than being
+/// refused, so the largest review is still decided while memory stays
+/// bounded under any concurrency (the chart's limit is 256 MiB).
+pub const BODY_BUDGET_BYTES: usize = 2 * MAX_BODY_BYTES;
+
+/// What the handlers share: the webhook, and the budget of body bytes in
+/// flight.
+#[derive(Clone)]
+struct Served {
+    webhook: Arc<Webhook>,
+    budget: Arc<Semaphore>,
+}
 
 /// `/mutate`, `/validate` and `/validate-all`, ready to serve or to drive
-/// in tests.
+/// in tests, with a budget of [`BODY_BUDGET_BYTES`].
 pub fn router(webhook: Arc<Webhook>) -> Router {
+    router_with_budget(webhook, BODY_BUDGET_BYTES)
+}
+
+/// [`router`] with a budget of `budget_bytes` of bodies in flight (at
+/// least [`MAX_BODY_BYTES`], so that the largest review fits).
+pub fn router_with_budget(webhook: Arc<Webhook>, budget_bytes: usize) -> Router {
+    let budget = budget_bytes.max(MAX_BODY_BYTES);
     Router::new()
         .route("/mutate", post(mutate))
         .route("/validate", post(validate))
         .route("/validate-all", post(validate_all))
         .fallback(not_found)
-        .with_state(webhook)
+        .with_state(Served {
+            webhook,
+            budget: Arc::new(Semaphore::new(budget)),
+        })
 }
 
 async fn mutate(
-    State(webhook): State<Arc<Webhook>>,
+    State(served): State<Served>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&webhook, Endpoint::MUTATE, &uri, &headers, body).await
+    handle(&served, Endpoint::MUTATE, &uri, &headers, body).await
 }
 
 async fn validate(
-    State(webhook): State<Arc<Webhook>>,
+    State(served): State<Served>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&webhook, Endpoint::VALIDATE, &uri, &headers, body).await
+    handle(&served, Endpoint::VALIDATE, &uri, &headers, body).await
 }
 
 async fn validate_all(
-    State(webhook): State<Arc<Webhook>>,
+    State(served): State<Served>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&webhook, Endpoint::VALIDATE_ALL, &uri, &headers, body).await
+    handle(&served, Endpoint::VALIDATE_ALL, &uri, &headers, body).await
 }
 
 async fn not_found(uri: Uri) -> Response {
@@ -113,7 +144,7 @@ impl IntoResponse for TransportError {
 }
 
 async fn handle(
-    webhook: &Webhook,
+    served: &Served,
     endpoint: Endpoint,
     uri: &Uri,
     headers: &HeaderMap,
@@ -131,14 +162,24 @@ async fn handle(
     let timeout = api_timeout(uri);
     let deadline = timeout.unwrap_or(MAX_API_TIMEOUT);
     let answer = tokio::time::timeout(deadline, async {
-        let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        // Room in the budget for the body as declared (the API server
+        // always declares it; one that does not is held to the largest),
+        // kept until the answer is written.
+        let want = declared_length.unwrap_or(MAX_BODY_BYTES).max(1);
+        let _room = served
+            .budget
+            .acquire_many(u32::try_from(want).unwrap_or(u32::MAX))
+            .await
+            .map_err(|_| TransportError::Unreadable("the server is shutting down".to_string()))?;
+        let limit = declared_length.unwrap_or(MAX_BODY_BYTES);
+        let bytes = match Limited::new(body, limit).collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
                 return Err(TransportError::TooLarge);
             }
             Err(e) => return Err(TransportError::Unreadable(e.to_string())),
         };
-        let answer = webhook.answer_at(endpoint, &bytes, timeout).await?;
+        let answer = served.webhook.answer_at(endpoint, &bytes, timeout).await?;
         Ok(([(header::CONTENT_TYPE, "application/json")], answer.body).into_response())
     });
     match answer.await {

@@ -310,6 +310,7 @@ fn state_of(denial: &Denial, referenced: bool) -> State {
         Denial::InvalidOwnerName { .. }
         | Denial::InvalidOwnerUid { .. }
         | Denial::SelfWithoutPodIdentity { .. }
+        | Denial::SelfOnCopiedLabels { .. }
         | Denial::StrayOwnerAnnotation { .. }
         | Denial::HalfClaim { .. }
         | Denial::ClusterScoped { .. }

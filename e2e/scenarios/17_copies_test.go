@@ -1,0 +1,275 @@
+package scenarios
+
+// Controllers that copy an object's own labels, and controllers that
+// must never stall on ownerguard (issue 25, items 1 and 5; SPEC rule 16),
+// against the real endpoints, endpointslice, endpointslice-mirroring and
+// statefulset controllers.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"ownerguard.io/e2e/harness"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// copyRules: a worker that also makes Services, Endpoints and claims.
+func copyRules() []rbacv1.PolicyRule {
+	return append(walkRules(),
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services", "endpoints"}, Verbs: allVerbs})
+}
+
+func service(name string, labels, selector map[string]string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.ServiceSpec{Selector: selector,
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+}
+
+func TestLabelCopies(t *testing.T) {
+	started, err := plane.StartedControllers()
+	must(t, err, "ask the controller manager which controllers it started")
+	for _, c := range []string{"endpoints-controller", "endpointslice-controller", "endpointslice-mirroring-controller"} {
+		if !started[c] {
+			t.Fatalf("the controller manager did not start %s", c)
+		}
+	}
+
+	// A Service labelled by the worker's name: the endpoints and
+	// endpointslice controllers copy its labels onto the Endpoints and
+	// the EndpointSlice they make (as themselves, no pod identity); both
+	// are admitted with the worker's reference, and collected with it.
+	t.Run("ServiceByNameGetsEndpointsAndSlicesCollectedWithTheWorker", func(t *testing.T) {
+		ctx := ctxFor(t, 3*time.Minute)
+		ns := newNamespace(t, "copies", copyRules())
+		w := newWorker(t, ns, "worker-svc")
+		_, err := w.Client.CoreV1().Services(ns).Create(ctx, service("agents", ownedLabels(w.Name(), ""), map[string]string{"app": "agent"}), metav1.CreateOptions{})
+		must(t, err, "create the labelled Service as the worker")
+		var endpoints *corev1.Endpoints
+		var slice *discoveryv1.EndpointSlice
+		must(t, untilUnrefused(ctx, ns, 60*time.Second, "the Service's Endpoints and EndpointSlice", func() error {
+			var err error
+			if endpoints, err = admin.CoreV1().Endpoints(ns).Get(ctx, "agents", metav1.GetOptions{}); err != nil {
+				return err
+			}
+			slices, err := admin.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=agents"})
+			if err != nil {
+				return err
+			}
+			if len(slices.Items) == 0 {
+				return errors.New("no EndpointSlice yet")
+			}
+			slice = &slices.Items[0]
+			return nil
+		}), "the controllers' copies")
+		must(t, checkOwned(endpoints.ObjectMeta, w, false), "the Endpoints")
+		must(t, checkOwned(slice.ObjectMeta, w, false), "the EndpointSlice")
+		fmt.Printf("    copies: Endpoints %s %s, EndpointSlice %s %s\n", endpoints.Name, refsString(endpoints.OwnerReferences), slice.Name, refsString(slice.OwnerReferences))
+
+		time.Sleep(time.Second) // the collector's informers see the new objects
+		must(t, admin.CoreV1().Pods(ns).Delete(ctx, w.Name(), metav1.DeleteOptions{}), "delete the worker")
+		for what, get := range map[string]func(context.Context) error{
+			"the Service": func(ctx context.Context) error {
+				_, err := admin.CoreV1().Services(ns).Get(ctx, "agents", metav1.GetOptions{})
+				return err
+			},
+			"the Endpoints": func(ctx context.Context) error {
+				_, err := admin.CoreV1().Endpoints(ns).Get(ctx, "agents", metav1.GetOptions{})
+				return err
+			},
+			"the EndpointSlice": func(ctx context.Context) error {
+				_, err := admin.DiscoveryV1().EndpointSlices(ns).Get(ctx, slice.Name, metav1.GetOptions{})
+				return err
+			},
+		} {
+			if _, err := gone(ctx, 60*time.Second, get); err != nil {
+				t.Errorf("%s not collected with the worker: %v", what, err)
+			}
+		}
+	})
+
+	// Self on a Service: refused up front, with the form to use; never
+	// admitted to have its controllers refused after.
+	t.Run("ServiceBySelfRefusedUpFront", func(t *testing.T) {
+		ctx := ctxFor(t, time.Minute)
+		ns := newNamespace(t, "copies", copyRules())
+		w := newWorker(t, ns, "worker-svc-self")
+		_, err := w.Client.CoreV1().Services(ns).Create(ctx, service("agents", map[string]string{ownerPodLabel: selfOwner}, map[string]string{"app": "agent"}), metav1.CreateOptions{})
+		wantRefusedByOwnerguard(t, err, ownerPodLabel+": "+w.Name())
+	})
+
+	// A selector-less Service with Endpoints the worker writes (Self, so
+	// the name annotation is there): the mirroring controller copies the
+	// Endpoints' labels and annotations onto an EndpointSlice, admitted
+	// with the worker's reference.
+	t.Run("MirroredEndpointsBySelfGetTheReference", func(t *testing.T) {
+		ctx := ctxFor(t, 2*time.Minute)
+		ns := newNamespace(t, "copies", copyRules())
+		w := newWorker(t, ns, "worker-mirror")
+		_, err := w.Client.CoreV1().Services(ns).Create(ctx, service("external", ownedLabels(w.Name(), ""), nil), metav1.CreateOptions{})
+		must(t, err, "create the selector-less Service")
+		_, err = w.Client.CoreV1().Endpoints(ns).Create(ctx, &corev1.Endpoints{
+			ObjectMeta: metav1.ObjectMeta{Name: "external", Labels: map[string]string{ownerPodLabel: selfOwner}},
+			Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: "10.200.0.77"}},
+				Ports: []corev1.EndpointPort{{Port: 8080}}}},
+		}, metav1.CreateOptions{})
+		must(t, err, "create the Endpoints as the worker, labelled Self")
+		var slice *discoveryv1.EndpointSlice
+		must(t, untilUnrefused(ctx, ns, 60*time.Second, "the mirrored EndpointSlice", func() error {
+			slices, err := admin.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "endpointslice.kubernetes.io/managed-by=endpointslicemirroring-controller.k8s.io"})
+			if err != nil {
+				return err
+			}
+			if len(slices.Items) == 0 {
+				return errors.New("no mirrored EndpointSlice yet")
+			}
+			slice = &slices.Items[0]
+			return nil
+		}), "the mirroring controller's copy")
+		must(t, checkOwned(slice.ObjectMeta, w, false), "the mirrored EndpointSlice")
+	})
+}
+
+// TestStatefulSetClaimRetention: a labelled StatefulSet whose claims go
+// with their pods on a scale-down (persistentVolumeClaimRetentionPolicy
+// whenScaled: Delete). The statefulset controller puts each condemned
+// pod on its claim as controller, by UPDATE, the pod being deleted or
+// finished by then, before it deletes any pod: a refusal would stall the
+// set's sync. ownerguard admits it (rule 16) and keeps the worker's own
+// reference, so such a claim goes once both its pod and the worker are
+// gone (the collector deletes a dependent whose owners are all gone):
+// with the worker at the latest, never leaked, and reused if its pod
+// comes back first.
+func TestStatefulSetClaimRetention(t *testing.T) {
+	ctx := ctxFor(t, 4*time.Minute)
+	ns := newNamespace(t, "retention", copyRules())
+	w := newWorker(t, ns, "worker-retention")
+	set := statefulSet("db", w, false)
+	set.Spec.Replicas = ptr(int32(3))
+	// No kubelet: pods stay Pending, so an ordered set would wait for
+	// each one to be ready.
+	set.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+	set.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+		WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+		WhenScaled:  appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+	}
+	_, err := w.Client.AppsV1().StatefulSets(ns).Create(ctx, set, metav1.CreateOptions{})
+	must(t, err, "create the labelled StatefulSet")
+	count := func(want int) func() error {
+		return func() error {
+			pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=db"})
+			if err != nil {
+				return err
+			}
+			claims, err := admin.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			if len(pods.Items) != want || len(claims.Items) != 3 {
+				return fmt.Errorf("%d pods, %d claims; want %d pods, 3 claims", len(pods.Items), len(claims.Items), want)
+			}
+			return nil
+		}
+	}
+	must(t, untilUnrefused(ctx, ns, 90*time.Second, "three pods and claims", count(3)), "the set at 3")
+	condemned := map[string]*corev1.Pod{"data-db-1": getPod(t, ns, "db-1"), "data-db-2": getPod(t, ns, "db-2")}
+	// One condemned pod finished (evicted, say) before the scale-down:
+	// the controller puts it on its claim all the same.
+	finish(t, condemned["data-db-2"], corev1.PodFailed)
+	scale := func(n int32) {
+		must(t, harness.Until(ctx, 30*time.Second, 200*time.Millisecond, "scale", func() error {
+			s, err := w.Client.AppsV1().StatefulSets(ns).Get(ctx, "db", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			s.Spec.Replicas = ptr(n)
+			_, err = w.Client.AppsV1().StatefulSets(ns).Update(ctx, s, metav1.UpdateOptions{})
+			return err
+		}), fmt.Sprintf("scale the set to %d", n))
+	}
+	// The controller's UPDATEs putting each condemned pod on its claim, as
+	// /mutate answered them: admitted, the blocking reference made
+	// non-blocking (patched). The collector then strips each reference once
+	// its pod is gone (the claim keeps a live owner, the worker), so the
+	// answers, not the claims, show them.
+	unblocked := func() float64 {
+		n, _ := guard.Metric("ownerguard_admission_requests_total", map[string]string{"webhook": "mutate", "operation": "UPDATE", "resource": "persistentvolumeclaims", "result": "patched"})
+		return n
+	}
+	before := unblocked()
+	scale(1)
+	must(t, untilUnrefused(ctx, ns, 90*time.Second, "the scale-down", func() error {
+		if err := count(1)(); err != nil {
+			return err
+		}
+		if n := unblocked() - before; n < 2 {
+			return fmt.Errorf("%v claim updates putting a condemned pod on its claim admitted, want 2", n)
+		}
+		for claim := range condemned {
+			c, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if err := checkOwned(metav1.ObjectMeta{Name: c.Name, Labels: c.Labels, OwnerReferences: withoutController(c.OwnerReferences)}, w, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}), "the scale-down: condemned pods deleted, their claims kept by the worker")
+	scale(2)
+	must(t, untilUnrefused(ctx, ns, 90*time.Second, "the scale-up", func() error {
+		if err := count(2)(); err != nil {
+			return err
+		}
+		c, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-db-1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if metav1.GetControllerOf(&c.ObjectMeta) != nil {
+			return fmt.Errorf("data-db-1 still has a controller %s", refsString(c.OwnerReferences))
+		}
+		return checkOwned(c.ObjectMeta, w, true)
+	}), "the scale-up: pod db-1 back with its claim, the worker's alone again")
+	if refused := refusals(ctx, ns); len(refused) > 0 {
+		t.Fatalf("the controllers met refusals: %s", strings.Join(refused, "; "))
+	}
+	time.Sleep(time.Second) // the collector's informers see the latest objects
+	must(t, admin.CoreV1().Pods(ns).Delete(ctx, w.Name(), metav1.DeleteOptions{}), "delete the worker")
+	for _, claim := range []string{"data-db-0", "data-db-1", "data-db-2"} {
+		if _, err := gone(ctx, 60*time.Second, func(ctx context.Context) error {
+			_, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+			return err
+		}); err != nil {
+			t.Errorf("claim %s not collected with the worker: %v", claim, err)
+		}
+	}
+}
+
+// withoutController: the references but the controller's.
+func withoutController(refs []metav1.OwnerReference) []metav1.OwnerReference {
+	var out []metav1.OwnerReference
+	for _, r := range refs {
+		if r.Controller == nil || !*r.Controller {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func getPod(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	pod, err := admin.CoreV1().Pods(ns).Get(ctxFor(t, 30*time.Second), name, metav1.GetOptions{})
+	must(t, err, "pod "+name)
+	return pod
+}
