@@ -170,6 +170,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_timeout: args.shutdown_timeout,
         idle_timeout: args.idle_timeout,
         max_connections: args.max_connections,
+        max_connections_per_source: args.max_connections_per_source.unwrap_or_else(|| {
+            ownerguard::serve::connections::Connections::default_per_source(args.max_connections)
+        }),
     };
     let server = Server::bind(options, Arc::new(webhook)).await?;
     server.run(shutdown_signal()).await

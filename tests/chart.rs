@@ -185,7 +185,10 @@ fn the_cluster_wide_switch_has_its_own_policy_and_opt_out() {
     assert!(!template("webhook-validating.yaml").contains("allPodOwnerReferences"));
     let cluster_wide = template("webhook-cluster-wide.yaml");
     let switch = cluster_wide.find("{{- if .enabled }}").expect("the switch");
-    assert!(!cluster_wide[..switch].contains("kind:"), "an object outside the switch");
+    assert!(
+        !cluster_wide[..switch].contains("kind:"),
+        "an object outside the switch"
+    );
     let guarded = &cluster_wide[switch..];
     for expected in [
         "\"path\" \"/validate-all\"",

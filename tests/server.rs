@@ -106,6 +106,7 @@ impl TestServer {
             shutdown_timeout: Duration::from_secs(10),
             idle_timeout,
             max_connections,
+            max_connections_per_source: max_connections,
         };
         let webhook = Webhook::new(Default::default(), lookup, Arc::new(Metrics::default()));
         let server = Server::bind(options, Arc::new(webhook)).await.unwrap();
@@ -659,7 +660,7 @@ async fn a_keep_alive_connection_stays_usable_until_the_idle_timeout() {
 }
 
 #[tokio::test]
-async fn connections_over_the_cap_are_closed_at_accept_and_counted() {
+async fn at_the_cap_a_connection_that_sent_no_review_makes_room() {
     use tokio::io::AsyncReadExt;
     let server = TestServer::start_limited(
         Arc::new(inventory()),
@@ -670,12 +671,49 @@ async fn connections_over_the_cap_are_closed_at_accept_and_counted() {
         &[],
     )
     .await;
-    let _first = tls_connection(&server).await;
-    let _second = tls_connection(&server).await;
-    // The third is closed before any handshake.
-    let mut third = tokio::net::TcpStream::connect(server.https).await.unwrap();
+    // Two connections that finish their handshake and say nothing (a
+    // flood of them is what takes an API server's place).
+    let mut quiet = [tls_connection(&server).await, tls_connection(&server).await];
+    // A third comes in, and is served: the oldest quiet one made room.
+    let mut third = tls_connection(&server).await;
+    assert_eq!(review_on(&mut third, "c-1").await, "HTTP/1.1 200 OK");
     let mut buf = [0u8; 1];
-    let read = tokio::time::timeout(Duration::from_secs(5), third.read(&mut buf))
+    let read = tokio::time::timeout(Duration::from_secs(5), quiet[0].read(&mut buf))
+        .await
+        .expect("the oldest quiet connection was not shed");
+    assert!(!matches!(read, Ok(n) if n > 0), "{read:?}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), quiet[1].read(&mut buf))
+            .await
+            .is_err(),
+        "the newer quiet connection went too"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn at_the_cap_with_every_connection_serving_a_new_one_is_refused_until_one_idles() {
+    use tokio::io::AsyncReadExt;
+    let server = TestServer::start_limited(
+        Arc::new(inventory()),
+        None,
+        Duration::ZERO,
+        Duration::from_secs(120),
+        2,
+        &[],
+    )
+    .await;
+    let mut serving = [tls_connection(&server).await, tls_connection(&server).await];
+    for (i, connection) in serving.iter_mut().enumerate() {
+        assert_eq!(
+            review_on(connection, &format!("s-{i}")).await,
+            "HTTP/1.1 200 OK"
+        );
+    }
+    // Both answered a moment ago: the next connection is closed at accept.
+    let mut refused = tokio::net::TcpStream::connect(server.https).await.unwrap();
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), refused.read(&mut buf))
         .await
         .expect("held");
     assert!(!matches!(read, Ok(n) if n > 0), "{read:?}");
@@ -684,19 +722,59 @@ async fn connections_over_the_cap_are_closed_at_accept_and_counted() {
         metrics.contains("ownerguard_connections_refused_total 1"),
         "{metrics}"
     );
-    assert!(metrics.contains("ownerguard_connections 2"), "{metrics}");
-    // One gone, one more fits.
-    drop(_first);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let (_, metrics) = get(server.metrics, "/metrics").await;
-        if metrics.contains("ownerguard_connections 1") {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{metrics}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // Once one has been idle a second, it makes room for a new one.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut next = tls_connection(&server).await;
+    assert_eq!(review_on(&mut next, "s-2").await, "HTTP/1.1 200 OK");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_declares_large_bodies_and_trickles_them_takes_no_room_from_others() {
+    use tokio::io::AsyncWriteExt;
+    let server = TestServer::start(Arc::new(inventory()), None, Duration::ZERO).await;
+    // From another address: two requests that each declare the largest
+    // body and then send a byte a second, holding their room.
+    let mut attackers = Vec::new();
+    for _ in 0..2 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let tcp = socket.connect(server.https).await.unwrap();
+        let connector =
+            tokio_rustls::TlsConnector::from(Arc::new(client_config(&[&server.ca.ca_pem], None)));
+        let mut tls = connector
+            .connect(
+                rustls::pki_types::ServerName::try_from("localhost").unwrap(),
+                tcp,
+            )
+            .await
+            .unwrap();
+        let head = format!(
+            "POST /mutate?timeout=30s HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{{",
+            ownerguard::serve::MAX_BODY_BYTES
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        attackers.push(tls);
     }
-    let _again = tls_connection(&server).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Reviews from here are answered at once, as ever.
+    let client = client(&server.ca.ca_pem, Version::HTTP_11, None);
+    for i in 0..5 {
+        let started = Instant::now();
+        let (status, _, answer) = post(
+            &client,
+            &server.url("/mutate?timeout=10s"),
+            serde_json::to_vec(&review(&format!("t-{i}"), "w-1")).unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "waited {:?}",
+            started.elapsed()
+        );
+    }
+    drop(attackers);
     server.stop().await;
 }
 

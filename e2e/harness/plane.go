@@ -343,6 +343,27 @@ func (p *Plane) StartedControllers() (map[string]bool, error) {
 	return started, nil
 }
 
+// WaitStartedControllers waits (60 s at most) until the controller
+// manager has started every one of names, and returns what it started:
+// right after a (re)start it starts them one by one (1.33 and 1.34 with a
+// jitter between two), and /healthz answers before the last is up.
+func (p *Plane) WaitStartedControllers(ctx context.Context, names ...string) (map[string]bool, error) {
+	var started map[string]bool
+	err := Until(ctx, 60*time.Second, 250*time.Millisecond, "the controllers started", func() error {
+		var err error
+		if started, err = p.StartedControllers(); err != nil {
+			return err
+		}
+		for _, name := range names {
+			if !started[name] {
+				return fmt.Errorf("%s not started", name)
+			}
+		}
+		return nil
+	})
+	return started, err
+}
+
 // ServerMinor is the minor version the API server reports (37 for
 // v1.37.2): scenarios that hold only from some minor on skip below it.
 func ServerMinor(c *kubernetes.Clientset) (int, error) {

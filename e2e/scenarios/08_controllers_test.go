@@ -653,14 +653,9 @@ func newNode(t *testing.T, name string) {
 // front by ownerguard, or everything its controllers make is admitted,
 // owned by the worker, and no controller records a refused create.
 func TestControllerWalk(t *testing.T) {
-	started, err := plane.StartedControllers()
-	must(t, err, "ask the controller manager which controllers it started")
-	for _, c := range []string{"statefulset-controller", "daemonset-controller", "ephemeral-volume-controller",
-		"persistentvolumeclaim-protection-controller", "cronjob-controller", "deployment-controller", "job-controller"} {
-		if !started[c] {
-			t.Fatalf("the controller manager did not start %s: %s", c, harness.Grep(plane.KCM.Log, c, 3))
-		}
-	}
+	_, err := plane.WaitStartedControllers(ctxFor(t, time.Minute), "statefulset-controller", "daemonset-controller", "ephemeral-volume-controller",
+		"persistentvolumeclaim-protection-controller", "cronjob-controller", "deployment-controller", "job-controller")
+	must(t, err, "the controller manager's controllers")
 	newNode(t, "e2e-node-walk")
 
 	cases := []walkCase{

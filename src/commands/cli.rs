@@ -324,11 +324,20 @@ pub struct ServeArgs {
     #[arg(long, default_value = "120s", value_parser = duration)]
     pub idle_timeout: Duration,
 
-    /// Most HTTPS connections open at once; one more is closed at accept.
-    /// An API server keeps up to 25 to a webhook: 1000 leaves room for
-    /// forty and bounds what connections hold.
+    /// Most HTTPS connections open at once. At the cap a new connection
+    /// takes the place of the least valuable one (a TLS handshake not
+    /// finished, then a connection that sent no review, then the longest
+    /// idle); it is closed at accept only when every one serves reviews.
+    /// An API server keeps up to 25 to a webhook path: 1000 leaves room for
+    /// a dozen and bounds what connections hold.
     #[arg(long, default_value_t = crate::serve::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
     pub max_connections: usize,
+
+    /// Most HTTPS connections one source address holds at once; past it,
+    /// its own least valuable connection makes room. Default: a quarter of
+    /// --max-connections, at least 50.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
+    pub max_connections_per_source: Option<usize>,
 
     /// Most live owner GETs in flight at once, across all reviews; a lookup
     /// that finds no room before its deadline fails (503, or allowed under

@@ -26,7 +26,7 @@
 //! instead (create.rs): its copies could never say which pod `Self` was.
 
 use crate::admission::{AdmissionRequest, ObjectMeta};
-use crate::decide::resolve::{CONTROLLER_MANAGER, annotation};
+use crate::decide::resolve::{CONTROLLER_MANAGER, annotation, references};
 
 /// The service accounts of the controllers that copy a Service's (or its
 /// Endpoints') labels onto what they create.
@@ -54,16 +54,26 @@ pub(super) enum Copy {
 pub(super) fn copy_of(request: &AdmissionRequest, meta: &ObjectMeta) -> Option<Copy> {
     let user = request.user_info.username.as_str();
     let kind = (request.kind.group.as_str(), request.kind.kind.as_str());
+    let refs = references(meta);
     let endpoints = matches!(
         kind,
         ("", "Endpoints") | ("discovery.k8s.io", "EndpointSlice")
     );
-    if endpoints && (ENDPOINTS_COPIERS.contains(&user) || user == CONTROLLER_MANAGER) {
+    // The controllers write one reference of their own (the Service's or
+    // the Endpoints'), never a pod's: a copy that carries anything that
+    // means a pod is judged as any object.
+    if endpoints
+        && (ENDPOINTS_COPIERS.contains(&user) || user == CONTROLLER_MANAGER)
+        && !refs.iter().any(|r| r.means_pod())
+    {
         return Some(Copy::Endpoints);
     }
+    // The kubelet writes exactly one reference, to its Node (and
+    // NodeRestriction allows no other).
     if kind == ("", "Pod")
         && user.starts_with("system:node:")
         && annotation(meta, MIRROR_POD_ANNOTATION).is_some()
+        && matches!(refs, [node] if node.api_version == "v1" && node.kind == "Node")
     {
         return Some(Copy::MirrorPod);
     }

@@ -176,7 +176,7 @@ pub(super) fn plan(
 /// its annotation, no uid label), and a reference already there, leave it
 /// unchanged; so does every other question of ownership, which is the
 /// Service's, judged when it was made.
-fn copy_plan(
+pub(super) fn copy_plan(
     meta: &ObjectMeta,
     at: Subject,
     webhook: WebhookKind,

@@ -20,12 +20,14 @@ impl fmt::Display for ObjectName {
         } else {
             &self.kind
         };
+        // The name reaches a mutating webhook before the API server
+        // validates it: shown as every value a client wrote.
         if self.generated {
-            write!(f, "{kind} '{}*' (generateName)", self.name)
+            write!(f, "{} '{}*' (generateName)", Shown(kind), Shown(&self.name))
         } else if self.name.is_empty() {
-            write!(f, "{kind} (no name)")
+            write!(f, "{} (no name)", Shown(kind))
         } else {
-            write!(f, "{kind} '{}'", self.name)
+            write!(f, "{} '{}'", Shown(kind), Shown(&self.name))
         }
     }
 }
@@ -53,8 +55,11 @@ impl fmt::Display for Subject {
 }
 
 /// A value the client wrote, shown in a message: cut at 64 characters and
-/// with control characters escaped, so a crafted value cannot make a
-/// message of megabytes or forge lines in a log.
+/// with control characters (and those that move or reorder text on a
+/// terminal: line and paragraph separators, bidirectional controls)
+/// escaped, so a crafted value cannot make a message of megabytes, forge
+/// lines in a log, or drive a terminal (`ownerguard review` prints
+/// messages).
 pub struct Shown<'a>(pub &'a str);
 
 impl fmt::Display for Shown<'_> {
@@ -64,7 +69,7 @@ impl fmt::Display for Shown<'_> {
             if count == MAX_CHARS {
                 return f.write_str("...");
             }
-            if c.is_control() {
+            if c.is_control() || moves_text(c) {
                 write!(f, "{}", c.escape_default())?;
             } else {
                 write!(f, "{c}")?;
@@ -72,6 +77,16 @@ impl fmt::Display for Shown<'_> {
         }
         Ok(())
     }
+}
+
+/// A character that is no control character but moves or reorders the
+/// text around it on a terminal.
+pub fn moves_text(c: char) -> bool {
+    matches!(
+        c,
+        '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
+    ) || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
 }
 
 /// An apiVersion or kind the client wrote, shown so that what differs from

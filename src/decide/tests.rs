@@ -2838,6 +2838,7 @@ fn rule_16_a_controllers_reference_to_the_pod_it_condemns_on_its_claim_is_admitt
     let claim = |refs: Value| {
         let mut object = object(owner_labels("w-1", "uid-1"), Some(refs));
         object["kind"] = json!("PersistentVolumeClaim");
+        object["metadata"]["name"] = json!("data-db-2");
         object
     };
     let condemned = json!({"apiVersion": "v1", "kind": "Pod", "name": "db-2", "uid": "uid-db-2", "controller": true, "blockOwnerDeletion": true});
@@ -2879,9 +2880,112 @@ fn rule_16_a_controllers_reference_to_the_pod_it_condemns_on_its_claim_is_admitt
     let err = mutate(&req, lookups(&[("db-2", Ok(Some(("uid-other", false))))])).unwrap_err();
     assert!(matches!(err, Denial::OwnerUidMismatch { .. }), "{err:?}");
     // A pod (a worker's token) adding that reference is judged as ever.
-    let from_worker = from_pod(review, "w-1", "uid-1");
+    let from_worker = from_pod(review.clone(), "w-1", "uid-1");
     let err = mutate(&from_worker, terminating()).unwrap_err();
     assert!(!matches!(err, Denial::OwnerFinished { .. }), "{err:?}");
+    // So is anyone but the statefulset controller (a user tying the claim
+    // to a finished pod would keep it until that pod's object goes), and
+    // the controller on a claim that is not that pod's.
+    let finished_pod = || finished("db-2", "uid-db-2", crate::owner::Finished::Succeeded);
+    let err = mutate(&as_user(review.clone(), "mallory"), finished_pod()).unwrap_err();
+    assert!(matches!(err, Denial::OwnerFinished { .. }), "{err:?}");
+    let mut other_claim = review;
+    other_claim["object"]["metadata"]["name"] = json!("prompt-1");
+    let req = as_user(
+        other_claim,
+        "system:serviceaccount:kube-system:statefulset-controller",
+    );
+    let err = mutate(&req, finished_pod()).unwrap_err();
+    assert!(matches!(err, Denial::OwnerFinished { .. }), "{err:?}");
+}
+
+#[test]
+fn rule_16_a_copy_updated_by_its_controller_is_never_refused() {
+    // Endpoints made before the Service (unlabelled), relabelled by the
+    // endpoints controller with the Service's labels: the owner label is
+    // added, which an UPDATE may not do, but this is a copy.
+    let mut old = object(json!({}), None);
+    old["kind"] = json!("Endpoints");
+    let mut new = object(owner_labels("w-1", "uid-1"), None);
+    new["kind"] = json!("Endpoints");
+    let (_, mut review) = request("UPDATE", new.clone(), Some(old));
+    review["kind"] = json!({"group": "", "version": "v1", "kind": "Endpoints"});
+    let req = as_user(
+        review.clone(),
+        "system:serviceaccount:kube-system:endpoint-controller",
+    );
+    let allowed = mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
+    assert_eq!(
+        patched(&new, &allowed)["metadata"]["ownerReferences"][0]["uid"],
+        json!("uid-1")
+    );
+    assert!(
+        mutate(&req, lookups(&[("w-1", Ok(None))]))
+            .unwrap()
+            .patch
+            .is_empty()
+    );
+    assert!(validate(&req, HashMap::new()).unwrap().patch.is_empty());
+    // By anyone else it is the update it looks like.
+    let err = mutate(&as_user(review, "alice"), running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(matches!(err, Denial::OwnerLabelAdded { .. }), "{err:?}");
+}
+
+#[test]
+fn rule_16_a_copy_that_names_a_pod_is_judged_as_any_object() {
+    let ghost = json!([{"apiVersion": "v1", "kind": "Pod", "name": "ghost", "uid": "uid-ghost", "blockOwnerDeletion": true}]);
+    let mut object = object(owner_labels("w-1", "uid-1"), Some(ghost.clone()));
+    object["kind"] = json!("Endpoints");
+    let (_, mut review) = request("CREATE", object, None);
+    review["kind"] = json!({"group": "", "version": "v1", "kind": "Endpoints"});
+    let req = as_user(
+        review,
+        "system:serviceaccount:kube-system:endpoint-controller",
+    );
+    let err = mutate(
+        &req,
+        lookups(&[("w-1", Ok(Some(("uid-1", false)))), ("ghost", Ok(None))]),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Denial::OwnerNotFound { .. }), "{err:?}");
+    // A "mirror pod" with a Pod reference beside its Node's is no mirror pod.
+    let refs = json!([{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-n1", "controller": true}, ghost[0]]);
+    let (_, mut review) = request(
+        "CREATE",
+        object_with(owner_labels("w-1", "uid-1"), refs),
+        None,
+    );
+    review["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
+    review["object"]["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "hash"});
+    let req = as_user(review, "system:node:n1");
+    assert!(
+        plan(&req, WebhookKind::Mutate, &Policy::default())
+            .unwrap()
+            .is_some()
+    );
+}
+
+fn object_with(labels: Value, references: Value) -> Value {
+    object(labels, Some(references))
+}
+
+#[test]
+fn a_name_with_control_characters_is_shown_escaped_in_every_message() {
+    let mut review = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None).1;
+    review["object"]["metadata"]["name"] = json!("x\u{1b}[2J\nownerguard: allowed\u{202e}");
+    let err = mutate(
+        &serde_json::from_value(review).unwrap(),
+        lookups(&[("w-1", Ok(None))]),
+    )
+    .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        !message
+            .chars()
+            .any(|c| c.is_control() || crate::decide::subject::moves_text(c)),
+        "{message:?}"
+    );
+    assert!(message.contains("\\u{1b}[2J\\nownerguard"), "{message}");
 }
 
 /// A CREATE of `kind` in `group` by `user`, labelled `labels`.

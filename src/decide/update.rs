@@ -16,6 +16,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::admission::{AdmissionRequest, ObjectMeta, OwnerReference};
+use crate::decide::copies;
 use crate::decide::denial::Denial;
 use crate::decide::patch::MetadataPatch;
 use crate::decide::resolve::Claim;
@@ -118,6 +119,17 @@ pub(super) fn plan(
         namespace,
         owner: Some(declared.clone()).filter(|owner| !owner.is_empty()),
     };
+    // A controller's copy of a Service's labels, updated as it syncs
+    // (labels replaced by the Service's, an object made before the
+    // Service reused, a mirrored slice rebuilt): judged as its create is,
+    // never refused (rule 16).
+    if copies::copy_of(request, meta) == Some(copies::Copy::Endpoints) {
+        return Ok(if webhook.mutates() {
+            super::create::copy_plan(meta, at, webhook, policy)
+        } else {
+            None
+        });
+    }
     let Some(old) = old else {
         return Err(Denial::MissingOldObject {
             at,
@@ -279,10 +291,16 @@ pub(super) fn plan(
     // controller is condemning, often being deleted or finished already:
     // judged by whether the collector can resolve it, never by whether the
     // pod still runs, or the controller's sync stalls on the refusal.
-    let retention_claims: Vec<Claim> = if requester.is_none() && is_claim(request) {
+    let retention_claims: Vec<Claim> = if requester.is_none()
+        && is_statefulset_controller(request)
+        && is_claim(request)
+    {
+        let claim_name = meta.name.as_deref().unwrap_or_default();
         let (retention, others): (Vec<Claim>, Vec<Claim>) = claims.into_iter().partition(|claim| {
             matches!(claim.origin, crate::decide::resolve::Origin::Reference(index)
-                if new_references[index].controller == Some(true))
+                if new_references[index].controller == Some(true)
+                    // The set names a pod's claim `<template>-<pod>`.
+                    && claim_name.strip_suffix(claim.name.as_str()).is_some_and(|rest| rest.ends_with('-')))
         });
         claims = others;
         retention
@@ -554,4 +572,13 @@ fn reference_changed(at: Subject, before: &OwnerReference, after: &OwnerReferenc
 /// Whether the request is for a PersistentVolumeClaim (core group).
 fn is_claim(request: &AdmissionRequest) -> bool {
     request.kind.group.is_empty() && request.kind.kind == "PersistentVolumeClaim"
+}
+
+/// Whether the request comes from the statefulset controller: its own
+/// service account, or the controller manager's user that every controller
+/// shares without per-controller credentials.
+fn is_statefulset_controller(request: &AdmissionRequest) -> bool {
+    let user = request.user_info.username.as_str();
+    user == "system:serviceaccount:kube-system:statefulset-controller"
+        || user == crate::decide::resolve::CONTROLLER_MANAGER
 }

@@ -95,13 +95,7 @@ impl Visit for Visitor<'_, '_> {
 /// A character written as an escape: a control character, or one that
 /// moves or reorders the text around it on a terminal.
 fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
-        )
-        || ('\u{202a}'..='\u{202e}').contains(&c)
-        || ('\u{2066}'..='\u{2069}').contains(&c)
+    c.is_control() || crate::decide::subject::moves_text(c)
 }
 
 /// A value written bare when that reads back as exactly it, else quoted.

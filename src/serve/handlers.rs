@@ -5,16 +5,20 @@
 //! is an answer (HTTP 200), and its code is the decision's
 //! ([`crate::decide::denial::Denial::code`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::Extension;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
 
 use crate::admission::DecodeError;
@@ -23,28 +27,123 @@ use crate::k8s::duration::parse_go_duration;
 use crate::webhook::Webhook;
 
 /// The largest review the API server can send, from its own limits
-/// (SPEC §4): a request body of at most 3 MiB (`MaxRequestBodyBytes`,
-/// k8s.io/apiserver, no flag) becomes the review's `object`, and an
-/// UPDATE's `oldObject` is what etcd stored, at most 1.5 MiB (its default
-/// `--max-request-bytes`); the API server writes both with Go's JSON
-/// encoder, which escapes `<`, `>` and `&` as six bytes each, so a
-/// built-in object of such characters (stored as protobuf) grows six-fold:
-/// 6 × (3 + 1.5) MiB = 27 MiB, plus the envelope and managed fields.
-pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// (SPEC §4). A request body is at most 3 MiB (`MaxRequestBodyBytes`,
+/// k8s.io/apiserver, no flag); a JSON patch may grow the object it patches
+/// (at most 1.5 MiB, etcd's default `--max-request-bytes`) by its own 3 MiB
+/// and 3 MiB more of `copy` operations (`JSONPatchMaxCopyBytes`), and the
+/// review carries the result before etcd refuses it: 7.5 MiB of object,
+/// and an UPDATE's `oldObject` of up to 1.5 MiB. Go's JSON encoder writes
+/// `<`, `>` and `&` as six bytes each, so a built-in object of them
+/// (stored as protobuf) grows six-fold: 6 × (7.5 + 1.5) MiB = 54 MiB, plus
+/// the envelope.
+pub const MAX_BODY_BYTES: usize = 56 * 1024 * 1024;
 
-/// The bytes of request bodies held at once across all requests: two of
-/// the largest reviews, or thousands of everyday ones. A request whose body
-/// does not fit waits for room (within its own timeout) rather than being
-/// refused, so the largest review is still decided while memory stays
-/// bounded under any concurrency (the chart's limit is 256 MiB).
-pub const BODY_BUDGET_BYTES: usize = 2 * MAX_BODY_BYTES;
+/// The bytes of request bodies held at once across all requests. A
+/// request waits for room for its declared body (within its own timeout)
+/// rather than being refused, so the largest review is still decided while
+/// memory stays bounded under any concurrency: the chart's limit is
+/// 256 MiB, a thousand connections at the cap under a flood hold about
+/// 160 MiB (performance.md), and bodies are read into one buffer, never
+/// copied again.
+pub const BODY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+
+/// What one source address may hold of the budget: one largest review. A
+/// client that declares bodies it never sends cannot take the room of the
+/// API server's reviews.
+pub const BODY_SHARE_PER_SOURCE: usize = MAX_BODY_BYTES;
+
+/// The slowest a body may arrive once its request has begun: the API
+/// server writes it at once, so a body that trickles (holding its room in
+/// the budget) is cut at a second plus its size at this rate.
+const BODY_BYTES_PER_SECOND: f64 = 8.0 * 1024.0 * 1024.0;
+
+/// The address a request came from, which the accept loop puts in its
+/// extensions (absent when the router is driven without a socket).
+#[derive(Debug, Clone, Copy)]
+pub struct Source(pub IpAddr);
+
+/// The budget of body bytes in flight, and each source's share of it.
+struct Budget {
+    total: Semaphore,
+    sources: Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
+}
+
+/// Room for one body, given back when dropped.
+struct Room<'a> {
+    _total: tokio::sync::SemaphorePermit<'a>,
+    source: Option<(IpAddr, Arc<Semaphore>, tokio::sync::OwnedSemaphorePermit)>,
+    budget: &'a Budget,
+}
+
+impl Budget {
+    fn new(bytes: usize) -> Self {
+        Self {
+            total: Semaphore::new(bytes),
+            sources: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Wait for room for `bytes`: the source's share first, then the
+    /// total, so that one source's waiters never queue ahead of another's
+    /// in the total.
+    async fn reserve(&self, source: Option<IpAddr>, bytes: usize) -> Room<'_> {
+        let permits = u32::try_from(bytes).unwrap_or(u32::MAX);
+        let source = match source {
+            Some(ip) => {
+                let share = self
+                    .sources
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .entry(ip)
+                    .or_insert_with(|| Arc::new(Semaphore::new(BODY_SHARE_PER_SOURCE)))
+                    .clone();
+                let permit = share
+                    .clone()
+                    .acquire_many_owned(permits)
+                    .await
+                    .expect("never closed");
+                Some((ip, share, permit))
+            }
+            None => None,
+        };
+        let total = self
+            .total
+            .acquire_many(permits)
+            .await
+            .expect("never closed");
+        Room {
+            _total: total,
+            source,
+            budget: self,
+        }
+    }
+}
+
+impl Drop for Room<'_> {
+    fn drop(&mut self) {
+        // The source's share is forgotten once nothing of it is held, so
+        // the map holds only sources with a body in flight.
+        if let Some((ip, share, permit)) = self.source.take() {
+            drop(permit);
+            let mut sources = self
+                .budget
+                .sources
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if share.available_permits() == BODY_SHARE_PER_SOURCE && Arc::strong_count(&share) == 2
+            {
+                sources.remove(&ip);
+            }
+        }
+    }
+}
 
 /// What the handlers share: the webhook, and the budget of body bytes in
 /// flight.
 #[derive(Clone)]
 struct Served {
     webhook: Arc<Webhook>,
-    budget: Arc<Semaphore>,
+    budget: Arc<Budget>,
 }
 
 /// `/mutate`, `/validate` and `/validate-all`, ready to serve or to drive
@@ -64,35 +163,49 @@ pub fn router_with_budget(webhook: Arc<Webhook>, budget_bytes: usize) -> Router 
         .fallback(not_found)
         .with_state(Served {
             webhook,
-            budget: Arc::new(Semaphore::new(budget)),
+            budget: Arc::new(Budget::new(budget)),
         })
 }
 
 async fn mutate(
     State(served): State<Served>,
+    source: Option<Extension<Source>>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&served, Endpoint::MUTATE, &uri, &headers, body).await
+    let source = source.map(|Extension(Source(ip))| ip);
+    handle(&served, Endpoint::MUTATE, source, &uri, &headers, body).await
 }
 
 async fn validate(
     State(served): State<Served>,
+    source: Option<Extension<Source>>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&served, Endpoint::VALIDATE, &uri, &headers, body).await
+    let source = source.map(|Extension(Source(ip))| ip);
+    handle(&served, Endpoint::VALIDATE, source, &uri, &headers, body).await
 }
 
 async fn validate_all(
     State(served): State<Served>,
+    source: Option<Extension<Source>>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&served, Endpoint::VALIDATE_ALL, &uri, &headers, body).await
+    let source = source.map(|Extension(Source(ip))| ip);
+    handle(
+        &served,
+        Endpoint::VALIDATE_ALL,
+        source,
+        &uri,
+        &headers,
+        body,
+    )
+    .await
 }
 
 async fn not_found(uri: Uri) -> Response {
@@ -146,6 +259,7 @@ impl IntoResponse for TransportError {
 async fn handle(
     served: &Served,
     endpoint: Endpoint,
+    source: Option<IpAddr>,
     uri: &Uri,
     headers: &HeaderMap,
     body: Body,
@@ -166,19 +280,15 @@ async fn handle(
         // always declares it; one that does not is held to the largest),
         // kept until the answer is written.
         let want = declared_length.unwrap_or(MAX_BODY_BYTES).max(1);
-        let _room = served
-            .budget
-            .acquire_many(u32::try_from(want).unwrap_or(u32::MAX))
-            .await
-            .map_err(|_| TransportError::Unreadable("the server is shutting down".to_string()))?;
+        let _room = served.budget.reserve(source, want).await;
         let limit = declared_length.unwrap_or(MAX_BODY_BYTES);
-        let bytes = match Limited::new(body, limit).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                return Err(TransportError::TooLarge);
-            }
-            Err(e) => return Err(TransportError::Unreadable(e.to_string())),
-        };
+        let read_for =
+            Duration::from_secs(1) + Duration::from_secs_f64(want as f64 / BODY_BYTES_PER_SECOND);
+        let bytes =
+            match tokio::time::timeout(read_for, read_body(body, limit, declared_length)).await {
+                Ok(bytes) => bytes?,
+                Err(_) => return Err(TransportError::TimedOut { after: read_for }),
+            };
         let answer = served.webhook.answer_at(endpoint, &bytes, timeout).await?;
         Ok(([(header::CONTENT_TYPE, "application/json")], answer.body).into_response())
     });
@@ -187,6 +297,25 @@ async fn handle(
         Ok(Err(error)) => error.into_response(),
         Err(_) => TransportError::TimedOut { after: deadline }.into_response(),
     }
+}
+
+/// The body, read into one buffer of its declared size (no second copy).
+async fn read_body(
+    mut body: Body,
+    limit: usize,
+    declared: Option<usize>,
+) -> Result<Bytes, TransportError> {
+    let mut buffer = BytesMut::with_capacity(declared.unwrap_or(64 * 1024));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| TransportError::Unreadable(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if buffer.len() + data.len() > limit {
+                return Err(TransportError::TooLarge);
+            }
+            buffer.extend_from_slice(&data);
+        }
+    }
+    Ok(buffer.freeze())
 }
 
 /// The longest the API server waits for a webhook (`timeoutSeconds` is at

@@ -8,6 +8,7 @@
 //! reading request headers (a slow client must not hold a connection), and
 //! a graceful drain that lets in-flight reviews finish.
 
+pub mod connections;
 pub(crate) mod handlers;
 pub(crate) mod idle;
 pub(crate) mod tls;
@@ -31,9 +32,8 @@ use axum::routing::get;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use idle::IdleTimeout;
@@ -67,8 +67,13 @@ pub struct ServeOptions {
     /// A connection with nothing read or written for this long is closed
     /// ([`idle`]).
     pub idle_timeout: Duration,
-    /// Connections open at once, at most; one more is closed at accept.
+    /// Connections open at once, at most. At the cap a new connection
+    /// takes the place of the least valuable one ([`connections`]), or is
+    /// closed at accept when every one is serving reviews.
     pub max_connections: usize,
+    /// Connections one source address may hold at once; past it, its own
+    /// least valuable one makes room.
+    pub max_connections_per_source: usize,
 }
 
 /// `--max-connections`'s default. A Kubernetes API server keeps up to 25
@@ -221,7 +226,10 @@ impl Server {
         let metrics = webhook.metrics().clone();
         let app = handlers::router(webhook);
         let graceful = GracefulShutdown::new();
-        let slots = Arc::new(Semaphore::new(options.max_connections));
+        let table = connections::Connections::new(
+            options.max_connections,
+            options.max_connections_per_source,
+        );
         let idle_timeout = options.idle_timeout;
         loop {
             tokio::select! {
@@ -235,28 +243,57 @@ impl Server {
                             continue;
                         }
                     };
-                    // At the cap, the connection is closed at once: it
-                    // waits for nothing, and holds nothing.
-                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    // At the cap, the least valuable connection makes room
+                    // (a handshake that never ends, a connection that never
+                    // sent a review); when every one serves reviews, the new
+                    // one is closed at once: it waits for nothing, and holds
+                    // nothing.
+                    let Ok(slot) = table.admit(peer.ip()) else {
                         metrics.count_connection_refused();
-                        debug!(%peer, "connection refused: --max-connections reached");
+                        debug!(%peer, "connection refused: --max-connections reached, every connection serving");
                         drop(stream);
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
                     let acceptor = acceptor.clone();
                     let open = metrics.clone();
-                    let service = TowerToHyperService::new(app.clone());
                     let watcher = graceful.watcher();
+                    let handshake_timeout = if table.under_pressure() {
+                        connections::HANDSHAKE_TIMEOUT_UNDER_PRESSURE
+                    } else {
+                        HANDSHAKE_TIMEOUT
+                    };
+                    let app = app.clone();
                     tokio::spawn(async move {
                         open.connection_opened();
-                        let _closed = Closed { metrics: open, _slot: slot };
+                        let slot = Arc::new(slot);
+                        let _closed = Closed { metrics: open, _slot: slot.clone() };
                         let stream = IdleTimeout::new(stream, idle_timeout);
-                        let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                            Ok(Ok(tls)) => tls,
-                            Ok(Err(error)) => return debug!(%peer, %error, "TLS handshake failed"),
-                            Err(_) => return debug!(%peer, "TLS handshake timed out"),
+                        let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
+                        let tls = tokio::select! {
+                            done = handshake => match done {
+                                Ok(Ok(tls)) => tls,
+                                Ok(Err(error)) => return debug!(%peer, %error, "TLS handshake failed"),
+                                Err(_) => return debug!(%peer, "TLS handshake timed out"),
+                            },
+                            () = slot.shed() => return debug!(%peer, "connection shed in its handshake to make room"),
                         };
+                        slot.handshaken();
+                        // Every review marks its connection busy while it is
+                        // decided, so that it is never shed mid-review.
+                        let reviewing = slot.clone();
+                        let service = hyper::service::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+                            reviewing.review_started();
+                            let (app, slot) = (app.clone(), reviewing.clone());
+                            // The source's share of the body budget (handlers).
+                            let mut request = request.map(axum::body::Body::new);
+                            request.extensions_mut().insert(handlers::Source(peer.ip()));
+                            async move {
+                                let response = tower::ServiceExt::oneshot(app, request).await;
+                                slot.answered();
+                                response
+                            }
+                        });
                         let mut builder = auto::Builder::new(TokioExecutor::new());
                         // hyper (since 1.6) times the header read from when a
                         // keep-alive connection goes idle, not from its first
@@ -268,8 +305,11 @@ impl Server {
                         builder.http1().timer(TokioTimer::new()).header_read_timeout(idle_timeout).keep_alive(true);
                         builder.http2().timer(TokioTimer::new());
                         let connection = builder.serve_connection(TokioIo::new(tls), service);
-                        if let Err(error) = watcher.watch(connection).await {
-                            debug!(%peer, %error, "connection ended with an error");
+                        tokio::select! {
+                            result = watcher.watch(connection) => if let Err(error) = result {
+                                debug!(%peer, %error, "connection ended with an error");
+                            },
+                            () = slot.shed() => debug!(%peer, "idle connection shed to make room"),
                         }
                     });
                 }
@@ -299,7 +339,7 @@ impl Server {
 /// it ends.
 struct Closed {
     metrics: Arc<crate::observe::Metrics>,
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    _slot: Arc<connections::Slot>,
 }
 
 impl Drop for Closed {

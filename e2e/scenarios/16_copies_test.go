@@ -38,13 +38,8 @@ func service(name string, labels, selector map[string]string) *corev1.Service {
 }
 
 func TestLabelCopies(t *testing.T) {
-	started, err := plane.StartedControllers()
-	must(t, err, "ask the controller manager which controllers it started")
-	for _, c := range []string{"endpoints-controller", "endpointslice-controller", "endpointslice-mirroring-controller"} {
-		if !started[c] {
-			t.Fatalf("the controller manager did not start %s", c)
-		}
-	}
+	_, err := plane.WaitStartedControllers(ctxFor(t, time.Minute), "endpoints-controller", "endpointslice-controller", "endpointslice-mirroring-controller")
+	must(t, err, "the controller manager's endpoints controllers")
 
 	// A Service labelled by the worker's name: the endpoints and
 	// endpointslice controllers copy its labels onto the Endpoints and
@@ -153,6 +148,8 @@ func TestLabelCopies(t *testing.T) {
 // comes back first.
 func TestStatefulSetClaimRetention(t *testing.T) {
 	ctx := ctxFor(t, 4*time.Minute)
+	_, err := plane.WaitStartedControllers(ctx, "statefulset-controller", "garbage-collector-controller", "persistentvolumeclaim-protection-controller")
+	must(t, err, "the controller manager's statefulset controller")
 	ns := newNamespace(t, "retention", copyRules())
 	w := newWorker(t, ns, "worker-retention")
 	set := statefulSet("db", w, false)
@@ -164,7 +161,7 @@ func TestStatefulSetClaimRetention(t *testing.T) {
 		WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
 		WhenScaled:  appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
 	}
-	_, err := w.Client.AppsV1().StatefulSets(ns).Create(ctx, set, metav1.CreateOptions{})
+	_, err = w.Client.AppsV1().StatefulSets(ns).Create(ctx, set, metav1.CreateOptions{})
 	must(t, err, "create the labelled StatefulSet")
 	count := func(want int) func() error {
 		return func() error {

@@ -7,7 +7,9 @@ package scenarios
 // it (the flag's default) every controller calls the API server as the
 // controller manager's own user, system:kube-controller-manager. Under
 // each: an orphaning that leaves an object over ownerguard's reference
-// limit, and a foreground deletion, go through.
+// limit, and a foreground deletion, go through. Last of the suite: it
+// restarts the controller manager, whose controllers (the collector's
+// graph above all) then take a while to be whole again.
 
 import (
 	"context"

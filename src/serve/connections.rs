@@ -1,0 +1,392 @@
+//! Who keeps a connection when they are too many (SPEC §4, issue 25 item
+//! 6): the cap on open connections bounds memory, and under a flood it
+//! sheds the connections that are worth least, as Envoy's overload manager
+//! does, instead of refusing whoever comes next.
+//!
+//! A connection is, in the order it is shed:
+//!
+//! 1. *handshaking*: TCP open, the TLS handshake not done (anyone can open
+//!    these by the thousand and finish none);
+//! 2. *quiet*: the handshake done, no request sent yet;
+//! 3. *idle*: it has sent reviews and waits between them (an API server's
+//!    keep-alive connection), the longest idle first, and only after a
+//!    second of silence;
+//! 4. *busy*: a review in flight: never shed.
+//!
+//! A new connection at the cap takes the place of the first of those, so
+//! the API server's new connections still get in under a flood of
+//! connections that never send a review, and those that do send reviews
+//! keep being served. A source whose connections have had reviews answered
+//! (the API server's address) is *known*: a stranger's new connection only
+//! ever takes the place of another stranger's, while a known source's may
+//! take a stranger's first, so that a flood from many addresses that
+//! finish handshakes faster than a review is read cannot churn the API
+//! server's fresh connections away. A source (an IP address) holds at most
+//! a share of the cap: past it, its own least valuable connection makes
+//! room, so one client cannot fill the table with connections that each
+//! sent one review. Under pressure (three quarters full) a handshake gets
+//! a shorter bound.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// What a connection is doing, for who keeps their place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    Handshaking,
+    Quiet,
+    Idle,
+    Busy,
+}
+
+/// How long an idle connection must have been silent before it may be
+/// shed: one between two reviews of a steady client is not.
+const IDLE_BEFORE_SHED: Duration = Duration::from_secs(1);
+
+/// The handshake bound while the table is three quarters full.
+pub const HANDSHAKE_TIMEOUT_UNDER_PRESSURE: Duration = Duration::from_secs(2);
+
+#[derive(Debug)]
+struct Entry {
+    source: IpAddr,
+    /// Its source had reviews answered when it came in.
+    known: bool,
+    stage: Stage,
+    /// Reviews in flight on it (HTTP/2 multiplexes).
+    in_flight: u32,
+    /// When it entered its stage (or last went idle).
+    since: Instant,
+    shed: Arc<Notify>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    entries: HashMap<u64, Entry>,
+    per_source: HashMap<IpAddr, usize>,
+    /// Sources that had a review answered, and when last: the API
+    /// servers, in practice; the longest silent forgotten past
+    /// [`KNOWN_SOURCES`].
+    known: HashMap<IpAddr, Instant>,
+    next: u64,
+}
+
+/// Sources remembered as known: a cluster has a handful of API servers.
+const KNOWN_SOURCES: usize = 256;
+
+impl Table {
+    /// The connection worth least, if any may go: of `source` only, when
+    /// given; a known source's only when `known` asks (a stranger never
+    /// takes a known source's place).
+    fn least_valuable(&self, now: Instant, source: Option<IpAddr>, known: bool) -> Option<u64> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| source.is_none_or(|s| e.source == s))
+            .filter(|(_, e)| known || !e.known)
+            .filter(|(_, e)| match e.stage {
+                Stage::Handshaking | Stage::Quiet => true,
+                Stage::Idle => now.duration_since(e.since) >= IDLE_BEFORE_SHED,
+                Stage::Busy => false,
+            })
+            // Strangers first, then by stage, the oldest first; ids break
+            // ties (they grow with each admission).
+            .min_by_key(|&(&id, e)| (e.known, e.stage, e.since, id))
+            .map(|(&id, _)| id)
+    }
+
+    fn shed(&mut self, id: u64) {
+        if let Some(entry) = self.entries.get(&id) {
+            entry.shed.notify_one();
+        }
+    }
+}
+
+/// The open connections, their stages, and the cap.
+#[derive(Debug)]
+pub struct Connections {
+    table: Mutex<Table>,
+    cap: usize,
+    per_source: usize,
+}
+
+/// Why a connection was not let in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// At the cap, every connection busy or serving reviews.
+    Full,
+}
+
+impl Connections {
+    /// `cap` connections at most, `per_source` of them from one address.
+    pub fn new(cap: usize, per_source: usize) -> Arc<Self> {
+        Arc::new(Self {
+            table: Mutex::new(Table::default()),
+            cap: cap.max(1),
+            per_source: per_source.clamp(1, cap.max(1)),
+        })
+    }
+
+    /// A share of the cap for one source: a quarter, at least 50 (an API
+    /// server keeps up to 25 idle connections per webhook path).
+    pub fn default_per_source(cap: usize) -> usize {
+        (cap / 4).max(50)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Let a new connection from `source` in, making room when the table
+    /// is full (or the source holds its share) by shedding the least
+    /// valuable connection; refused when nothing may be shed.
+    ///
+    /// # Errors
+    ///
+    /// [`Refused::Full`] when every connection in the way is serving.
+    pub fn admit(self: &Arc<Self>, source: IpAddr) -> Result<Slot, Refused> {
+        let now = Instant::now();
+        let mut table = self.lock();
+        let known = table.known.contains_key(&source);
+        let from_source = table.per_source.get(&source).copied().unwrap_or(0);
+        if from_source >= self.per_source {
+            let victim = table
+                .least_valuable(now, Some(source), true)
+                .ok_or(Refused::Full)?;
+            table.shed(victim);
+        } else if table.entries.len() >= self.cap {
+            let victim = table
+                .least_valuable(now, None, known)
+                .ok_or(Refused::Full)?;
+            table.shed(victim);
+        }
+        let id = table.next;
+        table.next += 1;
+        let shed = Arc::new(Notify::new());
+        table.entries.insert(
+            id,
+            Entry {
+                source,
+                known,
+                stage: Stage::Handshaking,
+                in_flight: 0,
+                since: now,
+                shed: shed.clone(),
+            },
+        );
+        *table.per_source.entry(source).or_default() += 1;
+        Ok(Slot {
+            connections: self.clone(),
+            id,
+            shed,
+        })
+    }
+
+    /// Whether the table is three quarters full: handshakes get
+    /// [`HANDSHAKE_TIMEOUT_UNDER_PRESSURE`].
+    pub fn under_pressure(&self) -> bool {
+        self.lock().entries.len() * 4 >= self.cap * 3
+    }
+
+    /// Connections open, for tests and the metrics.
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn set(&self, id: u64, change: impl FnOnce(&mut Entry)) {
+        if let Some(entry) = self.lock().entries.get_mut(&id) {
+            change(entry);
+        }
+    }
+}
+
+/// A connection's place in the table, given back when dropped.
+#[derive(Debug)]
+pub struct Slot {
+    connections: Arc<Connections>,
+    id: u64,
+    shed: Arc<Notify>,
+}
+
+impl Slot {
+    /// The TLS handshake is done.
+    pub fn handshaken(&self) {
+        self.connections.set(self.id, |e| {
+            e.stage = Stage::Quiet;
+            e.since = Instant::now();
+        });
+    }
+
+    /// A review arrived on it; [`Slot::answered`] when it is answered.
+    pub fn review_started(&self) {
+        self.connections.set(self.id, |e| {
+            e.in_flight += 1;
+            e.stage = Stage::Busy;
+        });
+    }
+
+    /// A review on it was answered: its source is known from now on.
+    pub fn answered(&self) {
+        let now = Instant::now();
+        let mut table = self.connections.lock();
+        let Some(entry) = table.entries.get_mut(&self.id) else {
+            return;
+        };
+        entry.in_flight = entry.in_flight.saturating_sub(1);
+        if entry.in_flight == 0 {
+            entry.stage = Stage::Idle;
+            entry.since = now;
+        }
+        let source = entry.source;
+        if table.known.insert(source, now).is_none() && table.known.len() > KNOWN_SOURCES {
+            let oldest = table
+                .known
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(ip, _)| *ip);
+            if let Some(oldest) = oldest {
+                table.known.remove(&oldest);
+            }
+        }
+    }
+
+    /// Completes when the connection is to be shed to make room.
+    pub async fn shed(&self) {
+        self.shed.notified().await;
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut table = self.connections.lock();
+        if let Some(entry) = table.entries.remove(&self.id)
+            && let Some(count) = table.per_source.get_mut(&entry.source)
+        {
+            *count -= 1;
+            if *count == 0 {
+                table.per_source.remove(&entry.source);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, last])
+    }
+
+    /// Whether the slot has been told to go.
+    fn told_to_go(slot: &Slot) -> bool {
+        let notified = slot.shed.notified();
+        tokio::pin!(notified);
+        // A stored permit (notify_one before anyone waited) completes at once.
+        notified.as_mut().enable()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_cap_a_handshaking_connection_makes_room_before_a_quiet_one() {
+        let connections = Connections::new(3, 3);
+        let quiet = connections.admit(ip(1)).unwrap();
+        quiet.handshaken();
+        let handshaking = connections.admit(ip(2)).unwrap();
+        let serving = connections.admit(ip(3)).unwrap();
+        serving.handshaken();
+        serving.review_started();
+        let _new = connections.admit(ip(4)).unwrap();
+        assert!(told_to_go(&handshaking));
+        assert!(!told_to_go(&quiet) && !told_to_go(&serving));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_connection_is_never_shed_and_then_the_new_one_is_refused() {
+        let connections = Connections::new(2, 2);
+        let a = connections.admit(ip(1)).unwrap();
+        let b = connections.admit(ip(2)).unwrap();
+        for slot in [&a, &b] {
+            slot.handshaken();
+            slot.review_started();
+        }
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(connections.admit(ip(3)).unwrap_err(), Refused::Full);
+        assert!(!told_to_go(&a) && !told_to_go(&b));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_serving_connection_goes_only_after_a_second_of_silence_the_longest_idle_first()
+    {
+        let connections = Connections::new(2, 2);
+        let older = connections.admit(ip(1)).unwrap();
+        let newer = connections.admit(ip(2)).unwrap();
+        for slot in [&older, &newer] {
+            slot.handshaken();
+            slot.review_started();
+            slot.answered();
+            tokio::time::advance(Duration::from_millis(300)).await;
+        }
+        // Between two reviews: both keep their place.
+        assert_eq!(connections.admit(ip(3)).unwrap_err(), Refused::Full);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let _new = connections.admit(ip(3)).unwrap();
+        assert!(told_to_go(&older));
+        assert!(!told_to_go(&newer));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_source_past_its_share_sheds_its_own_connections_not_others() {
+        let connections = Connections::new(10, 2);
+        let other = connections.admit(ip(9)).unwrap();
+        let first = connections.admit(ip(1)).unwrap();
+        let _second = connections.admit(ip(1)).unwrap();
+        let _third = connections.admit(ip(1)).unwrap();
+        assert!(told_to_go(&first));
+        assert!(!told_to_go(&other));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stranger_never_takes_a_known_sources_place_and_a_known_source_takes_a_strangers() {
+        let connections = Connections::new(2, 2);
+        // The API server's address has had a review answered.
+        let api = connections.admit(ip(1)).unwrap();
+        api.handshaken();
+        api.review_started();
+        api.answered();
+        drop(api);
+        let fresh = connections.admit(ip(1)).unwrap();
+        fresh.handshaken();
+        let stranger = connections.admit(ip(2)).unwrap();
+        stranger.handshaken();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        // Another stranger: it may shed the stranger, never the known
+        // source's fresh connection, older though it is.
+        let _next = connections.admit(ip(3)).unwrap();
+        assert!(told_to_go(&stranger));
+        assert!(!told_to_go(&fresh));
+        // The known source comes in again: a stranger makes room.
+        let _again = connections.admit(ip(1)).unwrap();
+        assert!(!told_to_go(&fresh));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_given_back_frees_its_place_and_its_sources_share() {
+        let connections = Connections::new(1, 1);
+        let slot = connections.admit(ip(1)).unwrap();
+        slot.handshaken();
+        slot.review_started();
+        assert_eq!(connections.admit(ip(1)).unwrap_err(), Refused::Full);
+        drop(slot);
+        assert!(connections.is_empty());
+        let _again = connections.admit(ip(1)).unwrap();
+    }
+}
