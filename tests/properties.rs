@@ -2572,26 +2572,48 @@ impl Padding {
         const MARK: &str = "\"__ownerguard_padding__\"";
         let mut review = review.clone();
         let request = &mut review["request"];
-        let at: &mut Value = match self.place {
-            0 => &mut request["options"],
-            1 => &mut request["object"]["spec"],
-            2 => &mut request["object"]["metadata"],
-            _ => &mut request["oldObject"],
+        let has_old = request["oldObject"].is_object();
+        // Where: a field ownerguard skips, or one it reads for its shape
+        // (a template's labels: a deep value there is another shape, as
+        // the shallow one is).
+        let (at, key): (&mut Value, &str) = match self.place {
+            1 => (&mut request["object"]["spec"], "ownerguardPadding"),
+            2 => (&mut request["object"]["metadata"], "ownerguardPadding"),
+            3 if has_old => (&mut request["oldObject"], "ownerguardPadding"),
+            4 => (
+                &mut request["object"]["spec"]["template"]["metadata"],
+                "labels",
+            ),
+            5 => (
+                &mut request["object"]["spec"]["template"]["metadata"],
+                "annotations",
+            ),
+            _ => (&mut request["options"], "ownerguardPadding"),
         };
         if !at.is_object() {
             *at = json!({});
         }
-        at["ownerguardPadding"] =
-            json!({"deep": "__ownerguard_padding__", "text": "__ownerguard_text__"});
+        at[key] = json!({"deep": "__ownerguard_padding__", "text": "__ownerguard_text__"});
         let text = serde_json::to_string(&review).unwrap();
         let depth = self.depth.max(1);
-        let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        // Lists on even depths, maps on odd ones.
+        let (deep, shallow) = if depth.is_multiple_of(2) {
+            (
+                format!("{}{}", "[".repeat(depth), "]".repeat(depth)),
+                "[]".to_string(),
+            )
+        } else {
+            (
+                format!("{}{{}}{}", "{\"a\":".repeat(depth), "}".repeat(depth)),
+                "{\"a\":{}}".to_string(),
+            )
+        };
         let large = format!("\"{}\"", "\\u003c".repeat(self.escaped_bytes));
         let padded = text
             .replacen(MARK, &deep, 1)
             .replacen("\"__ownerguard_text__\"", &large, 1);
         let plain = text
-            .replacen(MARK, "[]", 1)
+            .replacen(MARK, &shallow, 1)
             .replacen("\"__ownerguard_text__\"", "\"\"", 1);
         (padded, plain)
     }

@@ -733,12 +733,13 @@ async fn at_the_cap_with_every_connection_serving_a_new_one_is_refused_until_one
 async fn a_client_that_declares_large_bodies_and_trickles_them_takes_no_room_from_others() {
     use tokio::io::AsyncWriteExt;
     let server = TestServer::start(Arc::new(inventory()), None, Duration::ZERO).await;
-    // From another address: two requests that each declare the largest
-    // body and then send a byte a second, holding their room.
+    // From two other addresses: requests that each declare the largest
+    // body and then send nothing more, holding their room (the first) or
+    // waiting for it (the second) for as long as the server lets them.
     let mut attackers = Vec::new();
-    for _ in 0..2 {
+    for address in ["127.0.0.2:0", "127.0.0.3:0", "127.0.0.2:0"] {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        socket.bind(address.parse().unwrap()).unwrap();
         let tcp = socket.connect(server.https).await.unwrap();
         let connector =
             tokio_rustls::TlsConnector::from(Arc::new(client_config(&[&server.ca.ca_pem], None)));
@@ -750,7 +751,7 @@ async fn a_client_that_declares_large_bodies_and_trickles_them_takes_no_room_fro
             .await
             .unwrap();
         let head = format!(
-            "POST /mutate?timeout=30s HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{{",
+            "POST /mutate?timeout=1000h HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{{",
             ownerguard::serve::MAX_BODY_BYTES
         );
         tls.write_all(head.as_bytes()).await.unwrap();

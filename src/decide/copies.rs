@@ -80,6 +80,26 @@ pub(super) fn copy_of(request: &AdmissionRequest, meta: &ObjectMeta) -> Option<C
     None
 }
 
+/// Whether `request` is a copying controller's UPDATE of Endpoints or an
+/// EndpointSlice that keeps every reference the old object had: the
+/// endpoints controller takes over an Endpoints of the Service's name
+/// that a worker made (its reference on it), relabelling it with the
+/// Service's labels and keeping its references. Judged as a copy: never
+/// refused, the references kept as they were.
+pub(super) fn keeps_references(
+    request: &AdmissionRequest,
+    meta: &ObjectMeta,
+    old: &ObjectMeta,
+) -> bool {
+    let user = request.user_info.username.as_str();
+    let kind = (request.kind.group.as_str(), request.kind.kind.as_str());
+    matches!(
+        kind,
+        ("", "Endpoints") | ("discovery.k8s.io", "EndpointSlice")
+    ) && (ENDPOINTS_COPIERS.contains(&user) || user == CONTROLLER_MANAGER)
+        && references(meta) == references(old)
+}
+
 /// Whether the object's labels are copied by a controller onto objects
 /// that controller creates without a pod identity: a Service's, onto its
 /// Endpoints and EndpointSlices. `Self` cannot be resolved on those.

@@ -157,6 +157,25 @@ pub enum Denial {
         owner: String,
     },
 
+    /// A CronJob whose Job template has no labels, its pod template
+    /// labelled `Self`: the API server gives each Job the pod template's
+    /// labels (batch/v1 defaulting), not its annotations, and the cronjob
+    /// controller creates it without pod identity, so the Job could never
+    /// say which pod `Self` was.
+    #[error(
+        "{at}: its spec.jobTemplate.spec.template is labelled {key}: Self (owner pod '{}') and \
+         spec.jobTemplate.metadata has no labels, so the API server gives each Job the pod \
+         template's labels but not its annotations, and the Jobs the CronJob controller creates \
+         could not tell which pod Self was: label spec.jobTemplate.metadata with {key}: {} too, \
+         or label the pod template with the pod's name",
+        Shown(.owner), Shown(.owner)
+    )]
+    SelfInDefaultedJobLabels {
+        at: Subject,
+        key: String,
+        owner: String,
+    },
+
     /// The name annotation naming another pod than the owner label (the
     /// annotation completes `Self`; beside a name it may only restate it).
     #[error(
@@ -527,6 +546,7 @@ impl Denial {
             | Self::MissingOwnerUid { .. }
             | Self::SelfWithoutPodIdentity { .. }
             | Self::SelfOnCopiedLabels { .. }
+            | Self::SelfInDefaultedJobLabels { .. }
             | Self::StrayOwnerAnnotation { .. }
             | Self::HalfClaim { .. }
             | Self::InvalidNamespace { .. }

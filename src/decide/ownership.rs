@@ -86,11 +86,15 @@ pub(super) fn is_collectors_removal(request: &AdmissionRequest, labels: &OwnerLa
                     let before: HashSet<&OwnerReference> =
                         references(&old.metadata).iter().collect();
                     references(&new.metadata).iter().all(|kept| {
+                        // Unblocked: true (or, for a custom resource's JSON
+                        // merge patch, unset) become false.
                         before.contains(kept)
                             || (kept.block_owner_deletion == Some(false)
-                                && before.contains(&OwnerReference {
-                                    block_owner_deletion: Some(true),
-                                    ..kept.clone()
+                                && [Some(true), None].into_iter().any(|was| {
+                                    before.contains(&OwnerReference {
+                                        block_owner_deletion: was,
+                                        ..kept.clone()
+                                    })
                                 }))
                     })
                 }

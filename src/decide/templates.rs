@@ -86,6 +86,7 @@ pub(super) fn complete(
         )
     };
     let templates = head.templates();
+    check_defaulted_job_labels(&templates, &old_templates, at, owner, labels)?;
     for template in &templates {
         let Some(value) = template.label(&labels.pod) else {
             continue;
@@ -174,6 +175,43 @@ fn check(
         }
         _ => Ok(()),
     }
+}
+
+/// A CronJob's Job template without labels takes its pod template's
+/// labels, and not its annotations, in the API server's batch/v1
+/// defaulting of each Job the cronjob controller creates (without pod
+/// identity): a pod template labelled `Self` would make Jobs that cannot
+/// say which pod `Self` was. Refused up front (rule 12: one owner or a
+/// denial up front), unless the templates are as the old object had them.
+fn check_defaulted_job_labels(
+    templates: &[Template],
+    old_templates: &[Template],
+    at: &Subject,
+    owner: TemplateOwner<'_>,
+    labels: &OwnerLabels,
+) -> Result<(), Denial> {
+    let find =
+        |list: &'_ [Template], path| list.iter().find(|t: &&Template| t.path == path).cloned();
+    let Some(pod) = find(templates, TemplatePath::JobTemplatePodTemplate) else {
+        return Ok(());
+    };
+    if pod.label(&labels.pod) != Some(REQUESTING_POD) {
+        return Ok(());
+    }
+    let job_unlabelled = find(templates, TemplatePath::JobTemplate)
+        .is_none_or(|job| job.meta.labels.as_ref().is_none_or(|l| l.is_empty()));
+    let unchanged = find(old_templates, TemplatePath::JobTemplatePodTemplate)
+        .is_some_and(|before| before.label(&labels.pod) == Some(REQUESTING_POD))
+        && find(old_templates, TemplatePath::JobTemplate).map(|j| j.meta.labels.clone())
+            == find(templates, TemplatePath::JobTemplate).map(|j| j.meta.labels.clone());
+    if job_unlabelled && !unchanged {
+        return Err(Denial::SelfInDefaultedJobLabels {
+            at: at.clone(),
+            key: labels.pod.clone(),
+            owner: owner.name.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// The metadata whose annotations a controller copies, beside the labels of

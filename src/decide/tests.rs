@@ -1322,6 +1322,11 @@ fn every_denial_names_object_namespace_owner_and_fix() {
             key: key.clone(),
             owner: owner.clone(),
         },
+        Denial::SelfInDefaultedJobLabels {
+            at: at.clone(),
+            key: key.clone(),
+            owner: owner.clone(),
+        },
         Denial::StrayOwnerAnnotation {
             at: at.clone(),
             owner: owner.clone(),
@@ -1487,6 +1492,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::RequesterReleasesObject { .. }
         | Denial::SelfWithoutPodIdentity { .. }
         | Denial::SelfOnCopiedLabels { .. }
+        | Denial::SelfInDefaultedJobLabels { .. }
         | Denial::StrayOwnerAnnotation { .. }
         | Denial::HalfClaim { .. }
         | Denial::OwnerNotFound { .. }
@@ -1516,7 +1522,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::OwnerLabelOmitted { .. } => true,
         Denial::ClusterScoped { .. } => false,
     };
-    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 36);
+    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 37);
     for denial in denials {
         let message = denial.to_string();
         assert!(message.contains("Job 'step-7'"), "no object: {message}");
@@ -2932,6 +2938,79 @@ fn rule_16_a_copy_updated_by_its_controller_is_never_refused() {
 }
 
 #[test]
+fn an_update_that_keeps_the_references_is_judged_whatever_their_number() {
+    // The storage version migrator's no-op patch of an object made before
+    // the limit (or while the webhooks were away).
+    let policy = Policy::default();
+    let mut refs: Vec<Value> = (0..policy.max_pod_references + 4)
+        .map(|i| pod_reference(&format!("co-{i}"), &format!("uid-co-{i}"), Some(false)))
+        .collect();
+    refs.push(pod_reference("w-1", "uid-1", Some(false)));
+    let old = object(owner_labels("w-1", "uid-1"), Some(json!(refs)));
+    let (_, review) = request("UPDATE", old.clone(), Some(old));
+    let req = as_user(
+        review,
+        "system:serviceaccount:kube-system:storage-version-migrator-controller",
+    );
+    assert!(validate(&req, HashMap::new()).is_ok());
+    // The collector's unblocking of a reference that had no value.
+    let unset = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "uid-rs", "controller": true});
+    let mut unblocked = unset.clone();
+    unblocked["blockOwnerDeletion"] = json!(false);
+    let old = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([pod_reference("w-1", "uid-1", Some(false)), unset])),
+    );
+    let new = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([
+            pod_reference("w-1", "uid-1", Some(false)),
+            unblocked
+        ])),
+    );
+    let (_, review) = request("UPDATE", new, Some(old));
+    assert!(
+        plan(
+            &as_user(review, CONTROLLER_MANAGER),
+            WebhookKind::Validate,
+            &policy
+        )
+        .unwrap()
+        .is_none()
+    );
+}
+
+#[test]
+fn rule_16_the_endpoints_controller_takes_over_endpoints_a_worker_made() {
+    // Endpoints `web` made by worker w-1 (its reference on them), then a
+    // Service `web` labelled for another worker or not at all: the
+    // controller relabels the Endpoints and keeps their references.
+    let mut old = owned("w-1", "uid-1");
+    old["kind"] = json!("Endpoints");
+    for labels in [json!({}), owner_labels("w-2", "uid-2")] {
+        let mut new = old.clone();
+        new["metadata"]["labels"] = labels;
+        let (_, mut review) = request("UPDATE", new, Some(old.clone()));
+        review["kind"] = json!({"group": "", "version": "v1", "kind": "Endpoints"});
+        let req = as_user(
+            review.clone(),
+            "system:serviceaccount:kube-system:endpoint-controller",
+        );
+        for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+            assert!(plan(&req, webhook, &Policy::default()).unwrap().is_none());
+        }
+        // Anyone else is judged as ever.
+        assert!(
+            mutate(
+                &as_user(review, "alice"),
+                running(&[("w-1", "uid-1"), ("w-2", "uid-2")])
+            )
+            .is_err()
+        );
+    }
+}
+
+#[test]
 fn rule_16_a_copy_that_names_a_pod_is_judged_as_any_object() {
     let ghost = json!([{"apiVersion": "v1", "kind": "Pod", "name": "ghost", "uid": "uid-ghost", "blockOwnerDeletion": true}]);
     let mut object = object(owner_labels("w-1", "uid-1"), Some(ghost.clone()));
@@ -3116,4 +3195,31 @@ fn rule_16_a_mirror_pod_is_admitted_unchanged() {
             .unwrap()
             .is_some()
     );
+}
+
+#[test]
+fn rule_16_a_cronjob_whose_jobs_take_a_self_pod_template_s_labels_is_refused_up_front() {
+    let cronjob = |job_labels: Value| {
+        json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly", "namespace": NS,
+            "labels": {"ownerguard.io/owner-pod": "w-1"}},
+            "spec": {"schedule": "@daily", "jobTemplate": {"metadata": {"labels": job_labels},
+                "spec": {"template": {"metadata": {"labels": {"ownerguard.io/owner-pod": "Self"}},
+                    "spec": {"containers": [{"name": "a", "image": "a"}]}}}}}})
+    };
+    let review = |object: Value| {
+        let (_, mut review) = request("CREATE", object, None);
+        review["kind"] = json!({"group": "batch", "version": "v1", "kind": "CronJob"});
+        from_pod(review, "w-1", "uid-1")
+    };
+    // No labels on the Job template: each Job takes the pod template's
+    // (Self) without the name annotation.
+    let err = mutate(&review(cronjob(json!({}))), running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(
+        matches!(err, Denial::SelfInDefaultedJobLabels { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.code(), 400);
+    // The Job template labelled by the name: it gets the annotation.
+    let labelled = cronjob(json!({"ownerguard.io/owner-pod": "w-1"}));
+    assert!(mutate(&review(labelled), running(&[("w-1", "uid-1")])).is_ok());
 }

@@ -154,9 +154,14 @@ fn write_str(writer: &mut impl Write, value: &str) -> fmt::Result {
 }
 
 /// Text written through it comes out escaped as the inside of a JSON
-/// string, as serde_json escapes it: `"`, `\` and the control characters
-/// below U+0020 (`\b \t \n \f \r` by name, the rest as `\u00XX`); all
-/// else, U+007F and everything outside ASCII included, as it is.
+/// string, as serde_json escapes it (`"`, `\` and the control characters
+/// below U+0020: `\b \t \n \f \r` by name, the rest as `\u00XX`), and
+/// beyond it the characters a terminal acts on that JSON lets through:
+/// DEL and the C1 controls (U+007F to U+009F), the line and paragraph
+/// separators and the bidirectional controls, as `\uXXXX` (the line stays
+/// the JSON it was; a person reading the log on a terminal sees the
+/// escape, not its effect). All else, everything outside ASCII included,
+/// as it is.
 struct Escaped<'a, W: Write>(&'a mut W);
 
 impl<W: Write> Write for Escaped<'_, W> {
@@ -164,39 +169,66 @@ impl<W: Write> Write for Escaped<'_, W> {
         let bytes = text.as_bytes();
         let mut start = 0;
         for (at, &byte) in bytes.iter().enumerate() {
-            if !NEEDS_ESCAPE[usize::from(byte)] {
-                continue;
+            match NEEDS_ESCAPE[usize::from(byte)] {
+                Escape::No => continue,
+                Escape::Ascii => {
+                    // An ASCII byte: `at` is a char boundary.
+                    self.0.write_str(&text[start..at])?;
+                    match byte {
+                        b'"' => self.0.write_str("\\\"")?,
+                        b'\\' => self.0.write_str("\\\\")?,
+                        b'\n' => self.0.write_str("\\n")?,
+                        b'\r' => self.0.write_str("\\r")?,
+                        b'\t' => self.0.write_str("\\t")?,
+                        0x08 => self.0.write_str("\\b")?,
+                        0x0c => self.0.write_str("\\f")?,
+                        _ => write!(self.0, "\\u{byte:04x}")?,
+                    }
+                    start = at + 1;
+                }
+                Escape::Maybe => {
+                    // The lead byte of a character that may be one a
+                    // terminal acts on: look at the whole character.
+                    let Some(c) = text[at..].chars().next() else {
+                        continue;
+                    };
+                    if c.is_control() || crate::decide::subject::moves_text(c) {
+                        self.0.write_str(&text[start..at])?;
+                        write!(self.0, "\\u{:04x}", c as u32)?;
+                        start = at + c.len_utf8();
+                    }
+                }
             }
-            // Every byte that needs an escape is ASCII, so `at` is a char
-            // boundary.
-            self.0.write_str(&text[start..at])?;
-            match byte {
-                b'"' => self.0.write_str("\\\"")?,
-                b'\\' => self.0.write_str("\\\\")?,
-                b'\n' => self.0.write_str("\\n")?,
-                b'\r' => self.0.write_str("\\r")?,
-                b'\t' => self.0.write_str("\\t")?,
-                0x08 => self.0.write_str("\\b")?,
-                0x0c => self.0.write_str("\\f")?,
-                _ => write!(self.0, "\\u{byte:04x}")?,
-            }
-            start = at + 1;
         }
         self.0.write_str(&text[start..])
     }
 }
 
-/// The bytes a JSON string cannot hold as they are: `"`, `\` and the
-/// control characters below U+0020. One lookup a byte on the common path.
-const NEEDS_ESCAPE: [bool; 256] = {
-    let mut table = [false; 256];
+/// What a byte asks of [`Escaped`].
+#[derive(Clone, Copy)]
+enum Escape {
+    No,
+    /// `"`, `\`, a control character below U+0020, or DEL.
+    Ascii,
+    /// The lead byte of a C1 control (0xC2), of U+061C (0xD8) or of the
+    /// separators and bidirectional controls (0xE2).
+    Maybe,
+}
+
+/// One lookup a byte on the common path.
+const NEEDS_ESCAPE: [Escape; 256] = {
+    let mut table = [Escape::No; 256];
     let mut byte = 0;
     while byte < 0x20 {
-        table[byte] = true;
+        table[byte] = Escape::Ascii;
         byte += 1;
     }
-    table[b'"' as usize] = true;
-    table[b'\\' as usize] = true;
+    table[b'"' as usize] = Escape::Ascii;
+    table[b'\\' as usize] = Escape::Ascii;
+    table[0x7f] = Escape::Ascii;
+    table[0xc2] = Escape::Maybe;
+    table[0xd8] = Escape::Maybe;
+    table[0xe2] = Escape::Maybe;
     table
 };
 
@@ -309,7 +341,7 @@ mod tests {
             "plain",
             "quote \" and backslash \\",
             "line\nbreak\r\ttab",
-            "\u{7f} delete, é, 🦀, \u{2028}",
+            "delete, é, 🦀",
             every_control.as_str(),
             "\\u0000 is text here",
         ] {
@@ -321,10 +353,37 @@ mod tests {
         }
     }
 
+    /// serde_json's escaping, and beyond it every character a terminal
+    /// acts on as `\uXXXX`.
+    fn expected(text: &str) -> String {
+        let mut out = String::new();
+        for c in serde_json::to_string(text).unwrap().chars() {
+            if c.is_control() || crate::decide::subject::moves_text(c) {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn what_a_terminal_acts_on_is_escaped_too() {
+        let text = "a\u{7f}b\u{9b}2J\u{202e}c\u{2028}d\u{61c}e\u{85}f\u{a0}é";
+        assert_eq!(
+            escaped(text),
+            "\"a\\u007fb\\u009b2J\\u202ec\\u2028d\\u061ce\\u0085f\u{a0}é\""
+        );
+        let back: String = serde_json::from_str(&escaped(text)).unwrap();
+        assert_eq!(back, text, "still the JSON of the same text");
+    }
+
     proptest::proptest! {
         #[test]
-        fn any_string_is_escaped_as_serde_json_escapes_it(text in "(?s).{0,40}") {
-            proptest::prop_assert_eq!(escaped(&text), serde_json::to_string(&text).unwrap());
+        fn any_string_is_escaped_as_serde_json_escapes_it_and_more(text in "(?s).{0,40}") {
+            proptest::prop_assert_eq!(escaped(&text), expected(&text));
+            let back: String = serde_json::from_str(&escaped(&text)).unwrap();
+            proptest::prop_assert_eq!(back, text);
         }
     }
 

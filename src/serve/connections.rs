@@ -209,6 +209,36 @@ impl Connections {
     }
 }
 
+/// A request in flight on a connection: the connection is busy (never
+/// shed) until it is dropped, answered or not (an HTTP/2 stream reset
+/// drops its handler half way: the connection must not stay busy).
+#[derive(Debug)]
+pub struct Busy {
+    slot: Arc<Slot>,
+    decided: bool,
+}
+
+impl Busy {
+    pub fn new(slot: Arc<Slot>) -> Self {
+        slot.review_started();
+        Self {
+            slot,
+            decided: false,
+        }
+    }
+
+    /// The request was a review, answered 200: its source is known.
+    pub fn reviewed(mut self) {
+        self.decided = true;
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.slot.request_ended(self.decided);
+    }
+}
+
 /// A connection's place in the table, given back when dropped.
 #[derive(Debug)]
 pub struct Slot {
@@ -226,16 +256,16 @@ impl Slot {
         });
     }
 
-    /// A review arrived on it; [`Slot::answered`] when it is answered.
-    pub fn review_started(&self) {
+    fn review_started(&self) {
         self.connections.set(self.id, |e| {
             e.in_flight += 1;
             e.stage = Stage::Busy;
         });
     }
 
-    /// A review on it was answered: its source is known from now on.
-    pub fn answered(&self) {
+    /// A request ended, answered or dropped; `decided`: a review was
+    /// answered 200, which makes its source known.
+    fn request_ended(&self, decided: bool) {
         let now = Instant::now();
         let mut table = self.connections.lock();
         let Some(entry) = table.entries.get_mut(&self.id) else {
@@ -247,7 +277,8 @@ impl Slot {
             entry.since = now;
         }
         let source = entry.source;
-        if table.known.insert(source, now).is_none() && table.known.len() > KNOWN_SOURCES {
+        if decided && table.known.insert(source, now).is_none() && table.known.len() > KNOWN_SOURCES
+        {
             let oldest = table
                 .known
                 .iter()
@@ -332,7 +363,7 @@ mod tests {
         for slot in [&older, &newer] {
             slot.handshaken();
             slot.review_started();
-            slot.answered();
+            slot.request_ended(true);
             tokio::time::advance(Duration::from_millis(300)).await;
         }
         // Between two reviews: both keep their place.
@@ -361,7 +392,7 @@ mod tests {
         let api = connections.admit(ip(1)).unwrap();
         api.handshaken();
         api.review_started();
-        api.answered();
+        api.request_ended(true);
         drop(api);
         let fresh = connections.admit(ip(1)).unwrap();
         fresh.handshaken();
@@ -376,6 +407,24 @@ mod tests {
         // The known source comes in again: a stranger makes room.
         let _again = connections.admit(ip(1)).unwrap();
         assert!(!told_to_go(&fresh));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_dropped_half_way_leaves_its_connection_sheddable() {
+        // An HTTP/2 stream reset drops the handler: its Busy guard goes
+        // with it, and the connection may be shed again.
+        let connections = Connections::new(1, 1);
+        let slot = Arc::new(connections.admit(ip(1)).unwrap());
+        slot.handshaken();
+        let busy = Busy::new(slot.clone());
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(connections.admit(ip(2)).unwrap_err(), Refused::Full);
+        drop(busy);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let _next = connections.admit(ip(2)).unwrap();
+        assert!(told_to_go(&slot));
+        // A request not answered 200 made no source known.
+        assert!(connections.lock().known.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -38,19 +38,38 @@ use crate::webhook::Webhook;
 /// the envelope.
 pub const MAX_BODY_BYTES: usize = 56 * 1024 * 1024;
 
-/// The bytes of request bodies held at once across all requests. A
-/// request waits for room for its declared body (within its own timeout)
-/// rather than being refused, so the largest review is still decided while
-/// memory stays bounded under any concurrency: the chart's limit is
-/// 256 MiB, a thousand connections at the cap under a flood hold about
-/// 160 MiB (performance.md), and bodies are read into one buffer, never
-/// copied again.
-pub const BODY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+/// The bytes of request bodies held at once across all requests, in two
+/// pools: reviews of at most [`SMALL_BODY_BYTES`] (nearly all: a pod is a
+/// few KiB) share [`SMALL_BUDGET_BYTES`], the rare larger ones
+/// [`LARGE_BUDGET_BYTES`], so that an everyday review never waits behind a
+/// large one (a semaphore serves its waiters in order). A request waits
+/// for room for its declared body (within its own timeout) rather than
+/// being refused, so the largest review is still decided while memory
+/// stays bounded under any concurrency: the chart's limit is 256 MiB, a
+/// thousand connections at the cap under a flood hold about 160 MiB
+/// (performance.md), and bodies are read into one buffer, never copied
+/// again.
+pub const BODY_BUDGET_BYTES: usize = SMALL_BUDGET_BYTES + LARGE_BUDGET_BYTES;
 
-/// What one source address may hold of the budget: one largest review. A
-/// client that declares bodies it never sends cannot take the room of the
-/// API server's reviews.
-pub const BODY_SHARE_PER_SOURCE: usize = MAX_BODY_BYTES;
+/// The largest body of the everyday pool.
+pub const SMALL_BODY_BYTES: usize = 1024 * 1024;
+
+/// The everyday pool: thousands of reviews at once.
+pub const SMALL_BUDGET_BYTES: usize = 16 * 1024 * 1024;
+
+/// The pool of larger reviews: one of the largest at a time.
+pub const LARGE_BUDGET_BYTES: usize = MAX_BODY_BYTES;
+
+/// What one source address may hold of a pool: a quarter of the everyday
+/// one, or one largest review. A client that declares bodies it never
+/// sends cannot take the room of the API server's reviews.
+fn share_of(pool_bytes: usize) -> usize {
+    if pool_bytes <= SMALL_BUDGET_BYTES {
+        pool_bytes / 4
+    } else {
+        MAX_BODY_BYTES
+    }
+}
 
 /// The slowest a body may arrive once its request has begun: the API
 /// server writes it at once, so a body that trickles (holding its room in
@@ -62,23 +81,31 @@ const BODY_BYTES_PER_SECOND: f64 = 8.0 * 1024.0 * 1024.0;
 #[derive(Debug, Clone, Copy)]
 pub struct Source(pub IpAddr);
 
-/// The budget of body bytes in flight, and each source's share of it.
-struct Budget {
+/// A pool of body bytes, and each source's share of it.
+struct Pool {
     total: Semaphore,
+    share: usize,
     sources: Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
+}
+
+/// The two pools.
+struct Budget {
+    small: Pool,
+    large: Pool,
 }
 
 /// Room for one body, given back when dropped.
 struct Room<'a> {
     _total: tokio::sync::SemaphorePermit<'a>,
     source: Option<(IpAddr, Arc<Semaphore>, tokio::sync::OwnedSemaphorePermit)>,
-    budget: &'a Budget,
+    pool: &'a Pool,
 }
 
-impl Budget {
+impl Pool {
     fn new(bytes: usize) -> Self {
         Self {
             total: Semaphore::new(bytes),
+            share: share_of(bytes).max(1),
             sources: Mutex::new(HashMap::new()),
         }
     }
@@ -87,7 +114,7 @@ impl Budget {
     /// total, so that one source's waiters never queue ahead of another's
     /// in the total.
     async fn reserve(&self, source: Option<IpAddr>, bytes: usize) -> Room<'_> {
-        let permits = u32::try_from(bytes).unwrap_or(u32::MAX);
+        let permits = u32::try_from(bytes.min(self.share)).unwrap_or(u32::MAX);
         let source = match source {
             Some(ip) => {
                 let share = self
@@ -95,7 +122,7 @@ impl Budget {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .entry(ip)
-                    .or_insert_with(|| Arc::new(Semaphore::new(BODY_SHARE_PER_SOURCE)))
+                    .or_insert_with(|| Arc::new(Semaphore::new(self.share)))
                     .clone();
                 let permit = share
                     .clone()
@@ -114,7 +141,24 @@ impl Budget {
         Room {
             _total: total,
             source,
-            budget: self,
+            pool: self,
+        }
+    }
+}
+
+impl Budget {
+    fn new(bytes: usize) -> Self {
+        Self {
+            small: Pool::new(SMALL_BUDGET_BYTES.min(bytes)),
+            large: Pool::new(bytes.saturating_sub(SMALL_BUDGET_BYTES).max(MAX_BODY_BYTES)),
+        }
+    }
+
+    async fn reserve(&self, source: Option<IpAddr>, bytes: usize) -> Room<'_> {
+        if bytes <= SMALL_BODY_BYTES {
+            self.small.reserve(source, bytes).await
+        } else {
+            self.large.reserve(source, bytes).await
         }
     }
 }
@@ -126,12 +170,11 @@ impl Drop for Room<'_> {
         if let Some((ip, share, permit)) = self.source.take() {
             drop(permit);
             let mut sources = self
-                .budget
+                .pool
                 .sources
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if share.available_permits() == BODY_SHARE_PER_SOURCE && Arc::strong_count(&share) == 2
-            {
+            if share.available_permits() == self.pool.share && Arc::strong_count(&share) == 2 {
                 sources.remove(&ip);
             }
         }
@@ -273,7 +316,9 @@ async fn handle(
     }
     // The whole request, body included, within what the API server waits:
     // a client that trickles its body must not hold a task for ever.
-    let timeout = api_timeout(uri);
+    // Never longer than the API server ever waits (30 s): a client's
+    // ?timeout=1000h must not hold a request, its room and its connection.
+    let timeout = api_timeout(uri).map(|t| t.min(MAX_API_TIMEOUT));
     let deadline = timeout.unwrap_or(MAX_API_TIMEOUT);
     let answer = tokio::time::timeout(deadline, async {
         // Room in the budget for the body as declared (the API server

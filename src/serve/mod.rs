@@ -41,6 +41,11 @@ use tracing::{debug, info, warn};
 
 use crate::webhook::Webhook;
 
+/// HTTP/2 streams in flight on one connection, at most: what HTTP/2
+/// clients assume before the server's settings arrive (fewer, and a client
+/// that opens them at once has some refused).
+const MAX_CONCURRENT_STREAMS: u32 = 100;
+
 /// A TLS handshake must complete within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -283,14 +288,20 @@ impl Server {
                         // decided, so that it is never shed mid-review.
                         let reviewing = slot.clone();
                         let service = hyper::service::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
-                            reviewing.review_started();
-                            let (app, slot) = (app.clone(), reviewing.clone());
+                            // Busy until answered or dropped (an HTTP/2 stream
+                            // reset drops its handler half way).
+                            let busy = connections::Busy::new(reviewing.clone());
+                            let review = request.method() == axum::http::Method::POST;
+                            let app = app.clone();
                             // The source's share of the body budget (handlers).
                             let mut request = request.map(axum::body::Body::new);
                             request.extensions_mut().insert(handlers::Source(peer.ip()));
                             async move {
                                 let response = tower::ServiceExt::oneshot(app, request).await;
-                                slot.answered();
+                                // Only a review decided makes the source known.
+                                if review && response.as_ref().is_ok_and(|r| r.status() == StatusCode::OK) {
+                                    busy.reviewed();
+                                }
                                 response
                             }
                         });
@@ -303,7 +314,10 @@ impl Server {
                         // closed under it, and a reuse racing the close fails
                         // the call. A slow header is still cut at that bound.
                         builder.http1().timer(TokioTimer::new()).header_read_timeout(idle_timeout).keep_alive(true);
-                        builder.http2().timer(TokioTimer::new());
+                        // Bounded streams at once: an API server never
+                        // multiplexes (it pins http/1.1), and each stream in
+                        // flight keeps its connection from being shed.
+                        builder.http2().timer(TokioTimer::new()).max_concurrent_streams(MAX_CONCURRENT_STREAMS);
                         let connection = builder.serve_connection(TokioIo::new(tls), service);
                         tokio::select! {
                             result = watcher.watch(connection) => if let Err(error) = result {

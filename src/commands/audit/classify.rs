@@ -311,6 +311,7 @@ fn state_of(denial: &Denial, referenced: bool) -> State {
         | Denial::InvalidOwnerUid { .. }
         | Denial::SelfWithoutPodIdentity { .. }
         | Denial::SelfOnCopiedLabels { .. }
+        | Denial::SelfInDefaultedJobLabels { .. }
         | Denial::StrayOwnerAnnotation { .. }
         | Denial::HalfClaim { .. }
         | Denial::ClusterScoped { .. }
