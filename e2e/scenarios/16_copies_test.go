@@ -16,6 +16,7 @@ import (
 	"ownerguard.io/e2e/harness"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -102,6 +103,52 @@ func TestLabelCopies(t *testing.T) {
 		w := newWorker(t, ns, "worker-svc-self")
 		_, err := w.Client.CoreV1().Services(ns).Create(ctx, service("agents", map[string]string{ownerPodLabel: selfOwner}, map[string]string{"app": "agent"}), metav1.CreateOptions{})
 		wantRefusedByOwnerguard(t, err, ownerPodLabel+": "+w.Name())
+	})
+
+	// Endpoints a worker made (its reference on them), then a Service of
+	// that name, unlabelled: the endpoints controller takes the Endpoints
+	// over, relabelling them with the Service's labels and keeping their
+	// references; never refused.
+	t.Run("EndpointsAWorkerMadeTakenOverByTheController", func(t *testing.T) {
+		ctx := ctxFor(t, 2*time.Minute)
+		ns := newNamespace(t, "copies", copyRules())
+		w := newWorker(t, ns, "worker-takeover")
+		_, err := w.Client.CoreV1().Endpoints(ns).Create(ctx, &corev1.Endpoints{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: ownedLabels(w.Name(), "")},
+		}, metav1.CreateOptions{})
+		must(t, err, "create Endpoints as the worker")
+		_, err = admin.CoreV1().Services(ns).Create(ctx, service("web", nil, map[string]string{"app": "web"}), metav1.CreateOptions{})
+		must(t, err, "create the Service")
+		must(t, untilUnrefused(ctx, ns, 60*time.Second, "the controller's takeover", func() error {
+			e, err := admin.CoreV1().Endpoints(ns).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if e.Labels["endpoints.kubernetes.io/managed-by"] != "endpoint-controller" {
+				return fmt.Errorf("labels %v: not taken over yet", e.Labels)
+			}
+			return nil
+		}), "the endpoints controller's update")
+	})
+
+	// A CronJob whose Job template has no labels and whose pod template
+	// says Self: each Job would take the pod template's labels (batch/v1
+	// defaulting), not its annotations, from the cronjob controller, and
+	// be refused; so the CronJob is refused up front.
+	t.Run("CronJobWhoseJobsTakeASelfPodTemplateRefusedUpFront", func(t *testing.T) {
+		ctx := ctxFor(t, time.Minute)
+		ns := newNamespace(t, "copies", copyRules())
+		w := newWorker(t, ns, "worker-cron")
+		job := agentPod("x", nil).Spec
+		job.RestartPolicy = corev1.RestartPolicyNever
+		cron := &batchv1.CronJob{
+			ObjectMeta: metav1.ObjectMeta{Name: "nightly", Labels: ownedLabels(w.Name(), "")},
+			Spec: batchv1.CronJobSpec{Schedule: "@daily", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{ownerPodLabel: selfOwner}}, Spec: job},
+			}}},
+		}
+		_, err := w.Client.BatchV1().CronJobs(ns).Create(ctx, cron, metav1.CreateOptions{})
+		wantRefusedByOwnerguard(t, err, "spec.jobTemplate.metadata has no labels")
 	})
 
 	// A selector-less Service with Endpoints the worker writes (Self, so
