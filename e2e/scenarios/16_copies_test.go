@@ -257,8 +257,11 @@ func TestStatefulSetClaimRetention(t *testing.T) {
 		if err := count(1)(); err != nil {
 			return err
 		}
-		if n := unblocked() - before; n < 2 {
-			return fmt.Errorf("%v claim updates putting a condemned pod on its claim admitted, want 2", n)
+		// At least one: a condemned pod that finished may be replaced
+		// before the scale-down reaches it (the controller recreates
+		// failed pods, and on some minors removes them first).
+		if n := unblocked() - before; n < 1 {
+			return fmt.Errorf("%v claim updates putting a condemned pod on its claim admitted, want one at least", n)
 		}
 		for claim := range condemned {
 			c, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
