@@ -74,11 +74,15 @@ func TestMutatingAdmissionPolicy(t *testing.T) {
 		_, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("stale-uid", ownedLabels(w.Name(), "00000000-0000-4000-8000-000000000000")), metav1.CreateOptions{})
 		wantRefusedByOwnerguard(t, err, "whose uid differs")
 		// A finished worker: its token is still valid and the policy sees
-		// no phase; ownerguard refuses.
+		// no phase; ownerguard refuses. It learns the phase from its
+		// watch a moment after the status update, so the worker tries
+		// (dry run) until refused, at most 10 s, as in TestFinishedOwner.
 		done := newWorker(t, ns, "worker-policy-done")
 		finish(t, done.Pod, corev1.PodSucceeded)
-		_, err = done.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("finished", ownedLabels(done.Name(), "")), metav1.CreateOptions{})
-		wantRefusedByOwnerguard(t, err, "has finished")
+		must(t, harness.Until(ctx, 10*time.Second, 200*time.Millisecond, "refused as finished", func() error {
+			_, err := done.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("finished", ownedLabels(done.Name(), "")), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return refusedAsFinished(err, done.Name())
+		}), "a ConfigMap of the finished worker")
 	})
 
 	t.Run("TemplatesLeftToOwnerguard", func(t *testing.T) {
