@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::admission::{AdmissionResponse, DecodeError, Review, ReviewVersion, Status};
 use crate::decide::denial::Denial;
-use crate::decide::{self, Allowed, Checks, Endpoint, Policy, WebhookKind};
+use crate::decide::{self, Allowed, Endpoint, LookupNeed, Mode, Policy, WebhookKind};
 use crate::observe::DecisionLog;
 use crate::observe::Metrics;
 use crate::observe::{Answered, Decision, Observer, Outcome};
@@ -129,29 +129,48 @@ impl Webhook {
         };
         let deadline = started + self.budget.of_call(api_timeout);
         let request = &review.request;
-        let mut lookups = HashMap::new();
-        let mut checked = None;
-        let verdict = match decide::plan(request, webhook, policy) {
-            Err(denial) => Err(denial),
-            Ok(None) => Ok(Allowed::default()),
-            Ok(Some(mut checks)) => {
-                lookups = self.lookup_owners(&checks, deadline).await;
-                // The decision reads the answers, not the questions: the
-                // observers get them.
-                checked = Some((checks.namespace().to_string(), checks.take_lookups()));
-                decide::decide(checks, &lookups, policy)
+        let mut decided = Decided::default();
+        // A policy of its own only once a mode softens a rule: the
+        // common review clones nothing.
+        let mut softened: Option<Policy> = None;
+        // Decide; in `warn` and `audit`, a refusal a mode may soften is
+        // set aside and the review decided again without that rule, so
+        // that what ownerguard can complete is completed (SPEC §3 rule
+        // 17). Each pass relaxes one more rule, so this ends within as
+        // many passes as there are rules to relax.
+        let verdict = loop {
+            let current = softened.as_ref().unwrap_or(policy);
+            let verdict = self
+                .decide_once(request, webhook, current, deadline, &mut decided)
+                .await;
+            let mut relaxed = current.relaxed;
+            match verdict {
+                Err(denial) if endpoint.mode.softens() && relaxed.relax(&denial) => {
+                    softened = Some(Policy {
+                        relaxed,
+                        ..current.clone()
+                    });
+                    decided.violations.push(denial);
+                }
+                verdict => break verdict,
             }
         };
-        let response = respond(&request.uid, verdict, webhook);
+        let response = respond_in_mode(
+            &request.uid,
+            verdict,
+            webhook,
+            endpoint.mode,
+            &decided.violations,
+        );
         let answer = response.to_review_json(review.version);
-        let (namespace, needs) = checked.unwrap_or_default();
         observe(Outcome::Answered(Answered {
             request,
-            namespace: &namespace,
-            needs: &needs,
-            lookups: &lookups,
+            namespace: &decided.namespace,
+            needs: &decided.needs,
+            lookups: &decided.lookups,
             response: &response,
             answer: &answer,
+            violations: &decided.violations,
         }));
         Ok(Answer {
             version: review.version,
@@ -160,13 +179,53 @@ impl Webhook {
         })
     }
 
-    /// Look every pod `checks` names up once, concurrently, each bound by
+    /// One pass of the decision under `policy`: plan, look up what no
+    /// earlier pass looked up, decide.
+    async fn decide_once(
+        &self,
+        request: &crate::admission::AdmissionRequest,
+        webhook: WebhookKind,
+        policy: &Policy,
+        deadline: Instant,
+        decided: &mut Decided,
+    ) -> Result<Allowed, Denial> {
+        let mut checks = match decide::plan(request, webhook, policy)? {
+            None => return Ok(Allowed::default()),
+            Some(checks) => checks,
+        };
+        let missing: Vec<_> = checks
+            .lookups()
+            .iter()
+            .filter(|need| !decided.has_answer(need))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            let answers = self
+                .lookup_owners(checks.namespace(), &missing, deadline)
+                .await;
+            decided.lookups.extend(answers);
+        }
+        // The decision reads the answers, not the questions: the
+        // observers get them.
+        decided.namespace = checks.namespace().to_string();
+        for need in checks.take_lookups() {
+            decided.remember(need);
+        }
+        decide::decide(checks, &decided.lookups, policy)
+    }
+
+    /// Look every pod of `needs` up once, concurrently, each bound by
     /// `deadline`.
-    async fn lookup_owners(&self, checks: &Checks, deadline: Instant) -> HashMap<String, Lookup> {
+    async fn lookup_owners(
+        &self,
+        namespace: &str,
+        needs: &[LookupNeed],
+        deadline: Instant,
+    ) -> HashMap<String, Lookup> {
         let budget = deadline.saturating_duration_since(Instant::now());
-        let lookups = checks.lookups().iter().map(|need| async move {
+        let lookups = needs.iter().map(|need| async move {
             let query = PodQuery {
-                namespace: checks.namespace(),
+                namespace,
                 name: &need.name,
                 expected_uid: &need.uid,
                 fresh: need.fresh,
@@ -187,6 +246,101 @@ impl Webhook {
             .into_iter()
             .collect()
     }
+}
+
+/// What the passes of one decision asked and learnt.
+#[derive(Debug, Default)]
+struct Decided {
+    /// The namespace every lookup was made in.
+    namespace: String,
+    needs: Vec<LookupNeed>,
+    lookups: HashMap<String, Lookup>,
+    /// The refusals a mode softened, in the order they came.
+    violations: Vec<Denial>,
+}
+
+impl Decided {
+    /// Whether an earlier pass answered `need`: the same pod, looked up
+    /// live when `need` asks for it.
+    fn has_answer(&self, need: &LookupNeed) -> bool {
+        self.lookups.contains_key(&need.name)
+            && self
+                .needs
+                .iter()
+                .any(|asked| asked.name == need.name && (asked.fresh || !need.fresh))
+    }
+
+    fn remember(&mut self, need: LookupNeed) {
+        match self.needs.iter_mut().find(|asked| asked.name == need.name) {
+            Some(asked) => asked.fresh |= need.fresh,
+            None => self.needs.push(need),
+        }
+    }
+}
+
+/// The `AdmissionResponse` of a verdict reached in `mode` after the
+/// refusals in `violations` were softened: allowed, it carries them as
+/// audit annotations (`mode`, `violation`, `violation-rules`) and, in
+/// `warn`, as warnings to the client, the message whole, cut in parts
+/// under 120 characters each. A refusal that stands carries none of them:
+/// its message is the one to act on.
+pub fn respond_in_mode(
+    uid: &str,
+    verdict: Result<Allowed, Denial>,
+    webhook: WebhookKind,
+    mode: Mode,
+    violations: &[Denial],
+) -> AdmissionResponse {
+    let mut response = respond(uid, verdict, webhook);
+    if response.allowed && !violations.is_empty() {
+        let messages: Vec<String> = violations.iter().map(ToString::to_string).collect();
+        let rules: Vec<&str> = violations.iter().map(Denial::rule).collect();
+        let notes = &mut response.audit_annotations;
+        notes.insert("mode".to_string(), mode.as_str().to_string());
+        notes.insert("violation".to_string(), messages.join(" | "));
+        notes.insert("violation-rules".to_string(), rules.join(","));
+        if mode.warns() {
+            let mut warnings = Vec::new();
+            for message in &messages {
+                warnings.extend(warning_parts(&format!(
+                    "ownerguard {} mode: would refuse: {message}",
+                    mode.as_str()
+                )));
+            }
+            warnings.append(&mut response.warnings);
+            response.warnings = warnings;
+        }
+    }
+    response
+}
+
+/// `text` as warnings of at most 119 characters each, cut between words
+/// where it can be: read in order, they say the whole text (a client may
+/// cut a longer warning at 120; kubectl prints each on its own line).
+pub fn warning_parts(text: &str) -> Vec<String> {
+    const MAX: usize = 119;
+    const MORE: &str = "... ";
+    let mut parts = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let prefix = if parts.is_empty() { "" } else { MORE };
+        let room = MAX - prefix.len();
+        if rest.len() <= room {
+            parts.push(format!("{prefix}{rest}"));
+            break;
+        }
+        let mut cut = room;
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let cut = rest[..cut]
+            .rfind(' ')
+            .filter(|&space| space > room / 2)
+            .unwrap_or(cut);
+        parts.push(format!("{prefix}{}", rest[..cut].trim_end()));
+        rest = rest[cut..].trim_start();
+    }
+    parts
 }
 
 /// The `AdmissionResponse` of a verdict. A validating answer never carries

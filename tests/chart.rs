@@ -844,6 +844,21 @@ fn doctor_on(objects: &[Value]) -> Vec<ownerguard::commands::doctor::Check> {
         serving_certificate: serving,
         // A rendered chart holds no other installation's configurations.
         others: Ok(Vec::new()),
+        // A namespace in each mode, and one whose label is no mode.
+        namespaces: Ok([
+            ("default", None),
+            ("team-warn", Some("warn")),
+            ("team-audit", Some("audit")),
+            ("team-enforce", Some("enforce")),
+        ]
+        .into_iter()
+        .map(|(name, mode)| ownerguard::commands::doctor::NamespaceView {
+            name: name.to_string(),
+            labels: std::iter::once(("kubernetes.io/metadata.name".to_string(), name.to_string()))
+                .chain(mode.map(|m| ("ownerguard.io/mode".to_string(), m.to_string())))
+                .collect(),
+        })
+        .collect()),
     };
     let options = DoctorOptions {
         namespace: "ownerguard".into(),
@@ -867,15 +882,41 @@ fn helm_renders_the_default_installation_as_designed() {
     let helm = helm();
     let objects = render_with(&helm, &[]);
 
-    for (kind, path) in [
-        ("MutatingWebhookConfiguration", "/mutate"),
-        ("ValidatingWebhookConfiguration", "/validate"),
+    for (kind, word) in [
+        ("MutatingWebhookConfiguration", "mutate"),
+        ("ValidatingWebhookConfiguration", "validate"),
     ] {
         let webhooks = object(&objects, kind, "og-ownerguard")["webhooks"]
             .as_array()
             .unwrap();
-        assert_eq!(webhooks.len(), 1, "{kind}");
+        // One webhook per mode (SPEC §3 rule 17), the namespaces split
+        // between them by their mode label: enforce, the default, takes
+        // every namespace not labelled warn or audit.
+        assert_eq!(webhooks.len(), 3, "{kind}");
+        for (webhook, name, path, mode) in [
+            (
+                &webhooks[1],
+                format!("{word}-warn.ownerguard.io"),
+                format!("/{word}/warn"),
+                json!({"key": "ownerguard.io/mode", "operator": "In", "values": ["warn"]}),
+            ),
+            (
+                &webhooks[2],
+                format!("{word}-audit.ownerguard.io"),
+                format!("/{word}/audit"),
+                json!({"key": "ownerguard.io/mode", "operator": "In", "values": ["audit"]}),
+            ),
+        ] {
+            assert_eq!(webhook["name"], name.as_str());
+            assert_eq!(webhook["clientConfig"]["service"]["path"], path.as_str());
+            assert_eq!(webhook["namespaceSelector"]["matchExpressions"][1], mode);
+            assert_eq!(webhook["objectSelector"], webhooks[0]["objectSelector"]);
+            assert_eq!(webhook["matchConditions"], webhooks[0]["matchConditions"]);
+            assert_eq!(webhook["failurePolicy"], webhooks[0]["failurePolicy"]);
+        }
+        let path = format!("/{word}");
         let webhook = &webhooks[0];
+        assert_eq!(webhook["name"], format!("{word}.ownerguard.io").as_str());
         assert_eq!(
             webhook["clientConfig"]["service"],
             json!({"name": "og-ownerguard", "namespace": "ownerguard", "path": path, "port": 443})
@@ -896,7 +937,10 @@ fn helm_renders_the_default_installation_as_designed() {
         );
         assert_eq!(
             webhook["namespaceSelector"]["matchExpressions"],
-            json!([{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "ownerguard"]}])
+            json!([
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "ownerguard"]},
+                {"key": "ownerguard.io/mode", "operator": "NotIn", "values": ["warn", "audit"]}
+            ])
         );
     }
 

@@ -31,9 +31,9 @@ async fn run_case(dir: &Path, update: bool) -> Result<(), String> {
     };
     let request = read_json(&dir.join(fixture::REQUEST));
     let webhook = Arc::new(common::case_webhook(dir, &config));
-    let (status, answer) = common::send(
+    let (status, answer) = common::send_to(
         webhook.clone(),
-        config.webhook,
+        &config.path(),
         serde_json::to_vec(&request).unwrap(),
     )
     .await;
@@ -55,7 +55,7 @@ async fn run_case(dir: &Path, update: bool) -> Result<(), String> {
         let mut again = request.clone();
         again["request"]["object"] = object.clone();
         let (_, second) =
-            common::send(webhook, config.webhook, serde_json::to_vec(&again).unwrap()).await;
+            common::send_to(webhook, &config.path(), serde_json::to_vec(&again).unwrap()).await;
         if second["response"]["allowed"] != true || second["response"].get("patch").is_some() {
             return Err(format!(
                 "not idempotent: reviewing the patched object answered {}",
@@ -116,9 +116,9 @@ async fn judge_case(dir: &Path) -> Result<(), String> {
     };
     let request = read_json(&dir.join(fixture::REQUEST));
     let webhook = Arc::new(common::case_webhook(dir, &config));
-    let (status, answer) = common::send(
+    let (status, answer) = common::send_to(
         webhook,
-        config.webhook,
+        &config.path(),
         serde_json::to_vec(&request).unwrap(),
     )
     .await;
@@ -692,8 +692,20 @@ fn what_controllers_make_from_every_admitted_golden_create_is_admitted() {
                 common::oracle::Hook::Validate => WebhookKind::Validate,
                 common::oracle::Hook::ValidateAll => WebhookKind::ValidateAll,
             };
+            // The namespace's mode applies to every webhook but
+            // /validate-all, which has none.
+            let path = CaseConfig {
+                webhook: kind,
+                mode: if kind == WebhookKind::ValidateAll {
+                    ownerguard::decide::Mode::Enforce
+                } else {
+                    config.mode
+                },
+                ..CaseConfig::default()
+            }
+            .path();
             let body = serde_json::to_vec(review).unwrap();
-            let (status, answer) = runtime.block_on(common::send(webhook, kind, body));
+            let (status, answer) = runtime.block_on(common::send_to(webhook, &path, body));
             (status.as_u16(), answer)
         };
         let name = dir.file_name().unwrap().to_string_lossy().to_string();

@@ -83,7 +83,7 @@ fn with_placeholder(review: &Value, place: &[&str]) -> String {
 
 async fn answer(config: &CaseConfig, dir: &str, body: String) -> (u16, Value) {
     let webhook = Arc::new(common::case_webhook(&common::fixtures().join(dir), config));
-    let (status, answer) = common::send(webhook, config.webhook, body.into_bytes()).await;
+    let (status, answer) = common::send_to(webhook, &config.path(), body.into_bytes()).await;
     (status.as_u16(), answer)
 }
 

@@ -89,18 +89,21 @@ struct Knobs {
     lookup_failures: Vec<&'static str>,
     /// `--max-pod-references` when not the default.
     max_pod_references: Option<usize>,
+    /// The namespace's mode: the paths asked are `/mutate/<mode>`...
+    mode: oracle::Mode,
 }
 
 impl fmt::Debug for Knobs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "requesterCheck {:?}, failOpen {}, keyPrefix {:?}, lookupFailures {:?}, maxPodReferences {:?}",
+            "requesterCheck {:?}, failOpen {}, keyPrefix {:?}, lookupFailures {:?}, maxPodReferences {:?}, mode {:?}",
             self.requester_check,
             self.fail_open,
             self.key_prefix,
             self.lookup_failures,
-            self.max_pod_references
+            self.max_pod_references,
+            self.mode
         )
     }
 }
@@ -116,6 +119,7 @@ impl Knobs {
             fail_open: self.fail_open,
             lookup_failures: self.lookup_failures.iter().map(|s| s.to_string()).collect(),
             max_pod_references: self.max_pod_references,
+            mode: self.mode,
             ..oracle::Settings::default()
         }
     }
@@ -180,14 +184,20 @@ fn knobs() -> impl Strategy<Value = Knobs> {
             2 => Just(vec!["w-flaky"]),
             1 => Just(vec!["w-1"]),
         ],
+        prop_oneof![
+            4 => Just(oracle::Mode::Enforce),
+            1 => Just(oracle::Mode::Warn),
+            1 => Just(oracle::Mode::Audit),
+        ],
     )
         .prop_map(
-            |(requester_check, fail_open, key_prefix, lookup_failures)| Knobs {
+            |(requester_check, fail_open, key_prefix, lookup_failures, mode)| Knobs {
                 requester_check,
                 fail_open,
                 key_prefix,
                 lookup_failures,
                 max_pod_references: None,
+                mode,
             },
         )
 }
@@ -1140,6 +1150,7 @@ fn creates_owned_by(owners: Vec<&'static str>) -> impl Strategy<Value = Case> {
                 key_prefix: None,
                 lookup_failures: vec![],
                 max_pod_references: None,
+                mode: oracle::Mode::Enforce,
             };
             let (owner, who) = match how {
                 // The worker itself, no uid label: the token says who it is.
@@ -1420,13 +1431,23 @@ fn others() -> impl Strategy<Value = Case> {
 }
 
 async fn ask(webhook: &Arc<Webhook>, hook: Hook, review: &Value) -> (u16, Value) {
-    let kind = match hook {
-        Hook::Mutate => WebhookKind::Mutate,
-        Hook::Validate => WebhookKind::Validate,
-        Hook::ValidateAll => WebhookKind::ValidateAll,
+    ask_in(webhook, hook, oracle::Mode::Enforce, review).await
+}
+
+/// [`ask`] the endpoint of `hook` in `mode` (`/validate-all` has none).
+async fn ask_in(
+    webhook: &Arc<Webhook>,
+    hook: Hook,
+    mode: oracle::Mode,
+    review: &Value,
+) -> (u16, Value) {
+    let path = match (hook, mode) {
+        (Hook::ValidateAll, _) | (_, oracle::Mode::Enforce) => hook.as_str().to_string(),
+        (_, oracle::Mode::Warn) => format!("{}/warn", hook.as_str()),
+        (_, oracle::Mode::Audit) => format!("{}/audit", hook.as_str()),
     };
     let (status, answer) =
-        common::send(webhook.clone(), kind, serde_json::to_vec(review).unwrap()).await;
+        common::send_to(webhook.clone(), &path, serde_json::to_vec(review).unwrap()).await;
     (status.as_u16(), answer)
 }
 
@@ -1441,7 +1462,7 @@ async fn judge_case(case: &Case, follow_up: bool) -> Result<Vec<Value>, String> 
     let pods = world();
     let mut answers = Vec::new();
     for hook in [Hook::Mutate, Hook::Validate, Hook::ValidateAll] {
-        let (status, answer) = ask(&webhook, hook, &case.review).await;
+        let (status, answer) = ask_in(&webhook, hook, case.knobs.mode, &case.review).await;
         oracle::judge(&case.review, &pods, hook, &settings, status, &answer)
             .map_err(|wrong| format!("/{}: {wrong}\n  answer: {answer}", hook.as_str()))?;
         answers.push(answer);
@@ -1452,7 +1473,7 @@ async fn judge_case(case: &Case, follow_up: bool) -> Result<Vec<Value>, String> 
         if let Some(object) = patched(&case.review, &answers[0]) {
             next["request"]["object"] = object;
             next["request"]["uid"] = json!("7e57ca5e-0000-4000-8000-000000000002");
-            let (status, again) = ask(&webhook, Hook::Mutate, &next).await;
+            let (status, again) = ask_in(&webhook, Hook::Mutate, case.knobs.mode, &next).await;
             if status != 200
                 || again["response"]["allowed"] != true
                 || again["response"].get("patch").is_some()
@@ -1463,7 +1484,7 @@ async fn judge_case(case: &Case, follow_up: bool) -> Result<Vec<Value>, String> 
                 ));
             }
         }
-        let (status, validated) = ask(&webhook, Hook::Validate, &next).await;
+        let (status, validated) = ask_in(&webhook, Hook::Validate, case.knobs.mode, &next).await;
         oracle::judge(&next, &pods, Hook::Validate, &settings, status, &validated)
             .map_err(|wrong| format!("/validate after /mutate: {wrong}\n  answer: {validated}"))?;
         if validated["response"]["allowed"] != true {
@@ -1574,11 +1595,22 @@ fn the_collectors_removals_are_never_denied_nor_restored() {
 fn a_pod_never_adopts_another_workers_object() {
     check("adoptions", 150, adoptions(), false, |case, answers| {
         // The oracle judges every answer; here the plain statement: under
-        // enforce, neither labelled webhook lets the adopter in.
+        // enforce, neither labelled webhook lets the adopter in; in warn
+        // and audit (rule 17) it may, never unrecorded.
         let enforce = case.knobs.requester_check == oracle::RequesterCheck::Enforce;
         for answer in &answers[..2] {
-            if enforce && answer["response"]["allowed"] == true {
-                return Err(format!("an adoption is allowed: {answer}"));
+            let allowed = answer["response"]["allowed"] == true;
+            let recorded = answer["response"]["auditAnnotations"]["violation-rules"]
+                .as_str()
+                .is_some_and(|rules| rules.contains("requester-adopts-object"));
+            match case.knobs.mode {
+                oracle::Mode::Enforce if enforce && allowed => {
+                    return Err(format!("an adoption is allowed: {answer}"));
+                }
+                oracle::Mode::Warn | oracle::Mode::Audit if enforce && allowed && !recorded => {
+                    return Err(format!("an adoption is allowed unrecorded: {answer}"));
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -1815,6 +1847,7 @@ fn workload() -> impl Strategy<Value = Workload> {
                         key_prefix: prefix,
                         lookup_failures: vec![],
                         max_pod_references: None,
+                        mode: oracle::Mode::Enforce,
                     },
                 }
             },
@@ -2088,6 +2121,7 @@ fn thousands_of_references_are_refused_400() {
         key_prefix: None,
         lookup_failures: vec![],
         max_pod_references: None,
+        mode: oracle::Mode::Enforce,
     };
     let refs: Vec<Value> = (0..2000)
         .map(|i| json!({"apiVersion": "v1", "kind": "Pod", "name": format!("w-{i}"), "uid": format!("u-{i}")}))
@@ -2430,6 +2464,7 @@ fn the_controller_walk_catches_a_refused_replica_set() {
         key_prefix: None,
         lookup_failures: vec![],
         max_pod_references: None,
+        mode: oracle::Mode::Enforce,
     };
     let settings = knobs.oracle();
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -306,7 +306,11 @@ func ownerguardAnnotations(a map[string]string) map[string]string {
 // webhook), with a client error code.
 func isOwnerguardDenial(err error) (int32, string, bool) {
 	code, message := denial(err)
-	for _, webhook := range []string{mutateWebhook, validateWebhook} {
+	// The webhooks of every mode (SPEC §3 rule 17): mutate.<prefix>,
+	// mutate-warn.<prefix>, mutate-audit.<prefix>, the same for validate.
+	for _, webhook := range []string{mutateWebhook, validateWebhook,
+		"mutate-warn.ownerguard.io", "validate-warn.ownerguard.io",
+		"mutate-audit.ownerguard.io", "validate-audit.ownerguard.io"} {
 		if strings.HasPrefix(message, fmt.Sprintf("admission webhook %q denied the request: ", webhook)) && code >= 400 && code < 500 {
 			return code, message, true
 		}

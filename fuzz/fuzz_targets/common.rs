@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use base64::Engine;
-use ownerguard::decide::WebhookKind;
+use ownerguard::decide::{Endpoint, Mode, WebhookKind};
 use ownerguard::observe::fixture::CaseConfig;
 
 #[path = "../../tests/common/case_lookup.rs"]
@@ -67,8 +67,8 @@ pub fn uid_of(name: &str) -> &'static str {
 }
 
 /// Every combination of settings: requester check x fail-open x lookup
-/// failures.
-pub const SETTINGS: usize = 3 * 2 * 2;
+/// failures x the namespace's mode.
+pub const SETTINGS: usize = 3 * 2 * 2 * 3;
 
 pub fn settings(index: usize) -> oracle::Settings {
     let index = index % SETTINGS;
@@ -84,6 +84,11 @@ pub fn settings(index: usize) -> oracle::Settings {
         } else {
             vec![]
         },
+        mode: [
+            oracle::Mode::Enforce,
+            oracle::Mode::Warn,
+            oracle::Mode::Audit,
+        ][(index / 12) % 3],
         ..oracle::Settings::default()
     }
 }
@@ -143,7 +148,17 @@ pub fn decide(index: usize, hook: Hook, body: &[u8]) -> Option<Value> {
         Hook::ValidateAll => WebhookKind::ValidateAll,
     };
     let webhook = &webhooks()[index % SETTINGS];
-    let answer = runtime().block_on(webhook.answer(kind, body, None)).ok()?;
+    // The namespace's mode is the path's (SPEC §3 rule 17); /validate-all
+    // has none.
+    let mode = match (hook, settings(index).mode) {
+        (Hook::ValidateAll, _) | (_, oracle::Mode::Enforce) => Mode::Enforce,
+        (_, oracle::Mode::Warn) => Mode::Warn,
+        (_, oracle::Mode::Audit) => Mode::Audit,
+    };
+    let endpoint = Endpoint::of(kind).in_mode(mode);
+    let answer = runtime()
+        .block_on(webhook.answer_at(endpoint, body, None))
+        .ok()?;
     Some(serde_json::from_slice(&answer.body).expect("the answer is JSON"))
 }
 

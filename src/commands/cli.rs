@@ -220,6 +220,7 @@ impl PolicyArgs {
             delegates: self.delegates.clone(),
             fail_open: self.fail_open,
             max_pod_references: self.max_pod_references,
+            relaxed: crate::decide::Relaxed::default(),
         }
     }
 }

@@ -137,6 +137,7 @@ pub(super) fn plan(
         at: &at,
         webhook,
         labelled: owner.is_some(),
+        relaxed: policy.relaxed.blocking_reference,
     };
     for claim in &claims {
         let Origin::Reference(index) = claim.origin else {

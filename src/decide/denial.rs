@@ -582,6 +582,52 @@ impl Denial {
         }
     }
 
+    /// The rule a denial is of, for metrics and audit annotations: its
+    /// variant's name in kebab case (`owner-finished`). Stable: the
+    /// dashboard and the alerts select on it.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            Self::InvalidOwnerName { .. } => "invalid-owner-name",
+            Self::InvalidOwnerUid { .. } => "invalid-owner-uid",
+            Self::MissingOwnerUid { .. } => "missing-owner-uid",
+            Self::UidDisagreesWithRequester { .. } => "uid-disagrees-with-requester",
+            Self::RequesterNotOwner { .. } => "requester-not-owner",
+            Self::RequesterAdoptsObject { .. } => "requester-adopts-object",
+            Self::RequesterReleasesObject { .. } => "requester-releases-object",
+            Self::SelfWithoutPodIdentity { .. } => "self-without-pod-identity",
+            Self::SelfOnCopiedLabels { .. } => "self-on-copied-labels",
+            Self::SelfInDefaultedJobLabels { .. } => "self-in-defaulted-job-labels",
+            Self::StrayOwnerAnnotation { .. } => "stray-owner-annotation",
+            Self::HalfClaim { .. } => "half-claim",
+            Self::OwnerNotFound { .. } => "owner-not-found",
+            Self::OwnerUidMismatch { .. } => "owner-uid-mismatch",
+            Self::OwnerTerminating { .. } => "owner-terminating",
+            Self::OwnerFinished { .. } => "owner-finished",
+            Self::LookupFailed { .. } => "lookup-failed",
+            Self::ClusterScoped { .. } => "cluster-scoped",
+            Self::InvalidNamespace { .. } => "invalid-namespace",
+            Self::MalformedIdentity { .. } => "malformed-identity",
+            Self::MalformedReference { .. } => "malformed-reference",
+            Self::InvalidReferenceName { .. } => "invalid-reference-name",
+            Self::InexactPodReference { .. } => "inexact-pod-reference",
+            Self::ContradictingReference { .. } => "contradicting-reference",
+            Self::ConflictingUid { .. } => "conflicting-uid",
+            Self::TooManyReferences { .. } => "too-many-references",
+            Self::TemplateOwnerMismatch { .. } => "template-owner-mismatch",
+            Self::TemplateUidUnknown { .. } => "template-uid-unknown",
+            Self::OwnerLabelChanged { .. } => "owner-label-changed",
+            Self::OwnerLabelAdded { .. } => "owner-label-added",
+            Self::OwnerLabelRemoved { .. } => "owner-label-removed",
+            Self::OwnerReferenceRemoved { .. } => "owner-reference-removed",
+            Self::OwnerReferenceChanged { .. } => "owner-reference-changed",
+            Self::MissingOldObject { .. } => "missing-old-object",
+            Self::MissingObject { .. } => "missing-object",
+            Self::ReferenceMissing { .. } => "reference-missing",
+            Self::BlockingReference { .. } => "blocking-reference",
+            Self::OwnerLabelOmitted { .. } => "owner-label-omitted",
+        }
+    }
+
     /// The `metav1.Status` reason that goes with [`Denial::code`].
     pub fn reason(&self) -> &'static str {
         match self.code() {

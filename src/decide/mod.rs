@@ -18,6 +18,7 @@ mod copies;
 mod create;
 pub(crate) mod denial;
 mod judge;
+pub(crate) mod mode;
 mod ownership;
 pub(crate) mod patch;
 mod policy;
@@ -29,6 +30,7 @@ mod update;
 
 pub use denial::{Denial, SameName};
 use judge::Judge;
+pub use mode::{Mode, Relaxed, softenable};
 pub use patch::MetadataPatch;
 pub use policy::{DEFAULT_MAX_POD_REFERENCES, Endpoint, Policy, WebhookKind};
 pub use requester::{Delegate, Requester, RequesterCheck};
@@ -211,7 +213,8 @@ pub fn decide(
         // finished pods too (it skips only those being deleted): the
         // cluster-wide webhook, which refuses only what the collector
         // cannot resolve (rule 13), takes it as an owner.
-        finished_is_owner: webhook == WebhookKind::ValidateAll,
+        // A mode that softened rule 11 takes a finished owner the same way.
+        finished_is_owner: webhook == WebhookKind::ValidateAll || policy.relaxed.finished_owner,
         warnings: Vec::new(),
         owner: None,
     };
@@ -379,6 +382,8 @@ struct Unblock<'a> {
     /// The object carries the owner label, so the mutating webhook sees it
     /// and would have fixed it: the denial says so.
     labelled: bool,
+    /// A mode softened the rule: `/validate` lets the reference be.
+    relaxed: bool,
 }
 
 impl Unblock<'_> {
@@ -398,6 +403,7 @@ impl Unblock<'_> {
     ) -> Result<(), Denial> {
         match self.webhook {
             WebhookKind::Mutate => {}
+            WebhookKind::Validate if self.relaxed => return Ok(()),
             WebhookKind::Validate => {
                 return Err(Denial::BlockingReference {
                     at: self.at.clone(),

@@ -1,5 +1,6 @@
 //! Which webhook decides, and the settings every decision reads.
 
+use crate::decide::mode::{Mode, Relaxed};
 use crate::decide::requester::{Delegate, RequesterCheck};
 use crate::decide::resolve::OwnerLabels;
 use crate::decide::resolve::RequesterPolicy;
@@ -76,6 +77,9 @@ pub struct Policy {
     /// Most Pod references one object may carry (and pods one review may
     /// look up, beyond the label's owner): above it, 400 before any lookup.
     pub max_pod_references: usize,
+    /// The rules a mode softened for this decision (none but under
+    /// `warn` or `audit`, and only once the rule refused).
+    pub relaxed: Relaxed,
 }
 
 impl Default for Policy {
@@ -86,6 +90,7 @@ impl Default for Policy {
             delegates: Vec::new(),
             fail_open: false,
             max_pod_references: DEFAULT_MAX_POD_REFERENCES,
+            relaxed: Relaxed::default(),
         }
     }
 }
@@ -95,7 +100,7 @@ impl Policy {
     /// not ([`WebhookKind::judges_policy`]).
     pub(super) fn requester_policy(&self, webhook: WebhookKind) -> RequesterPolicy<'_> {
         RequesterPolicy {
-            mode: if webhook.judges_policy() {
+            mode: if webhook.judges_policy() && !self.relaxed.requester_check {
                 self.requester_check
             } else {
                 RequesterCheck::Off
@@ -113,6 +118,8 @@ pub struct Endpoint {
     pub kind: WebhookKind,
     pub name: &'static str,
     pub fail_open: bool,
+    /// The namespace's mode, as the path the API server called says.
+    pub mode: Mode,
 }
 
 impl Endpoint {
@@ -121,12 +128,14 @@ impl Endpoint {
         kind: WebhookKind::Mutate,
         name: "mutate",
         fail_open: false,
+        mode: Mode::Enforce,
     };
     /// `/validate`.
     pub const VALIDATE: Self = Self {
         kind: WebhookKind::Validate,
         name: "validate",
         fail_open: false,
+        mode: Mode::Enforce,
     };
     /// `/validate-all`: the chart's cluster-wide switch
     /// (`validation.allPodOwnerReferences`), whose webhook has
@@ -139,7 +148,14 @@ impl Endpoint {
         kind: WebhookKind::ValidateAll,
         name: "validate-all",
         fail_open: true,
+        mode: Mode::Enforce,
     };
+
+    /// This endpoint in `mode` (`/mutate/warn` is [`Self::MUTATE`] in
+    /// [`Mode::Warn`]).
+    pub fn in_mode(self, mode: Mode) -> Self {
+        Self { mode, ..self }
+    }
 
     pub fn of(kind: WebhookKind) -> Self {
         match kind {

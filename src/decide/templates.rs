@@ -114,7 +114,14 @@ pub(super) fn complete(
             patch.add_template_annotation(template, &labels.pod_name, owner.name);
         }
         if template.label(&labels.uid).is_none() {
-            let Some(uid) = owner.uid else {
+            // A uid an update left out is put back as the template had it:
+            // that one was judged when it was written, and the object's
+            // record may name an earlier pod of the name, which would make
+            // the answer refuse its own output.
+            let left_out = before
+                .filter(|_| uid_left_out)
+                .and_then(|before| before.label(&labels.uid));
+            let Some(uid) = left_out.or(owner.uid) else {
                 return Err(Denial::TemplateUidUnknown {
                     at: at.clone(),
                     owner: owner.name.to_string(),

@@ -167,6 +167,7 @@ pub(super) fn plan(
         at: &at,
         webhook,
         labelled: owner_label_kept,
+        relaxed: policy.relaxed.blocking_reference,
     };
     let mut warnings = Vec::new();
     let (old_references, new_references) = (references(old), references(meta));

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::decide::requester::RequesterCheck;
 use crate::decide::resolve::OwnerLabels;
-use crate::decide::{Policy, WebhookKind};
+use crate::decide::{Mode, Policy, WebhookKind};
 use crate::owner::ObservedPod;
 
 pub const REQUEST: &str = "request.json";
@@ -49,6 +49,10 @@ pub struct CaseConfig {
     /// `--max-pod-references`, when not the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pod_references: Option<usize>,
+    /// The namespace's mode: the path is `/<webhook>/<mode>` unless
+    /// `enforce`.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub mode: Mode,
 }
 
 fn mutate() -> WebhookKind {
@@ -70,11 +74,20 @@ impl Default for CaseConfig {
             lookup_failures: Vec::new(),
             delegates: Vec::new(),
             max_pod_references: None,
+            mode: Mode::Enforce,
         }
     }
 }
 
 impl CaseConfig {
+    /// The path the case is sent to: `mutate`, `validate/warn`...
+    pub fn path(&self) -> String {
+        match self.mode {
+            Mode::Enforce => self.webhook.as_str().to_string(),
+            mode => format!("{}/{}", self.webhook.as_str(), mode.as_str()),
+        }
+    }
+
     /// The policy the case runs with. A delegate that does not parse is
     /// left out, and the case then fails on its answer.
     pub fn policy(&self) -> Policy {
@@ -94,6 +107,7 @@ impl CaseConfig {
             max_pod_references: self
                 .max_pod_references
                 .unwrap_or(crate::decide::DEFAULT_MAX_POD_REFERENCES),
+            relaxed: crate::decide::Relaxed::default(),
         }
     }
 }

@@ -26,7 +26,12 @@ impl Observer for DecisionLog {
                         warn!(namespace = answered.namespace, pod = %need.name, %error, "owner lookup failed");
                     }
                 }
-                log_decision(answered, webhook, decision.elapsed);
+                log_decision(
+                    answered,
+                    webhook,
+                    decision.endpoint.mode.as_str(),
+                    decision.elapsed,
+                );
             }
         }
     }
@@ -42,7 +47,12 @@ pub fn result_label(response: &AdmissionResponse) -> &'static str {
     }
 }
 
-fn log_decision(answered: &Answered<'_>, webhook: &'static str, elapsed: std::time::Duration) {
+fn log_decision(
+    answered: &Answered<'_>,
+    webhook: &'static str,
+    decision_mode: &'static str,
+    elapsed: std::time::Duration,
+) {
     let (request, response) = (answered.request, answered.response);
     let object = decide::object_name(request);
     let name = if object.generated {
@@ -57,10 +67,17 @@ fn log_decision(answered: &Answered<'_>, webhook: &'static str, elapsed: std::ti
         .unwrap_or("");
     // `detail`, not `message`: tracing's JSON writes the event's own text
     // under `message`, and a second key of that name would hide it.
+    // A warned decision's detail is what enforce would have refused.
     let detail = response
         .status
         .as_ref()
         .map(|s| s.message.as_str())
+        .or_else(|| {
+            response
+                .audit_annotations
+                .get("violation")
+                .map(String::as_str)
+        })
         .unwrap_or("");
     info!(
         uid = %request.uid,
@@ -70,7 +87,8 @@ fn log_decision(answered: &Answered<'_>, webhook: &'static str, elapsed: std::ti
         kind = %object.kind,
         name = %name,
         owner,
-        result = result_label(response),
+        mode = decision_mode,
+        result = answered.result(),
         code = response.status.as_ref().map_or(200, |s| s.code),
         dry_run = request.dry_run.unwrap_or(false),
         duration_ms = elapsed.as_secs_f64() * 1000.0,

@@ -7,7 +7,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::log::result_label;
 use super::{Decision, Observer, Outcome};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -16,6 +15,18 @@ struct RequestLabels {
     operation: String,
     resource: String,
     result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WarnedLabels {
+    webhook: &'static str,
+    mode: &'static str,
+    /// The object's namespace, at most [`MAX_NAMESPACE_LABELS`] values,
+    /// the rest `other`. Not `namespace`: Prometheus gives that label the
+    /// scraped pod's namespace, and would rename this one.
+    object_namespace: String,
+    /// [`crate::decide::Denial::rule`]: a fixed set.
+    rule: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -57,6 +68,7 @@ struct LookupLabels {
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
+    warned: Family<WarnedLabels, Counter>,
     duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
     lookups: Family<LookupLabels, Counter>,
     cache_pods: Gauge,
@@ -77,12 +89,36 @@ pub struct Metrics {
     /// The `resource` label values seen so far: at most
     /// [`MAX_RESOURCE_LABELS`], the rest counted as `other`.
     resources: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The `namespace` label values of `warned` so far.
+    namespaces: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Bound of the `resource` label's values: anything that reaches the port
 /// can send reviews, and a label per made-up resource would grow the
 /// registry without end.
 pub const MAX_RESOURCE_LABELS: usize = 64;
+
+/// Bound of the `namespace` label of the warned decisions: one value per
+/// namespace in `warn` or `audit` that had a finding, the rest `other`.
+pub const MAX_NAMESPACE_LABELS: usize = 512;
+
+/// `value` as a label value while fewer than `max` values were seen (or
+/// it was seen before), else `other`: a label that anyone who reaches the
+/// port can choose must not grow the registry without end.
+fn bounded_label(
+    seen: &std::sync::Mutex<std::collections::HashSet<String>>,
+    value: &str,
+    max: usize,
+) -> String {
+    let Ok(mut seen) = seen.lock() else {
+        return "other".to_string();
+    };
+    if seen.contains(value) || seen.len() < max && seen.insert(value.to_string()) {
+        value.to_string()
+    } else {
+        "other".to_string()
+    }
+}
 
 /// The `operation` label: the four the API server sends, else `other`.
 fn operation_label(operation: &str) -> &'static str {
@@ -111,8 +147,14 @@ impl Default for Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "admission_requests",
-            "Admission reviews answered, by webhook, operation, resource and result (allowed, patched, denied, error)",
+            "Admission reviews answered, by webhook, operation, resource and result (allowed, patched, denied, warned: allowed by a namespace's warn or audit mode where enforce refuses, error)",
             requests.clone(),
+        );
+        let warned = Family::<WarnedLabels, Counter>::default();
+        registry.register(
+            "warned_decisions",
+            "Refusals a namespace's mode (warn, audit) softened into an allowed answer, by webhook, mode, object namespace and rule (docs/reference/decisions.md#modes)",
+            warned.clone(),
         );
         let duration = Family::<WebhookLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             duration_histogram as fn() -> Histogram,
@@ -233,6 +275,8 @@ impl Default for Metrics {
             reap_failures,
             reaper_leader,
             requests,
+            warned,
+            namespaces: Default::default(),
             duration,
             lookups,
             cache_pods,
@@ -264,9 +308,19 @@ impl Observer for Metrics {
                     webhook,
                     request.operation.as_str(),
                     &request.resource.resource,
-                    result_label(answered.response),
+                    answered.result(),
                     seconds,
                 );
+                if answered.response.allowed {
+                    for violation in answered.violations {
+                        self.observe_warned(
+                            webhook,
+                            decision.endpoint.mode.as_str(),
+                            answered.namespace,
+                            violation.rule(),
+                        );
+                    }
+                }
             }
         }
     }
@@ -294,17 +348,27 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// One refusal softened by a namespace's mode.
+    pub fn observe_warned(
+        &self,
+        webhook: &'static str,
+        mode: &'static str,
+        namespace: &str,
+        rule: &'static str,
+    ) {
+        let object_namespace = bounded_label(&self.namespaces, namespace, MAX_NAMESPACE_LABELS);
+        self.warned
+            .get_or_create(&WarnedLabels {
+                webhook,
+                mode,
+                object_namespace,
+                rule,
+            })
+            .inc();
+    }
+
     fn resource_label(&self, resource: &str) -> String {
-        let Ok(mut seen) = self.resources.lock() else {
-            return "other".to_string();
-        };
-        if seen.contains(resource)
-            || seen.len() < MAX_RESOURCE_LABELS && seen.insert(resource.to_string())
-        {
-            resource.to_string()
-        } else {
-            "other".to_string()
-        }
+        bounded_label(&self.resources, resource, MAX_RESOURCE_LABELS)
     }
 
     pub fn observe_lookup(&self, source: &'static str, result: &'static str) {

@@ -60,9 +60,23 @@ pub struct Answered<'a> {
     pub response: &'a AdmissionResponse,
     /// The response `AdmissionReview` as sent.
     pub answer: &'a [u8],
+    /// The refusals the namespace's mode softened (`warn`, `audit`): the
+    /// answer allowed what they would have refused.
+    pub violations: &'a [crate::decide::Denial],
 }
 
 impl Answered<'_> {
+    /// The `result` of the decision: `denied`, `patched` or `allowed`, and
+    /// `warned` when a mode let through what enforce refuses (the request
+    /// metric's label and the decision log's).
+    pub fn result(&self) -> &'static str {
+        if self.response.allowed && !self.violations.is_empty() {
+            "warned"
+        } else {
+            result_label(self.response)
+        }
+    }
+
     /// Each lookup made, with the uid the object expected of the pod.
     pub fn each_lookup(&self) -> impl Iterator<Item = (&LookupNeed, &Lookup)> {
         self.needs

@@ -60,6 +60,7 @@ impl Observer for Recorder {
                 .collect(),
             max_pod_references: Some(policy.max_pod_references)
                 .filter(|max| *max != crate::decide::DEFAULT_MAX_POD_REFERENCES),
+            mode: decision.endpoint.mode,
         };
         let (request, response, pods, dir) = (
             decision.body.to_vec(),

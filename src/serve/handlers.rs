@@ -16,13 +16,13 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{MethodRouter, post};
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
 
 use crate::admission::DecodeError;
-use crate::decide::Endpoint;
+use crate::decide::{Endpoint, Mode};
 use crate::k8s::duration::parse_go_duration;
 use crate::webhook::Webhook;
 
@@ -199,56 +199,39 @@ pub fn router(webhook: Arc<Webhook>) -> Router {
 /// least [`MAX_BODY_BYTES`], so that the largest review fits).
 pub fn router_with_budget(webhook: Arc<Webhook>, budget_bytes: usize) -> Router {
     let budget = budget_bytes.max(MAX_BODY_BYTES);
-    Router::new()
-        .route("/mutate", post(mutate))
-        .route("/validate", post(validate))
-        .route("/validate-all", post(validate_all))
-        .fallback(not_found)
-        .with_state(Served {
-            webhook,
-            budget: Arc::new(Budget::new(budget)),
-        })
+    let mut router = Router::new().route("/validate-all", at(Endpoint::VALIDATE_ALL));
+    // `/mutate` and `/validate` decide in enforce; `/mutate/warn`,
+    // `/mutate/audit` and the same of `/validate` in the mode the chart's
+    // webhook entry for that namespace's `<keyPrefix>/mode` names (SPEC §3
+    // rule 17). `/validate-all` has no mode: nothing it refuses is a rule
+    // a mode may soften.
+    for endpoint in [Endpoint::MUTATE, Endpoint::VALIDATE] {
+        router = router.route(&format!("/{}", endpoint.name), at(endpoint));
+        for mode in [Mode::Warn, Mode::Audit] {
+            router = router.route(
+                &format!("/{}/{}", endpoint.name, mode.as_str()),
+                at(endpoint.in_mode(mode)),
+            );
+        }
+    }
+    router.fallback(not_found).with_state(Served {
+        webhook,
+        budget: Arc::new(Budget::new(budget)),
+    })
 }
 
-async fn mutate(
-    State(served): State<Served>,
-    source: Option<Extension<Source>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let source = source.map(|Extension(Source(ip))| ip);
-    handle(&served, Endpoint::MUTATE, source, &uri, &headers, body).await
-}
-
-async fn validate(
-    State(served): State<Served>,
-    source: Option<Extension<Source>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let source = source.map(|Extension(Source(ip))| ip);
-    handle(&served, Endpoint::VALIDATE, source, &uri, &headers, body).await
-}
-
-async fn validate_all(
-    State(served): State<Served>,
-    source: Option<Extension<Source>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let source = source.map(|Extension(Source(ip))| ip);
-    handle(
-        &served,
-        Endpoint::VALIDATE_ALL,
-        source,
-        &uri,
-        &headers,
-        body,
+/// The POST handler of `endpoint`.
+fn at(endpoint: Endpoint) -> MethodRouter<Served> {
+    post(
+        move |State(served): State<Served>,
+              source: Option<Extension<Source>>,
+              uri: Uri,
+              headers: HeaderMap,
+              body: Body| async move {
+            let source = source.map(|Extension(Source(ip))| ip);
+            handle(&served, endpoint, source, &uri, &headers, body).await
+        },
     )
-    .await
 }
 
 async fn not_found(uri: Uri) -> Response {
@@ -264,7 +247,9 @@ async fn not_found(uri: Uri) -> Response {
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
     /// A path ownerguard does not serve.
-    #[error("no such path {path}: ownerguard serves POST /mutate, /validate and /validate-all")]
+    #[error(
+        "no such path {path}: ownerguard serves POST /mutate, /validate (each also under /warn and /audit) and /validate-all"
+    )]
     NoSuchPath { path: String },
     /// The body, declared or read, is over [`MAX_BODY_BYTES`].
     #[error("request body over {MAX_BODY_BYTES} bytes")]

@@ -185,6 +185,11 @@ pub fn oracle_settings(config: &CaseConfig) -> oracle::Settings {
         lookup_failures: config.lookup_failures.clone(),
         self_value: Some(ownerguard::decide::REQUESTING_POD.to_string()),
         max_pod_references: config.max_pod_references,
+        mode: match config.mode {
+            ownerguard::decide::Mode::Enforce => oracle::Mode::Enforce,
+            ownerguard::decide::Mode::Warn => oracle::Mode::Warn,
+            ownerguard::decide::Mode::Audit => oracle::Mode::Audit,
+        },
     }
 }
 

@@ -132,6 +132,19 @@ pub enum RequesterCheck {
     Off,
 }
 
+/// A namespace's mode (SPEC §3 rule 17): the path the API server calls.
+/// `warn` and `audit` may let through only what, once completed, the
+/// collector still resolves and collects with its owner; where enforce
+/// refuses and the mode allows, the answer says so (an audit annotation,
+/// and under `warn` a warning to the client).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    #[default]
+    Enforce,
+    Warn,
+    Audit,
+}
+
 /// The settings the webhook ran with.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -151,6 +164,8 @@ pub struct Settings {
     /// bounds [`REFERENCES_ALWAYS_ACCEPTED`] and
     /// [`REFERENCES_ALWAYS_REFUSED`] are known.
     pub max_pod_references: Option<usize>,
+    /// The namespace's mode.
+    pub mode: Mode,
 }
 
 impl Default for Settings {
@@ -165,6 +180,7 @@ impl Default for Settings {
             // that sends the request.
             self_value: Some("Self".into()),
             max_pod_references: None,
+            mode: Mode::Enforce,
         }
     }
 }
@@ -233,20 +249,97 @@ pub fn judge(
     } else {
         settings
     };
-    let mut world = World::new(request, pods, settings);
-    world.finished_is_owner = hook == Hook::ValidateAll;
-    let mut expect = expect(&world, hook.rules());
-    if hook == Hook::ValidateAll {
-        expect.deny.retain(|reason| !reason.blocking);
-        expect.maybe.retain(|reason| !reason.blocking);
+    // A mode judges the object as the collector will: whoever asked for
+    // the reference (the requester check), an owner that has finished (the
+    // collector resolves it, its object stays), a blocking flag (a
+    // foreground deletion's wait) do not change what is collected. Each of
+    // those rules is relaxed once it refuses, until none that refuses can
+    // be: what the collector would delete at once or never collect stays
+    // refused, and what enforce allows is judged as enforce judges it.
+    let softens = settings.mode != Mode::Enforce && hook != Hook::ValidateAll;
+    let mut relaxed = settings.clone();
+    let mut finished_is_owner = hook == Hook::ValidateAll;
+    let mut blocking_relaxed = hook == Hook::ValidateAll;
+    let judged = |settings: &Settings, finished_is_owner: bool, blocking_relaxed: bool| {
+        let mut world = World::new(request, pods, settings);
+        world.finished_is_owner = finished_is_owner;
+        let mut e = expect(&world, hook.rules());
+        if blocking_relaxed {
+            e.deny.retain(|reason| !reason.blocking);
+            e.maybe.retain(|reason| !reason.blocking);
+        }
+        e
+    };
+    let mut expect = judged(&relaxed, finished_is_owner, blocking_relaxed);
+    let enforced_refuses = !expect.deny.is_empty();
+    let enforced_reasons = reasons(&expect.deny.iter().collect::<Vec<_>>());
+    if softens {
+        loop {
+            let refusing: Vec<&Reason> = expect.deny.iter().chain(&expect.maybe).collect();
+            let mut more = false;
+            if refusing.iter().any(|r| r.soft == Some(Soft::Requester))
+                && relaxed.requester_check != RequesterCheck::Off
+            {
+                relaxed.requester_check = RequesterCheck::Off;
+                more = true;
+            }
+            if refusing.iter().any(|r| r.soft == Some(Soft::Finished)) && !finished_is_owner {
+                finished_is_owner = true;
+                more = true;
+            }
+            if hook == Hook::Validate && refusing.iter().any(|r| r.blocking) && !blocking_relaxed {
+                blocking_relaxed = true;
+                more = true;
+            }
+            if !more {
+                break;
+            }
+            expect = judged(&relaxed, finished_is_owner, blocking_relaxed);
+        }
     }
+    let world = {
+        let mut world = World::new(request, pods, &relaxed);
+        world.finished_is_owner = finished_is_owner;
+        world
+    };
     let response = &answer["response"];
     match response["allowed"].as_bool() {
-        Some(true) => judge_allowed(&world, hook, &expect, response, &mut v),
+        Some(true) => {
+            judge_allowed(&world, hook, &expect, response, &mut v);
+            if softens && enforced_refuses {
+                judge_softened(settings.mode, &enforced_reasons, response, &mut v);
+            }
+        }
         Some(false) => judge_denied(&world, &expect, response, &mut v),
         None => v.push("answer has no boolean response.allowed".into()),
     }
     v.into_result()
+}
+
+/// An answer a mode allowed where enforce refuses: it must say so, in an
+/// audit annotation, and under `warn` in a warning to the client; under
+/// `audit` the client hears nothing of it.
+fn judge_softened(mode: Mode, refused: &str, response: &Value, v: &mut Violations) {
+    let annotated = response["auditAnnotations"]
+        .as_object()
+        .is_some_and(|notes| {
+            notes
+                .values()
+                .any(|note| note.as_str().is_some_and(|n| !n.is_empty()))
+        });
+    if !annotated {
+        v.push(format!(
+            "{mode:?} mode allowed what enforce refuses without an audit annotation: {refused}"
+        ));
+    }
+    let warned = response["warnings"]
+        .as_array()
+        .is_some_and(|warnings| !warnings.is_empty());
+    if mode == Mode::Warn && !warned {
+        v.push(format!(
+            "warn mode allowed what enforce refuses without a warning: {refused}"
+        ));
+    }
 }
 
 #[derive(Default)]
@@ -873,6 +966,17 @@ struct Reason {
     early: bool,
     /// About a blocking reference only: not `/validate-all`'s to judge.
     blocking: bool,
+    /// A rule a mode may soften (rule 17), other than a blocking flag.
+    soft: Option<Soft>,
+}
+
+/// The rules a mode may soften (SPEC §3 rule 17), besides a blocking
+/// reference on `/validate`: whom the requester names, and an owner that
+/// has finished. Neither changes what the collector resolves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Soft {
+    Requester,
+    Finished,
 }
 
 /// A reference `/mutate` must bring back on an UPDATE that omitted it.
@@ -909,6 +1013,7 @@ impl Expect {
             why: why.into(),
             early,
             blocking: false,
+            soft: None,
         });
     }
     fn maybe(&mut self, codes: &[u16], early: bool, why: impl Into<String>) {
@@ -917,7 +1022,21 @@ impl Expect {
             why: why.into(),
             early,
             blocking: false,
+            soft: None,
         });
+    }
+    /// A denial a mode may soften.
+    fn deny_soft(&mut self, soft: Soft, codes: &[u16], early: bool, why: impl Into<String>) {
+        self.deny(codes, early, why);
+        if let Some(reason) = self.deny.last_mut() {
+            reason.soft = Some(soft);
+        }
+    }
+    fn maybe_soft(&mut self, soft: Soft, codes: &[u16], early: bool, why: impl Into<String>) {
+        self.maybe(codes, early, why);
+        if let Some(reason) = self.maybe.last_mut() {
+            reason.soft = Some(soft);
+        }
     }
     /// A denial for a blocking reference (`/validate`'s, not `/validate-all`'s).
     fn deny_blocking(&mut self, codes: &[u16], early: bool, why: impl Into<String>) {
@@ -954,7 +1073,8 @@ impl Expect {
                 false,
                 format!("{what} pod '{name}' is being deleted"),
             ),
-            State::Finished => self.deny(
+            State::Finished => self.deny_soft(
+                Soft::Finished,
                 &[403],
                 false,
                 format!("{what} pod '{name}' has finished (rule 11): the collector keeps what it owns until the pod object is deleted"),
@@ -1383,7 +1503,8 @@ fn owner_of_label(
         && rname != name
     {
         match w.settings.requester_check {
-            RequesterCheck::Enforce if !w.delegate() => e.deny(
+            RequesterCheck::Enforce if !w.delegate() => e.deny_soft(
+                Soft::Requester,
                 &[403],
                 true,
                 format!("requester pod '{rname}' declares another pod '{name}' (requester check)"),
@@ -1458,7 +1579,8 @@ fn check_adoption(w: &World, e: &mut Expect, added: &[&Entry]) {
         return;
     };
     match w.settings.requester_check {
-        RequesterCheck::Enforce => e.deny(
+        RequesterCheck::Enforce => e.deny_soft(
+            Soft::Requester,
             &[403],
             true,
             format!(
@@ -1518,8 +1640,8 @@ fn check_release(w: &World, e: &mut Expect, release: Release) {
     };
     let why = format!("requester pod '{name}' releases an object owned by pod '{owner}'");
     match (w.settings.requester_check, release) {
-        (RequesterCheck::Enforce, Release::Yes) => e.deny(&[403], false, why),
-        (RequesterCheck::Enforce, _) => e.maybe(&[403], false, why),
+        (RequesterCheck::Enforce, Release::Yes) => e.deny_soft(Soft::Requester, &[403], false, why),
+        (RequesterCheck::Enforce, _) => e.maybe_soft(Soft::Requester, &[403], false, why),
         (RequesterCheck::Warn, Release::Yes) => e.warn.push(format!("{why} (warn)")),
         _ => {}
     }
@@ -1722,7 +1844,8 @@ fn check_added_refs(
             && w.settings.requester_check == RequesterCheck::Enforce
             && !w.delegate()
         {
-            e.maybe(
+            e.maybe_soft(
+                Soft::Requester,
                 &[403],
                 true,
                 format!(
@@ -2625,8 +2748,11 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
         let legacy_entry = inherited(r) && !r.pod_kind();
         let was_blocking = inherited(r) && old_blocking(r);
         // /validate-all leaves blocking references to the API server's
-        // permission check (SPEC §3 rule 13).
-        let permission_checked = hook == Hook::ValidateAll;
+        // permission check (SPEC §3 rule 13), and so does /validate in a
+        // mode (rule 17): the flag changes a foreground deletion's wait,
+        // not what is collected.
+        let permission_checked = hook == Hook::ValidateAll
+            || (hook == Hook::Validate && w.settings.mode != Mode::Enforce);
         let exempt = was_blocking || legacy_entry || foreign || permission_checked;
         if r.blocking() && !exempt {
             v.push(format!(

@@ -269,6 +269,57 @@ namespaceSelector:
     - key: {{ .root.Values.keyPrefix }}/skip-validate-all
       operator: DoesNotExist
     {{- end }}
+    {{- with .mode }}
+    {{- include "ownerguard.modeExpression" (dict "root" $.root "mode" .) | nindent 4 }}
+    {{- end }}
+{{- end }}
+
+{{/*
+The modes (SPEC §3 rule 17), each a webhook of its own whose
+namespaceSelector picks the namespaces in that mode by their
+`<keyPrefix>/mode` label: the default mode's webhook takes every namespace
+not labelled with one of the other two modes (unlabelled, or any other
+value), each other mode's takes those labelled with it. So every
+namespace is sent to exactly one webhook of each configuration.
+*/}}
+{{- define "ownerguard.modes" -}}
+enforce warn audit
+{{- end }}
+
+{{- define "ownerguard.modeExpression" -}}
+{{- $default := .root.Values.webhook.mode | default "enforce" }}
+- key: {{ .root.Values.keyPrefix }}/mode
+{{- if eq .mode $default }}
+  operator: NotIn
+  values:
+  {{- range splitList " " (include "ownerguard.modes" .root) }}
+  {{- if ne . $default }}
+    - {{ . }}
+  {{- end }}
+  {{- end }}
+{{- else }}
+  operator: In
+  values:
+    - {{ .mode }}
+{{- end }}
+{{- end }}
+
+{{/* A webhook's name in a mode: `mutate.<keyPrefix>` in enforce, `mutate-warn.<keyPrefix>` in warn. */}}
+{{- define "ownerguard.webhookName" -}}
+{{- if eq .mode "enforce" -}}
+{{ .word }}.{{ .root.Values.keyPrefix }}
+{{- else -}}
+{{ .word }}-{{ .mode }}.{{ .root.Values.keyPrefix }}
+{{- end }}
+{{- end }}
+
+{{/* The path ownerguard decides a mode's reviews on: `/mutate`, `/mutate/warn`. */}}
+{{- define "ownerguard.webhookPath" -}}
+{{- if eq .mode "enforce" -}}
+/{{ .word }}
+{{- else -}}
+/{{ .word }}/{{ .mode }}
+{{- end }}
 {{- end }}
 
 {{/* What every webhook entry shares. */}}

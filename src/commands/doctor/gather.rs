@@ -9,7 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ListParams};
@@ -17,7 +17,7 @@ use kube::api::{Api, ListParams};
 use super::DoctorOptions;
 use super::certificate::{served_chain, serving_certificate_source};
 use super::webhooks::webhooks;
-use super::{Installation, OtherConfiguration, ServingCertificate};
+use super::{Installation, NamespaceView, OtherConfiguration, ServingCertificate};
 
 /// Every webhook configuration but `ours`, of both kinds. A refusal to list
 /// (RBAC) is reported, not an error: the other checks still run.
@@ -125,6 +125,28 @@ fn pem_block(der: &[u8]) -> String {
     out
 }
 
+/// Every namespace with its labels; a refusal (no `list` on namespaces)
+/// is said, not fatal: only the modes' line needs them.
+async fn namespaces(client: &kube::Client) -> Result<Vec<NamespaceView>, String> {
+    let list = Api::<Namespace>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(|error| match error {
+            kube::Error::Api(status) if status.code == 403 => {
+                "namespaces may not be listed (403)".to_string()
+            }
+            error => format!("namespaces could not be listed: {error}"),
+        })?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|namespace| NamespaceView {
+            name: namespace.metadata.name.unwrap_or_default(),
+            labels: namespace.metadata.labels.unwrap_or_default(),
+        })
+        .collect())
+}
+
 pub async fn gather(
     client: kube::Client,
     options: &DoctorOptions,
@@ -148,6 +170,7 @@ pub async fn gather(
         .items;
 
     let others = other_configurations(&client, &options.name).await;
+    let namespaces = namespaces(&client).await;
     let mut wanted = BTreeSet::new();
     let mut installation = Installation {
         mutating,
@@ -156,6 +179,7 @@ pub async fn gather(
         deployment,
         disruption_budgets,
         others,
+        namespaces,
         ..Installation::default()
     };
     for webhook in webhooks(&installation) {

@@ -30,6 +30,7 @@ use rustls::pki_types::pem::PemObject;
 mod certificate;
 mod conditions;
 mod gather;
+mod modes;
 mod probe;
 mod webhooks;
 mod workload;
@@ -37,6 +38,7 @@ mod workload;
 pub use certificate::serving_certificate_source;
 use certificate::{check_ca_bundle, check_serving_certificate};
 pub use gather::gather;
+pub use modes::NamespaceView;
 pub use probe::{PROBE_OWNER, probe, probe_until};
 use webhooks::{
     Configuration, Role, check_exclusion, check_match_conditions, check_object_selector,
@@ -215,6 +217,11 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
     checks.push(check_others(installation, key_prefix));
     let webhooks = webhooks(installation);
     checks.extend(check_roles(&webhooks, installation, key_prefix));
+    checks.push(modes::check_modes(
+        &webhooks,
+        &installation.namespaces,
+        key_prefix,
+    ));
     for webhook in webhooks {
         checks.push(check_ca_bundle(&webhook, &chain, now));
         if let Some(view) = server.as_ref().and_then(|s| s.as_ref().ok()) {
@@ -232,14 +239,15 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
         }
         // A webhook of no known role was failed by check_roles: what it
         // should call and select cannot be told.
-        let role = Role::of(&webhook, key_prefix);
-        if let Some(role) = role {
-            checks.push(check_path(&webhook, role));
+        let role = Role::of_in_mode(&webhook, key_prefix);
+        if let Some((role, mode)) = role {
+            checks.push(check_path(&webhook, role, mode));
             checks.push(check_rules(&webhook, role));
             checks.push(check_object_selector(&webhook, role, key_prefix));
             checks.push(check_match_conditions(&webhook, role, key_prefix));
         }
         checks.push(check_exclusion(&webhook, namespace));
+        let role = role.map(|(role, _)| role);
         if let Some(flags) = flags {
             if let Some(role) = role {
                 checks.push(check_policy(&webhook, role, flags));
@@ -330,6 +338,9 @@ pub struct Installation {
     /// Every other webhook configuration of the cluster, or why they could
     /// not be listed.
     pub others: Result<Vec<OtherConfiguration>, String>,
+    /// Every namespace and its labels, for the modes, or why they could
+    /// not be listed.
+    pub namespaces: Result<Vec<NamespaceView>, String>,
 }
 
 /// A webhook configuration that is not this installation's.
@@ -352,6 +363,7 @@ impl Default for Installation {
             disruption_budgets: Vec::new(),
             serving_certificate: ServingCertificate::default(),
             others: Ok(Vec::new()),
+            namespaces: Ok(Vec::new()),
         }
     }
 }

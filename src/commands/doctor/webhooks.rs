@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::{Check, Verdict, conditions, line};
 use super::{Installation, ServeFlags};
+use crate::decide::Mode;
 
 /// Another installation that judges the same objects: a webhook of the same
 /// name (the API server allows it in another configuration), or one whose
@@ -183,7 +184,7 @@ pub(super) fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
     mutating.chain(validating).collect()
 }
 
-pub(super) fn check_path(webhook: &WebhookView<'_>, role: Role) -> Check {
+pub(super) fn check_path(webhook: &WebhookView<'_>, role: Role, mode: Mode) -> Check {
     let subject = format!("path of {}", webhook.label());
     let path = match (&webhook.client_config.service, &webhook.client_config.url) {
         (Some(service), _) => service.path.clone().unwrap_or_default(),
@@ -197,7 +198,7 @@ pub(super) fn check_path(webhook: &WebhookView<'_>, role: Role) -> Check {
     // The cluster-wide switch calls /validate-all, which fails open on a
     // lookup failure as its webhook does; /validate there works too, but
     // denies a lookup failure with 503 under failurePolicy Ignore.
-    let expected = role.path();
+    let expected = role.path_in(mode);
     if path == expected {
         return line(Verdict::Ok, subject, format!("calls {path}"));
     }
@@ -210,6 +211,9 @@ pub(super) fn check_path(webhook: &WebhookView<'_>, role: Role) -> Check {
     }
     let shown = if path.is_empty() { "/" } else { path.as_str() };
     let effect = match (webhook.configuration, shown) {
+        _ if shown.split('/').nth(1) == expected.split('/').nth(1) => {
+            "the namespaces this webhook selects are decided in another mode than its name says"
+        }
         (Configuration::Mutating, "/validate") => {
             "the validation runs before the reference is injected, so every labelled create is denied"
         }
@@ -249,11 +253,49 @@ impl Role {
     const ALL: [Self; 3] = [Self::Mutate, Self::Validate, Self::ValidateAll];
 
     /// The role of `webhook`, when its configuration and name are one the
-    /// chart writes for `key_prefix`.
+    /// chart writes for `key_prefix` (in any mode).
     pub(super) fn of(webhook: &WebhookView<'_>, key_prefix: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|role| {
-            role.configuration() == webhook.configuration && webhook.name == role.name(key_prefix)
-        })
+        Self::of_in_mode(webhook, key_prefix).map(|(role, _)| role)
+    }
+
+    /// The role and the mode of `webhook`, read from its configuration and
+    /// its name (`mutate-warn.<keyPrefix>`: mutate, in warn).
+    pub(super) fn of_in_mode(webhook: &WebhookView<'_>, key_prefix: &str) -> Option<(Self, Mode)> {
+        Self::ALL
+            .into_iter()
+            .flat_map(|role| role.modes().iter().map(move |&mode| (role, mode)))
+            .find(|(role, mode)| {
+                role.configuration() == webhook.configuration
+                    && webhook.name == role.name_in(*mode, key_prefix)
+            })
+    }
+
+    /// The modes the chart writes a webhook of this role for:
+    /// `/validate-all` has none (nothing it refuses may be softened).
+    fn modes(self) -> &'static [Mode] {
+        match self {
+            Self::ValidateAll => &[Mode::Enforce],
+            _ => &Mode::ALL,
+        }
+    }
+
+    /// Its name in `mode`: `mutate.<keyPrefix>` in enforce,
+    /// `mutate-warn.<keyPrefix>` in warn.
+    pub(super) fn name_in(self, mode: Mode, key_prefix: &str) -> String {
+        match mode {
+            Mode::Enforce => self.name(key_prefix),
+            mode => self
+                .name(key_prefix)
+                .replacen('.', &format!("-{}.", mode.as_str()), 1),
+        }
+    }
+
+    /// The path it calls in `mode`: `/mutate`, `/mutate/warn`.
+    pub(super) fn path_in(self, mode: Mode) -> String {
+        match mode {
+            Mode::Enforce => self.path().to_string(),
+            mode => format!("{}/{}", self.path(), mode.as_str()),
+        }
     }
 
     pub(super) fn name(self, key_prefix: &str) -> String {
@@ -315,9 +357,11 @@ pub(super) fn check_roles(
         if Role::of(webhook, key_prefix).is_some() {
             continue;
         }
-        let misplaced = Role::ALL
-            .into_iter()
-            .find(|role| webhook.name == role.name(key_prefix));
+        let misplaced = Role::ALL.into_iter().find(|role| {
+            role.modes()
+                .iter()
+                .any(|&mode| webhook.name == role.name_in(mode, key_prefix))
+        });
         let detail = match misplaced {
             Some(role) => format!(
                 "{} belongs in the {} configuration: a {} webhook cannot do its work",
@@ -326,7 +370,7 @@ pub(super) fn check_roles(
                 webhook.configuration.word()
             ),
             None => format!(
-                "not a webhook this chart writes for keyPrefix {key_prefix} (mutating: {}; validating: {}, {}): its role, so what it must call and select, cannot be told",
+                "not a webhook this chart writes for keyPrefix {key_prefix} (mutating: {}, and its -warn and -audit modes; validating: {}, its modes, {}): its role, so what it must call and select, cannot be told",
                 Role::Mutate.name(key_prefix),
                 Role::Validate.name(key_prefix),
                 Role::ValidateAll.name(key_prefix)

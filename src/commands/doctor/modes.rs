@@ -1,0 +1,198 @@
+//! Each namespace's mode (SPEC §3 rule 17), as the API server will route
+//! it: which of the mutating webhooks (`mutate.<keyPrefix>`,
+//! `mutate-warn.<keyPrefix>`, `mutate-audit.<keyPrefix>`) selects it, read
+//! by evaluating their namespaceSelectors against the namespace's labels,
+//! never from the label alone. A namespace two of them select is decided
+//! twice; one labelled with a value that is no mode gets the default.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::webhooks::{Role, WebhookView};
+use super::{Check, Verdict, line};
+use crate::decide::Mode;
+
+/// A namespace as the check reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceView {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Whether `selector` selects an object with `labels`, as apimachinery's
+/// `LabelSelectorAsSelector` evaluates it: every `matchLabels` pair and
+/// every expression must hold; an empty selector selects everything. An
+/// operator it does not know selects nothing (the API server refuses such
+/// a selector when the configuration is written).
+pub fn selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
+    let Some(selector) = selector else {
+        return true;
+    };
+    let pairs = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(key, value)| labels.get(key) == Some(value));
+    let expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        let value = labels.get(&e.key);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    pairs && expressions
+}
+
+/// One line: how many namespaces are in each mode (naming those in warn
+/// and audit), failing when a namespace is selected by two mutating
+/// webhooks, warning when one carries a mode label that is no mode.
+pub fn check_modes(
+    webhooks: &[WebhookView<'_>],
+    namespaces: &Result<Vec<NamespaceView>, String>,
+    key_prefix: &str,
+) -> Check {
+    let subject = "namespace modes";
+    let namespaces = match namespaces {
+        Ok(namespaces) => namespaces,
+        Err(why) => {
+            return line(
+                Verdict::Warn,
+                subject,
+                format!("{why}: each namespace's mode cannot be told"),
+            );
+        }
+    };
+    let mutating: Vec<(Mode, &WebhookView<'_>)> = webhooks
+        .iter()
+        .filter_map(|w| match Role::of_in_mode(w, key_prefix) {
+            Some((Role::Mutate, mode)) => Some((mode, w)),
+            _ => None,
+        })
+        .collect();
+    let key = format!("{key_prefix}/mode");
+    let mut by_mode: BTreeMap<&'static str, Vec<&str>> = BTreeMap::new();
+    let (mut twice, mut unknown) = (Vec::new(), Vec::new());
+    for namespace in namespaces {
+        let modes: Vec<Mode> = mutating
+            .iter()
+            .filter(|(_, w)| selects(w.namespace_selector, &namespace.labels))
+            .map(|(mode, _)| *mode)
+            .collect();
+        match modes.as_slice() {
+            [] => {}
+            [mode] => by_mode
+                .entry(mode.as_str())
+                .or_default()
+                .push(&namespace.name),
+            _ => twice.push(format!(
+                "{} ({})",
+                namespace.name,
+                modes
+                    .iter()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+        if let Some(value) = namespace.labels.get(&key)
+            && Mode::from_path_suffix(value).is_none()
+        {
+            unknown.push(format!("{}={value}", namespace.name));
+        }
+    }
+    let summary = Mode::ALL
+        .iter()
+        .map(|mode| {
+            let names = by_mode
+                .get(mode.as_str())
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            match mode {
+                Mode::Enforce => format!("{} in enforce", names.len()),
+                _ if names.is_empty() => format!("none in {}", mode.as_str()),
+                _ => format!(
+                    "{} in {} ({})",
+                    names.len(),
+                    mode.as_str(),
+                    names.join(", ")
+                ),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    if !twice.is_empty() {
+        return line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "{}: selected by two of the mutating webhooks, so each of their objects is decided in two modes and the strictest refuses; give each mode's webhook the chart's namespaceSelector ({summary})",
+                twice.join(", ")
+            ),
+        );
+    }
+    if !unknown.is_empty() {
+        return line(
+            Verdict::Warn,
+            subject,
+            format!(
+                "{}: {key} is none of enforce, warn, audit, so the namespace has the default mode ({summary})",
+                unknown.join(", ")
+            ),
+        );
+    }
+    line(Verdict::Ok, subject, summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn expression(key: &str, operator: &str, values: &[&str]) -> LabelSelectorRequirement {
+        LabelSelectorRequirement {
+            key: key.into(),
+            operator: operator.into(),
+            values: Some(values.iter().map(|v| v.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn selectors_read_as_the_api_server_reads_them() {
+        let not_in = LabelSelector {
+            match_expressions: Some(vec![expression("m", "NotIn", &["warn", "audit"])]),
+            ..LabelSelector::default()
+        };
+        assert!(selects(Some(&not_in), &labels(&[])));
+        assert!(selects(Some(&not_in), &labels(&[("m", "enforce")])));
+        assert!(selects(Some(&not_in), &labels(&[("m", "typo")])));
+        assert!(!selects(Some(&not_in), &labels(&[("m", "warn")])));
+        let is_in = LabelSelector {
+            match_expressions: Some(vec![expression("m", "In", &["warn"])]),
+            match_labels: Some(labels(&[("team", "a")]).into_iter().collect()),
+        };
+        assert!(selects(
+            Some(&is_in),
+            &labels(&[("m", "warn"), ("team", "a")])
+        ));
+        assert!(!selects(Some(&is_in), &labels(&[("m", "warn")])));
+        assert!(!selects(Some(&is_in), &labels(&[("team", "a")])));
+        assert!(selects(None, &labels(&[])));
+        let odd = LabelSelector {
+            match_expressions: Some(vec![expression("m", "Gt", &["1"])]),
+            ..LabelSelector::default()
+        };
+        assert!(!selects(Some(&odd), &labels(&[("m", "2")])));
+    }
+}

@@ -1,0 +1,114 @@
+//! Modes (SPEC §3 rule 17): `enforce` refuses, `warn` and `audit` let
+//! through what a mode may soften, completed as far as ownerguard can.
+//!
+//! A mode never weakens the guarantee the collector depends on. What it
+//! may soften is a rule whose object, once allowed and completed, the
+//! garbage collector still resolves and collects with its owner:
+//!
+//! - the requester check (a pod declaring, adopting or releasing another
+//!   pod's object): the reference is still the looked-up owner's whole
+//!   tuple; who asked for it is ownerguard's policy, not the collector's;
+//! - a finished owner (rule 11): the collector resolves a finished pod,
+//!   whose object stays, and collects the object when it is deleted (the
+//!   reaper's or a Job's cleanup), as `/validate-all` already takes it;
+//! - a blocking reference on `/validate`: `blockOwnerDeletion` changes a
+//!   foreground deletion's wait, not what is collected, and the API
+//!   server's own permission check still judges it.
+//!
+//! Every other refusal stands in every mode, because allowing it would
+//! store an object the collector deletes at once (an owner missing, of
+//! another uid, being deleted; a reference renamed or re-kinded), or
+//! never collects (no owner it can name: no uid, `Self` without a pod,
+//! a live owner's reference removed, a controller's objects refused), or
+//! because it bounds ownerguard's own work (malformed input, the
+//! reference limit, a failed lookup, which `--fail-open` alone decides).
+//! docs/reference/decisions.md#modes has the table.
+
+use super::denial::Denial;
+
+/// How a namespace's refusals are applied: the path the API server calls
+/// (`/mutate`, `/mutate/warn`, `/mutate/audit`, the same for
+/// `/validate`), chosen by the chart's webhook entries from the
+/// namespace's `<keyPrefix>/mode` label.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Refuse (the only behaviour before modes).
+    #[default]
+    Enforce,
+    /// Allow what a mode may soften, completed, with a warning to the
+    /// client carrying the refusal's message, an audit annotation and the
+    /// decision counted as `warned`.
+    Warn,
+    /// As `warn`, without the warning to the client.
+    Audit,
+}
+
+impl Mode {
+    pub const ALL: [Self; 3] = [Self::Enforce, Self::Warn, Self::Audit];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Enforce => "enforce",
+            Self::Warn => "warn",
+            Self::Audit => "audit",
+        }
+    }
+
+    /// The mode a path suffix names (`warn` of `/mutate/warn`).
+    pub fn from_path_suffix(suffix: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|mode| mode.as_str() == suffix)
+    }
+
+    /// Whether this mode lets through what it may soften.
+    pub fn softens(self) -> bool {
+        self != Self::Enforce
+    }
+
+    /// Whether the client hears of what was softened.
+    pub fn warns(self) -> bool {
+        self == Self::Warn
+    }
+}
+
+/// The rules a decision is re-made without, once a mode softened them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Relaxed {
+    /// The requester check is off.
+    pub requester_check: bool,
+    /// A finished pod is an owner, as the collector resolves it.
+    pub finished_owner: bool,
+    /// `/validate` lets a blocking Pod reference be.
+    pub blocking_reference: bool,
+}
+
+impl Relaxed {
+    /// Relax the rule `denial` broke. `false` when no mode may soften it,
+    /// or it is relaxed already (the decision cannot then change).
+    pub fn relax(&mut self, denial: &Denial) -> bool {
+        let rule = match denial {
+            Denial::RequesterNotOwner { .. }
+            | Denial::RequesterAdoptsObject { .. }
+            | Denial::RequesterReleasesObject { .. } => &mut self.requester_check,
+            Denial::OwnerFinished { .. } => &mut self.finished_owner,
+            Denial::BlockingReference { .. } => &mut self.blocking_reference,
+            _ => return false,
+        };
+        !std::mem::replace(rule, true)
+    }
+}
+
+/// Whether any mode may soften `denial` (the table of the module's doc).
+pub fn softenable(denial: &Denial) -> bool {
+    Relaxed::default().relax(denial)
+}
