@@ -84,6 +84,28 @@ e2e_build() {
   cp "$built" "$E2E_BIN/ownerguard"
   OWNERGUARD_BIN="$E2E_BIN/ownerguard"
   export OWNERGUARD_BIN
+  e2e_report_crds
+}
+
+# The policy-report CRDs of TestPolicyReports, from their projects'
+# published Go modules (pinned here), fetched before the suite enters its
+# network namespace, which has no route to the module proxy.
+E2E_REPORT_MODULES=(
+  OPENREPORTS=github.com/openreports/reports-api@v0.2.1
+  KYVERNO=github.com/kyverno/kyverno@v1.19.1
+)
+e2e_report_crds() {
+  local entry name module dir scratch
+  # Outside any module: `go mod download module@version` alone.
+  scratch="$(mktemp -d)"
+  for entry in "${E2E_REPORT_MODULES[@]}"; do
+    name="${entry%%=*}" module="${entry#*=}"
+    dir="$(cd "$scratch" && GOFLAGS=-mod=mod go mod download -json "$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    [[ -d "$dir" ]] || { rm -rf "$scratch"; log "cannot fetch $module from the module proxy"; return 1; }
+    export "E2E_MODULE_$name=$dir"
+  done
+  rm -rf "$scratch"
+  log "policy-report CRDs from ${E2E_REPORT_MODULES[*]#*=}"
 }
 
 # etcd, kube-apiserver and kube-controller-manager of $E2E_KUBE_VERSION,

@@ -192,6 +192,7 @@ fn background(
             resources: args.audit_resources.clone(),
             fix: false,
             policy: args.policy.policy(),
+            reports: args.audit_reports,
         };
         info!(interval = ?args.audit_interval, resources = ?options.resources, "periodic audit");
         tokio::spawn(audit::periodically(

@@ -102,6 +102,7 @@ fn options(resources: &[&str], fix: bool) -> AuditOptions {
         resources: resources.iter().map(|r| r.to_string()).collect(),
         fix,
         policy: Policy::default(),
+        reports: false,
     }
 }
 

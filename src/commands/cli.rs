@@ -97,6 +97,13 @@ pub struct AuditArgs {
     /// Prefix of the owner label keys, as the server's --key-prefix.
     #[arg(long, default_value = "ownerguard.io", value_parser = key_prefix)]
     pub key_prefix: String,
+
+    /// Also write the findings as policy reports, one per namespace named
+    /// `ownerguard`, replaced whole: OpenReports (openreports.io/v1alpha1
+    /// Report) when its CRD is installed, else wgpolicyk8s.io/v1alpha2
+    /// PolicyReport, else none (said).
+    #[arg(long)]
+    pub reports: bool,
 }
 
 /// `audit --output`.
@@ -374,6 +381,12 @@ pub struct ServeArgs {
     #[arg(long = "audit-resource", value_delimiter = ',', default_values_t = crate::commands::audit::DEFAULT_RESOURCES.map(String::from))]
     pub audit_resources: Vec<String>,
 
+    /// Write each periodic audit's findings as policy reports, one per
+    /// namespace, replaced whole (`audit --reports`): OpenReports when its
+    /// CRD is installed, else wgpolicyk8s.io, else none (said once).
+    #[arg(long)]
+    pub audit_reports: bool,
+
     /// Release what finished owner pods (Succeeded, Failed) own, as
     /// `release` does, once they have stayed finished for --reap-after.
     /// One replica reaps at a time, the holder of a Lease. Needs delete on
@@ -416,6 +429,13 @@ pub struct ReviewArgs {
     /// Which webhook decides.
     #[arg(long, value_enum, default_value_t = WebhookKind::Mutate)]
     pub webhook: WebhookKind,
+
+    /// The namespace's mode, as the chart's webhook of that mode calls
+    /// (`/mutate/warn`...): warn and audit let through, completed, what a
+    /// mode may soften (docs/reference/decisions.md#modes). `/validate-all`
+    /// has none.
+    #[arg(long, value_enum, default_value_t = crate::decide::Mode::Enforce)]
+    pub mode: crate::decide::Mode,
 
     /// Namespace of a plain manifest (default: its metadata.namespace, else
     /// default).

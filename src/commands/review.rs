@@ -61,8 +61,12 @@ async fn review(args: &ReviewArgs) -> Result<(bool, String), String> {
         Arc::new(Metrics::default()),
     );
     let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
+    let endpoint = crate::decide::Endpoint::of(args.webhook).in_mode(match args.webhook {
+        crate::decide::WebhookKind::ValidateAll => crate::decide::Mode::Enforce,
+        _ => args.mode,
+    });
     let answer = webhook
-        .answer(args.webhook, &bytes, None)
+        .answer_at(endpoint, &bytes, None)
         .await
         .map_err(|e| e.to_string())?;
     if let Some(status) = &answer.response.status {

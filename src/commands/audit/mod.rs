@@ -12,6 +12,7 @@
 
 pub mod classify;
 mod report;
+pub mod reports;
 
 use std::collections::BTreeMap;
 
@@ -52,12 +53,20 @@ pub struct AuditOptions {
     pub fix: bool,
     /// The policy the webhook decides with (its key prefix).
     pub policy: Policy,
+    /// Write the findings as policy reports, one per namespace
+    /// ([`reports`]).
+    pub reports: bool,
 }
 
 /// One object audited that is worth a line: any state but `ok`.
 #[derive(Debug, Clone)]
 pub struct Line {
     pub resource: String,
+    /// The object's `apiVersion` and `kind`, and its uid: what a policy
+    /// report names it by.
+    pub api_version: String,
+    pub kind: String,
+    pub uid: String,
     pub namespace: String,
     pub name: String,
     pub finding: Finding,
@@ -82,6 +91,9 @@ pub struct Report {
     pub lines: Vec<Line>,
     /// How many objects of each resource are in each state, `ok` included.
     pub counts: BTreeMap<(String, State), usize>,
+    /// How many objects of each namespace are in each state, `ok`
+    /// included: the namespaces that have objects of ownerguard's.
+    pub namespaces: BTreeMap<String, BTreeMap<State, usize>>,
     /// Resources that could not be audited, and why (a 403, an unknown
     /// resource): the others were.
     pub errors: Vec<(String, String)>,
@@ -225,13 +237,19 @@ async fn audit_object(
         .counts
         .entry((resource.to_string(), finding.state))
         .or_default() += 1;
-    if finding.state == State::Ok {
-        return;
-    }
     let (namespace, name) = (
         meta.namespace.clone().unwrap_or_default(),
         meta.name.clone().unwrap_or_default(),
     );
+    *report
+        .namespaces
+        .entry(namespace.clone())
+        .or_default()
+        .entry(finding.state)
+        .or_default() += 1;
+    if finding.state == State::Ok {
+        return;
+    }
     let fixed = match (&finding.patch, options.fix && finding.state.is_fixable()) {
         (Some(patch), true) => {
             let api = Api::namespaced_with(target.client.clone(), &namespace, target.api_resource);
@@ -239,8 +257,16 @@ async fn audit_object(
         }
         _ => None,
     };
+    let kind = target.kind;
     report.lines.push(Line {
         resource: resource.to_string(),
+        api_version: if kind.group.is_empty() {
+            kind.version.to_string()
+        } else {
+            format!("{}/{}", kind.group, kind.version)
+        },
+        kind: kind.kind.to_string(),
+        uid: meta.uid.clone().unwrap_or_default(),
         namespace,
         name,
         finding,
@@ -418,6 +444,7 @@ pub async fn run(args: AuditArgs) -> ExitCode {
             labels: crate::decide::OwnerLabels::new(&args.key_prefix),
             ..Policy::default()
         },
+        reports: args.reports,
     };
     let client = match crate::k8s::client::infer().await {
         Ok(client) => client,
@@ -426,7 +453,7 @@ pub async fn run(args: AuditArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let report = audit(client, &options, |resource, scanned| {
+    let report = audit(client.clone(), &options, |resource, scanned| {
         eprintln!("audit: {resource}: {scanned} object(s) scanned");
     })
     .await;
@@ -446,7 +473,32 @@ pub async fn run(args: AuditArgs) -> ExitCode {
         AuditOutput::Table => print!("{}", print_table(&report)),
         AuditOutput::Json => print!("{}", print_json(&report)),
     }
-    if !report.errors.is_empty() {
+    let mut reports_failed = false;
+    if options.reports {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        match write_reports(&client, &options, &report, now).await {
+            Ok(Some((api, written))) => {
+                eprintln!(
+                    "audit: {} {} report(s) written, {} deleted",
+                    written.applied,
+                    api.name(),
+                    written.deleted
+                );
+                for (namespace, error) in &written.failed {
+                    eprintln!("audit: the report of namespace {namespace} not written: {error}");
+                }
+                reports_failed = !written.failed.is_empty();
+            }
+            Ok(None) => eprintln!(
+                "audit: no report written: the cluster serves neither openreports.io/v1alpha1 nor wgpolicyk8s.io/v1alpha2 (install one's CRDs)"
+            ),
+            Err(error) => {
+                eprintln!("audit: no report written: {error}");
+                reports_failed = true;
+            }
+        }
+    }
+    if !report.errors.is_empty() || reports_failed {
         ExitCode::from(2)
     } else if report.has_findings() {
         ExitCode::from(1)
@@ -455,8 +507,28 @@ pub async fn run(args: AuditArgs) -> ExitCode {
     }
 }
 
+/// Write `report` as policy reports in the API the cluster serves;
+/// `Ok(None)` when it serves none.
+///
+/// # Errors
+///
+/// Discovery, or the list of the existing reports, failed.
+pub async fn write_reports(
+    client: &kube::Client,
+    options: &AuditOptions,
+    report: &Report,
+    now: i64,
+) -> Result<Option<(reports::ReportApi, reports::Written)>, kube::Error> {
+    let Some(api) = reports::detect(client).await? else {
+        return Ok(None);
+    };
+    let written = reports::write(client, api, report, &options.namespaces, now).await?;
+    Ok(Some((api, written)))
+}
+
 /// `serve --audit-interval`: the same audit every `interval`, its counts
-/// exported as `ownerguard_audit_objects{resource,state}`. Never fixes.
+/// exported as `ownerguard_audit_objects{resource,state}`; with
+/// `--audit-reports`, its findings as policy reports. Never fixes.
 pub async fn periodically(
     client: kube::Client,
     options: AuditOptions,
@@ -465,6 +537,8 @@ pub async fn periodically(
 ) {
     let states: Vec<&'static str> = State::ALL.iter().map(|s| s.as_str()).collect();
     let mut tick = tokio::time::interval(interval);
+    // Which report API the cluster serves is said once, not every pass.
+    let mut said: Option<Option<reports::ReportApi>> = None;
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
@@ -498,7 +572,37 @@ pub async fn periodically(
                     leaked = totals[&State::Leaked],
                     "periodic audit done"
                 );
-                metrics.count_audit_run(report.errors.is_empty(), now());
+                let mut ok = report.errors.is_empty();
+                if options.reports {
+                    match write_reports(&client, &options, &report, now()).await {
+                        Ok(outcome) => {
+                            let api = outcome.as_ref().map(|(api, _)| *api);
+                            if said != Some(api) {
+                                match api {
+                                    Some(api) => info!(
+                                        api = api.name(),
+                                        "periodic audit: findings written as policy reports"
+                                    ),
+                                    None => tracing::warn!(
+                                        "periodic audit: no policy report written: the cluster serves neither openreports.io/v1alpha1 nor wgpolicyk8s.io/v1alpha2"
+                                    ),
+                                }
+                                said = Some(api);
+                            }
+                            if let Some((_, written)) = outcome {
+                                for (namespace, error) in &written.failed {
+                                    tracing::warn!(%namespace, %error, "periodic audit: policy report not written");
+                                    ok = false;
+                                }
+                            }
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "periodic audit: policy reports not written");
+                            ok = false;
+                        }
+                    }
+                }
+                metrics.count_audit_run(ok, now());
             }
             Err(error) => {
                 tracing::warn!(%error, "periodic audit failed");

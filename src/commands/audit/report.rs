@@ -161,6 +161,9 @@ mod tests {
     fn line(state: State, namespace: &str, resource: &str, name: &str) -> Line {
         Line {
             resource: resource.into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            uid: String::new(),
             namespace: namespace.into(),
             name: name.into(),
             finding: Finding {

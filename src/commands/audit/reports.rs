@@ -1,0 +1,389 @@
+//! The audit's findings as policy reports, where platform teams already
+//! look (Kyverno's Policy Reporter, `kubectl get reports -A`): one report
+//! per namespace, named `ownerguard`, in the API the cluster serves:
+//! OpenReports (`openreports.io/v1alpha1` `Report`) when its CRD is
+//! installed, else the Kubernetes policy working group's
+//! (`wgpolicyk8s.io/v1alpha2` `PolicyReport`), else none.
+//!
+//! Each pass replaces every report whole (server-side apply, the results
+//! an atomic list): a result that no longer holds is gone, and a report
+//! never grows beyond [`MAX_RESULTS`]. A namespace that no longer has an
+//! object of ownerguard's loses its report.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+use super::{Line, Report, State};
+
+/// The name of the report in each namespace.
+pub const REPORT_NAME: &str = "ownerguard";
+
+/// The label every report ownerguard writes carries, so that a pass finds
+/// the reports it no longer needs (and never another tool's).
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "ownerguard");
+
+/// The field manager of the apply.
+const FIELD_MANAGER: &str = "ownerguard-audit";
+
+/// Most results one report holds: the most severe first; the summary still
+/// counts them all, and an annotation says how many were left out. A
+/// report is one etcd object (1.5 MiB at most): about 500 bytes a result.
+pub const MAX_RESULTS: usize = 1000;
+
+/// The report API a cluster serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportApi {
+    /// `openreports.io/v1alpha1`, `Report`: the successor of the
+    /// working group's API (Kyverno since 1.15).
+    OpenReports,
+    /// `wgpolicyk8s.io/v1alpha2`, `PolicyReport`.
+    Wgpolicy,
+}
+
+impl ReportApi {
+    /// Preferred first.
+    pub const ALL: [Self; 2] = [Self::OpenReports, Self::Wgpolicy];
+
+    pub fn resource(self) -> ApiResource {
+        let (group, version, kind, plural) = match self {
+            Self::OpenReports => ("openreports.io", "v1alpha1", "Report", "reports"),
+            Self::Wgpolicy => (
+                "wgpolicyk8s.io",
+                "v1alpha2",
+                "PolicyReport",
+                "policyreports",
+            ),
+        };
+        let mut resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        resource.plural = plural.to_string();
+        resource
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OpenReports => "openreports.io/v1alpha1 Report",
+            Self::Wgpolicy => "wgpolicyk8s.io/v1alpha2 PolicyReport",
+        }
+    }
+}
+
+/// The first report API the cluster serves, by discovery; `None` when it
+/// serves neither (or discovery failed: said in the error).
+///
+/// # Errors
+///
+/// A discovery error other than "not served" (404).
+pub async fn detect(client: &kube::Client) -> Result<Option<ReportApi>, kube::Error> {
+    for api in ReportApi::ALL {
+        let resource = api.resource();
+        match client.list_api_group_resources(&resource.api_version).await {
+            Ok(list) if list.resources.iter().any(|r| r.name == resource.plural) => {
+                return Ok(Some(api));
+            }
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(None)
+}
+
+/// How bad a finding is, in the reports' words.
+fn severity(state: State) -> &'static str {
+    match state {
+        // Nothing will ever delete it / the collector cannot resolve it.
+        State::Leaked | State::Contradicting => "high",
+        State::OwnerFinished | State::MissingReference | State::Malformed => "medium",
+        State::Blocking => "low",
+        State::Ok | State::Dangling => "info",
+    }
+}
+
+/// What to do about a finding, in a sentence.
+fn fix_of(line: &Line) -> String {
+    let (namespace, resource, name) = (&line.namespace, &line.resource, &line.name);
+    match line.finding.state {
+        State::Leaked => format!(
+            "nothing will delete it: delete it (kubectl delete -n {namespace} {resource} {name}) once its work is done"
+        ),
+        State::OwnerFinished => "it lives until its finished owner pod is deleted: delete finished worker pods, give their Jobs ttlSecondsAfterFinished, or turn on ownerguard's reaper".into(),
+        State::MissingReference => "ownerguard audit --fix adds the owner's non-blocking reference".into(),
+        State::Blocking => "ownerguard audit --fix sets blockOwnerDeletion to false".into(),
+        State::Contradicting | State::Malformed => {
+            "correct its owner labels and ownerReferences as the message says".into()
+        }
+        State::Ok | State::Dangling => String::new(),
+    }
+}
+
+/// The report of `namespace`: its findings (not `dangling`, which the
+/// collector deletes, nor `ok`) as failed results, its counts as the
+/// summary.
+pub fn build(
+    api: ReportApi,
+    namespace: &str,
+    lines: &[&Line],
+    counts: &BTreeMap<State, usize>,
+    now: i64,
+) -> Value {
+    let resource = api.resource();
+    let mut findings: Vec<&Line> = lines
+        .iter()
+        .copied()
+        .filter(|line| line.finding.state.is_finding())
+        .collect();
+    let rank = |line: &Line| match severity(line.finding.state) {
+        "high" => 0,
+        "medium" => 1,
+        _ => 2,
+    };
+    findings.sort_by(|a, b| (rank(a), &a.resource, &a.name).cmp(&(rank(b), &b.resource, &b.name)));
+    let left_out = findings.len().saturating_sub(MAX_RESULTS);
+    let results: Vec<Value> = findings
+        .iter()
+        .take(MAX_RESULTS)
+        .map(|line| {
+            let finding = &line.finding;
+            let mut properties = BTreeMap::from([
+                ("owner".to_string(), finding.owner.clone()),
+                ("fix".to_string(), fix_of(line)),
+                ("resource".to_string(), line.resource.clone()),
+            ]);
+            if let Some(fixed) = &line.fixed {
+                properties.insert("fixed".to_string(), format!("{fixed:?}").to_lowercase());
+            }
+            json!({
+                "source": "ownerguard",
+                "policy": "ownerguard",
+                "rule": finding.state.as_str(),
+                "category": "ownership",
+                "result": "fail",
+                "scored": true,
+                "severity": severity(finding.state),
+                "message": finding.detail,
+                "properties": properties,
+                "resources": [{
+                    "apiVersion": line.api_version,
+                    "kind": line.kind,
+                    "namespace": line.namespace,
+                    "name": line.name,
+                    "uid": line.uid,
+                }],
+                "timestamp": {"seconds": now, "nanos": 0},
+            })
+        })
+        .collect();
+    let count = |states: &[State]| -> usize {
+        states
+            .iter()
+            .map(|s| counts.get(s).copied().unwrap_or(0))
+            .sum()
+    };
+    let mut annotations = BTreeMap::new();
+    if left_out > 0 {
+        annotations.insert(
+            "ownerguard.io/results-left-out".to_string(),
+            left_out.to_string(),
+        );
+    }
+    json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": {
+            "name": REPORT_NAME,
+            "namespace": namespace,
+            "labels": {MANAGED_BY.0: MANAGED_BY.1},
+            "annotations": annotations,
+        },
+        "summary": {
+            "pass": count(&[State::Ok]),
+            "fail": findings.len(),
+            "warn": 0,
+            "error": 0,
+            "skip": count(&[State::Dangling]),
+        },
+        "results": results,
+    })
+}
+
+/// What one pass wrote.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Namespaces whose report was applied.
+    pub applied: usize,
+    /// Reports of namespaces with no object of ownerguard's any more.
+    pub deleted: usize,
+    /// Namespaces whose report could not be written, and why.
+    pub failed: Vec<(String, String)>,
+}
+
+/// Write `report` as one policy report per namespace it audited objects
+/// of, replacing each whole, and delete ownerguard's reports of the
+/// namespaces in `scopes` (every namespace when empty) that no longer have
+/// any.
+///
+/// # Errors
+///
+/// The list of ownerguard's existing reports failing: the pass then
+/// writes nothing.
+pub async fn write(
+    client: &kube::Client,
+    api: ReportApi,
+    report: &Report,
+    scopes: &[String],
+    now: i64,
+) -> Result<Written, kube::Error> {
+    let resource = api.resource();
+    let selector = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
+    let mut existing = BTreeSet::new();
+    let lists: Vec<Api<DynamicObject>> = if scopes.is_empty() {
+        vec![Api::all_with(client.clone(), &resource)]
+    } else {
+        scopes
+            .iter()
+            .map(|ns| Api::namespaced_with(client.clone(), ns, &resource))
+            .collect()
+    };
+    for list in &lists {
+        for object in list
+            .list_metadata(&ListParams::default().labels(&selector))
+            .await?
+        {
+            if object.metadata.name.as_deref() == Some(REPORT_NAME)
+                && let Some(namespace) = object.metadata.namespace
+            {
+                existing.insert(namespace);
+            }
+        }
+    }
+    let mut by_namespace: BTreeMap<&str, Vec<&Line>> = BTreeMap::new();
+    for line in &report.lines {
+        by_namespace.entry(&line.namespace).or_default().push(line);
+    }
+    let mut written = Written::default();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for (namespace, counts) in &report.namespaces {
+        let lines = by_namespace.remove(namespace.as_str()).unwrap_or_default();
+        let object = build(api, namespace, &lines, counts, now);
+        let target: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        match target
+            .patch(REPORT_NAME, &params, &Patch::Apply(&object))
+            .await
+        {
+            Ok(_) => written.applied += 1,
+            Err(error) => written.failed.push((namespace.clone(), error.to_string())),
+        }
+    }
+    for namespace in existing {
+        if report.namespaces.contains_key(&namespace) {
+            continue;
+        }
+        let target: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &namespace, &resource);
+        match target.delete(REPORT_NAME, &DeleteParams::default()).await {
+            Ok(_) => written.deleted += 1,
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => written.failed.push((namespace, error.to_string())),
+        }
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::audit::Finding;
+    use std::time::Duration;
+
+    fn line(state: State, name: &str) -> Line {
+        Line {
+            resource: "configmaps".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            uid: format!("uid-{name}"),
+            namespace: "agents".into(),
+            name: name.into(),
+            finding: Finding {
+                state,
+                owner: "w-1".into(),
+                age: Some(Duration::from_secs(60)),
+                detail: format!("{name} is {}", state.as_str()),
+                patch: None,
+            },
+            fixed: None,
+        }
+    }
+
+    #[test]
+    fn a_report_holds_each_finding_with_its_object_rule_severity_and_fix() {
+        let lines = [
+            line(State::Blocking, "b"),
+            line(State::Leaked, "l"),
+            line(State::Dangling, "d"),
+        ];
+        let counts = BTreeMap::from([
+            (State::Ok, 4),
+            (State::Blocking, 1),
+            (State::Leaked, 1),
+            (State::Dangling, 1),
+        ]);
+        for api in ReportApi::ALL {
+            let report = build(api, "agents", &lines.iter().collect::<Vec<_>>(), &counts, 7);
+            assert_eq!(report["kind"], api.resource().kind.as_str());
+            assert_eq!(report["metadata"]["name"], REPORT_NAME);
+            assert_eq!(report["metadata"]["labels"][MANAGED_BY.0], MANAGED_BY.1);
+            assert_eq!(
+                report["summary"],
+                json!({"pass": 4, "fail": 2, "warn": 0, "error": 0, "skip": 1})
+            );
+            let results = report["results"].as_array().unwrap();
+            // The most severe first; the dangling one (the collector
+            // deletes it) is no result.
+            assert_eq!(results.len(), 2);
+            assert_eq!(results[0]["rule"], "leaked");
+            assert_eq!(results[0]["severity"], "high");
+            assert_eq!(results[0]["result"], "fail");
+            assert_eq!(
+                results[0]["resources"][0],
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "agents", "name": "l", "uid": "uid-l"})
+            );
+            assert!(
+                results[0]["properties"]["fix"]
+                    .as_str()
+                    .unwrap()
+                    .contains("kubectl delete -n agents configmaps l")
+            );
+            assert_eq!(results[1]["rule"], "blocking");
+            assert!(
+                results[1]["properties"]["fix"]
+                    .as_str()
+                    .unwrap()
+                    .contains("--fix")
+            );
+        }
+    }
+
+    #[test]
+    fn a_report_never_grows_beyond_its_bound() {
+        let lines: Vec<Line> = (0..MAX_RESULTS + 5)
+            .map(|i| line(State::Leaked, &format!("cm-{i}")))
+            .collect();
+        let counts = BTreeMap::from([(State::Leaked, lines.len())]);
+        let report = build(
+            ReportApi::OpenReports,
+            "agents",
+            &lines.iter().collect::<Vec<_>>(),
+            &counts,
+            7,
+        );
+        assert_eq!(report["results"].as_array().unwrap().len(), MAX_RESULTS);
+        assert_eq!(report["summary"]["fail"], MAX_RESULTS + 5);
+        assert_eq!(
+            report["metadata"]["annotations"]["ownerguard.io/results-left-out"],
+            "5"
+        );
+    }
+}
