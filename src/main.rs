@@ -15,6 +15,7 @@ use ownerguard::commands::release::{Owner, ReleaseError};
 use ownerguard::commands::review;
 use ownerguard::observe::Metrics;
 use ownerguard::observe::Recorder;
+use ownerguard::observe::events::{Events, WarnedCreates};
 use ownerguard::observe::telemetry;
 use ownerguard::owner::Inventory;
 use ownerguard::owner::{ClusterLookup, LookupLimits};
@@ -123,6 +124,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         _ => bail!("--tls-cert and --tls-key are required (or --dev for a localhost certificate)"),
     };
     let metrics = Arc::new(Metrics::default());
+    let mut events = None;
     let lookup: Arc<dyn OwnerLookup> = match &args.pods {
         Some(path) => {
             let inventory = Inventory::from_file(path)?;
@@ -142,7 +144,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             info!(namespaces = ?settings.namespaces, selector = ?settings.selector,
                 "owner lookup from the cluster: pod watch, then live GET");
             let watches = Arc::new(Watches::spawn(client.clone(), &settings, metrics.clone()));
-            background(&args, &client, &watches, &metrics);
+            if args.events {
+                events = Some(Events::start(
+                    client.clone(),
+                    "ownerguard",
+                    Some(args.reaper_identity.clone()),
+                    metrics.clone(),
+                ));
+                info!("recording Events on the worker pods concerned (rate-limited per pod)");
+            }
+            background(&args, &client, &watches, &metrics, events.clone());
             let limits = LookupLimits {
                 concurrency: args.lookup_concurrency,
                 rate_per_second: args.lookup_rate,
@@ -157,6 +168,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Recorder::new(dir).with_context(|| format!("cannot record into {}", dir.display()))?;
         info!(dir = %dir.display(), "recording every review as a test case");
         webhook = webhook.with_observer(Arc::new(recorder));
+    }
+    if let Some(events) = events {
+        webhook = webhook.with_observer(Arc::new(WarnedCreates { events }));
     }
     let options = ServeOptions {
         addr: args.addr,
@@ -185,6 +199,7 @@ fn background(
     client: &kube::Client,
     watches: &Arc<Watches>,
     metrics: &Arc<Metrics>,
+    events: Option<Events>,
 ) {
     if !args.audit_interval.is_zero() {
         let options = AuditOptions {
@@ -193,6 +208,7 @@ fn background(
             fix: false,
             policy: args.policy.policy(),
             reports: args.audit_reports,
+            events: None,
         };
         info!(interval = ?args.audit_interval, resources = ?options.resources, "periodic audit");
         tokio::spawn(audit::periodically(
@@ -220,6 +236,7 @@ fn background(
             watches.finished.clone(),
             settings,
             metrics.clone(),
+            events,
         ));
     }
 }

@@ -103,6 +103,7 @@ fn options(resources: &[&str], fix: bool) -> AuditOptions {
         fix,
         policy: Policy::default(),
         reports: false,
+        events: None,
     }
 }
 

@@ -150,7 +150,7 @@ fn webhook_settings_are_the_safe_ones() {
     let common = helper("_helpers.tpl", "ownerguard.webhookCommon");
     for expected in [
         "admissionReviewVersions: [\"v1\", \"v1beta1\"]",
-        "sideEffects: None",
+        "sideEffects: {{ .sideEffects | default \"None\" }}",
         "timeoutSeconds: {{ .root.Values.webhook.timeoutSeconds }}",
         "matchPolicy: Equivalent",
     ] {
@@ -158,11 +158,12 @@ fn webhook_settings_are_the_safe_ones() {
     }
     let mutating = template("webhook-mutating.yaml");
     assert!(mutating.contains("reinvocationPolicy: IfNeeded"));
-    assert!(mutating.contains("\"path\" \"/mutate\""));
-    assert!(!mutating.contains("\"/validate\""));
+    // One webhook per mode, each calling the word's path in that mode.
+    assert!(mutating.contains("\"word\" \"mutate\""));
+    assert!(!mutating.contains("\"validate\""));
     let validating = template("webhook-validating.yaml");
-    assert!(validating.contains("\"path\" \"/validate\""));
-    assert!(!validating.contains("\"/mutate\""));
+    assert!(validating.contains("\"word\" \"validate\""));
+    assert!(!validating.contains("\"mutate\""));
     for text in [&mutating, &validating] {
         assert!(text.contains("(dict \"root\" . \"operator\" \"Exists\")"));
         assert!(text.contains("(list \"CREATE\" \"UPDATE\")"));

@@ -56,6 +56,7 @@ async fn start(
         watches.finished.clone(),
         settings(identity, after),
         metrics.clone(),
+        None,
     ));
     (metrics, task)
 }

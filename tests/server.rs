@@ -845,6 +845,7 @@ fn every_metric_the_alerts_and_the_dashboard_read_is_exported() {
     registry.set_audit_objects(["configmaps"], |_, _| 1, &["leaked"]);
     registry.count_reaped("configmaps", 1);
     registry.count_reap_failure("configmaps");
+    registry.observe_warned("validate", "warn", "agents", "owner-finished");
     let metrics = registry.encode();
     let mut exported = std::collections::BTreeSet::new();
     for line in metrics.lines() {

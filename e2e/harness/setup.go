@@ -133,6 +133,10 @@ func ChartSettings(chart string) []string {
 	if chartHasValue(chart, "check", "afterInstall") {
 		settings = append(settings, "--set", "check.afterInstall=false")
 	}
+	// Events on the worker pods (off by default): the suite proves them.
+	if chartHasValue(chart, "events", "enabled") {
+		settings = append(settings, "--set", "events.enabled=true")
+	}
 	return settings
 }
 

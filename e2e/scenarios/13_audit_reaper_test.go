@@ -98,6 +98,11 @@ func TestAudit(t *testing.T) {
 	if _, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, "leaked-prompt", metav1.GetOptions{}); err != nil {
 		t.Errorf("--fix deleted the leaked object: %v", err)
 	}
+	// The repair told on the owner pod (kubectl describe pod).
+	fixedEvent := untilPodEvent(ctx, t, w, "OwnerReferenceFixed")
+	if !strings.Contains(fixedEvent.Note, "'missing-prompt'") {
+		t.Fatalf("the OwnerReferenceFixed event says %q", fixedEvent.Note)
+	}
 	found, _ = auditLines(t, ns)
 	if _, left := found["missing-prompt"]; left {
 		t.Errorf("missing-prompt still found after --fix: %v", found["missing-prompt"])
@@ -131,7 +136,7 @@ func TestReaper(t *testing.T) {
 			Name: fmt.Sprintf("ownerguard-reaper-%d", i), Token: plane.PKI.OwnerguardAdminToken,
 			Addr: fmt.Sprintf("127.0.0.1:%d", 8470+i), MetricsPort: 9470 + i,
 			ExtraArgs: []string{"--reap-finished", "--reap-after=" + after.String(), "--reaper-lease=e2e-reaper",
-				"--reaper-lease-namespace=" + ns, fmt.Sprintf("--reaper-identity=replica-%d", i)}})
+				"--reaper-lease-namespace=" + ns, fmt.Sprintf("--reaper-identity=replica-%d", i), "--events"}})
 		must(t, err, "a reaper")
 		defer og.Stop(30 * time.Second)
 		replicas[i] = og
@@ -191,6 +196,11 @@ func TestReaper(t *testing.T) {
 	}
 	if n := leaders(); n != 1 {
 		t.Errorf("%d replicas lead", n)
+	}
+	// The release told on the finished worker (kubectl describe pod).
+	reapedEvent := untilPodEvent(ctx, t, pod, "Reaped")
+	if !strings.Contains(reapedEvent.Note, "1 pod(s), 0 Job(s), 1 ConfigMap(s)") {
+		t.Errorf("the Reaped event says %q", reapedEvent.Note)
 	}
 	fmt.Printf("    reaper: the finished worker's objects released %.2f s after it failed (--reap-after=%v); one replica of two reaped\n", took.Seconds()+after.Seconds()/2, after)
 }

@@ -21,6 +21,7 @@ import (
 	"ownerguard.io/e2e/harness"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -55,6 +56,40 @@ func listening(w *Worker) (*kubernetes.Clientset, *heard) {
 	config := plane.RESTConfigToken(w.Token)
 	config.WarningHandler = h
 	return kubernetes.NewForConfigOrDie(config), h
+}
+
+// podEvent: ownerguard's event of reason on pod, through the events API;
+// nil when there is none yet.
+func podEvent(ctx context.Context, pod *corev1.Pod, reason string) (*eventsv1.Event, error) {
+	list, err := admin.EventsV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "regarding.name=" + pod.Name + ",reason=" + reason})
+	if err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		e := &list.Items[i]
+		if e.Regarding.UID == pod.UID && strings.HasPrefix(e.ReportingController, "ownerguard") {
+			return e, nil
+		}
+	}
+	return nil, nil
+}
+
+// untilPodEvent waits for ownerguard's event of reason on pod.
+func untilPodEvent(ctx context.Context, t *testing.T, pod *corev1.Pod, reason string) *eventsv1.Event {
+	t.Helper()
+	var event *eventsv1.Event
+	must(t, harness.Until(ctx, 30*time.Second, 250*time.Millisecond, "an event "+reason, func() error {
+		var err error
+		if event, err = podEvent(ctx, pod, reason); err != nil {
+			return err
+		}
+		if event == nil {
+			return fmt.Errorf("no event %s on pod %s yet", reason, pod.Name)
+		}
+		return nil
+	}), "the event "+reason+" on "+pod.Name)
+	return event
 }
 
 // setMode labels namespace ns with mode ("" removes the label).
@@ -138,6 +173,51 @@ func TestModes(t *testing.T) {
 			return fmt.Errorf("no audit event of the create with the warn webhooks' violation")
 		}), "the audit log")
 		fmt.Printf("    modes: warn stored %s with %s; the client heard %d warning line(s)\n", cm.Name, refsString(cm.OwnerReferences), strings.Count(said, "\n")+1)
+
+		// An Event on the worker that sent it (kubectl describe pod).
+		event := untilPodEvent(ctx, t, w.Pod, "OwnershipWouldBeRefused")
+		if event.Type != corev1.EventTypeWarning || !strings.Contains(event.Note, "declares pod '"+other.Name()+"'") {
+			t.Fatalf("the event: %s %q", event.Type, event.Note)
+		}
+	})
+
+	t.Run("EventsOfALoopAreRateLimited", func(t *testing.T) {
+		// A worker that keeps making the same mistake: its creates are
+		// let through, its events stop at the per-pod burst (25, the
+		// first create above included), one series, not one per create.
+		spam := func() float64 {
+			n, _ := guard.Metric("ownerguard_events_total", map[string]string{"result": "spam"})
+			return n
+		}
+		before := spam()
+		for i := 0; i < 40; i++ {
+			cm := forOther("")
+			cm.GenerateName = "loop-"
+			_, err := client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+			must(t, err, "a warned create in a loop")
+		}
+		var count int32
+		must(t, harness.Until(ctx, 30*time.Second, 250*time.Millisecond, "the burst recorded", func() error {
+			event, err := podEvent(ctx, w.Pod, "OwnershipWouldBeRefused")
+			if err != nil || event == nil {
+				return fmt.Errorf("no event: %v", err)
+			}
+			count = 1
+			if event.Series != nil {
+				count = event.Series.Count
+			}
+			if count < 25 {
+				return fmt.Errorf("series count %d", count)
+			}
+			return nil
+		}), "the event series")
+		if count != 25 {
+			t.Fatalf("41 warned creates made an event series of %d, want the burst of 25", count)
+		}
+		if after := spam(); after-before < 16 {
+			t.Fatalf("ownerguard_events_total{result=spam} %v -> %v, want 16 more", before, after)
+		}
+		fmt.Printf("    modes: 41 warned creates, one event series of %d, %v filtered\n", count, spam()-before)
 	})
 
 	t.Run("WhatTheCollectorCannotHandleStaysRefused", func(t *testing.T) {

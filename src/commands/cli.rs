@@ -411,6 +411,13 @@ pub struct ServeArgs {
     #[arg(long, env = "POD_NAME", default_value = "ownerguard")]
     pub reaper_identity: String,
 
+    /// Record Kubernetes Events on the worker pods concerned: the reaper's
+    /// releases and, in a namespace in warn mode, each create let through
+    /// that enforce refuses; rate-limited per pod (a burst of 25, one more
+    /// every 5 minutes). Needs create and patch on events.k8s.io events.
+    #[arg(long, conflicts_with = "pods")]
+    pub events: bool,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
 }

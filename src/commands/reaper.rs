@@ -80,6 +80,7 @@ pub async fn run(
     finished: Arc<FinishedPods>,
     settings: ReaperSettings,
     metrics: Arc<Metrics>,
+    events: Option<crate::observe::events::Events>,
 ) {
     let mut changes = finished.subscribe();
     let mut lease = Lease::new(client.clone(), settings.lease.clone());
@@ -147,7 +148,7 @@ pub async fn run(
                     let owner = Owner { namespace, name, uid };
                     let done = match tokio::time::timeout(
                         lease.renew_every(),
-                        reap(&client, &owner, &metrics),
+                        reap(&client, &owner, &metrics, events.as_ref()),
                     )
                     .await
                     {
@@ -172,12 +173,34 @@ pub async fn run(
 
 /// Delete what `owner` owns, counting what went and what was left.
 /// Whether it is done: `false` when something is left to retry.
-async fn reap(client: &kube::Client, owner: &Owner, metrics: &Metrics) -> bool {
+async fn reap(
+    client: &kube::Client,
+    owner: &Owner,
+    metrics: &Metrics,
+    events: Option<&crate::observe::events::Events>,
+) -> bool {
     match delete_owned(client.clone(), owner).await {
         Ok(released) => {
             metrics.count_reaped("pods", released.pods);
             metrics.count_reaped("jobs", released.jobs);
             metrics.count_reaped("configmaps", released.config_maps);
+            let total = released.pods + released.jobs + released.config_maps;
+            if let Some(events) = events.filter(|_| total > 0) {
+                events.record(crate::observe::events::PodEvent {
+                    pod: crate::observe::events::PodRef {
+                        namespace: owner.namespace.clone(),
+                        name: owner.name.clone(),
+                        uid: owner.uid.clone(),
+                    },
+                    warning: false,
+                    reason: "Reaped",
+                    action: "Release",
+                    note: format!(
+                        "ownerguard's reaper released what this finished pod owned: {} pod(s), {} Job(s), {} ConfigMap(s)",
+                        released.pods, released.jobs, released.config_maps
+                    ),
+                });
+            }
             info!(namespace = %owner.namespace, pod = %owner.name, pods = released.pods,
                 jobs = released.jobs, config_maps = released.config_maps,
                 "reaped what a finished owner pod owned");

@@ -86,6 +86,7 @@ pub struct Metrics {
     reaper_leader: Gauge,
     connections: Gauge,
     connections_refused: Counter,
+    events: Family<ResultLabels, Counter>,
     /// The `resource` label values seen so far: at most
     /// [`MAX_RESOURCE_LABELS`], the rest counted as `other`.
     resources: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -264,9 +265,16 @@ impl Default for Metrics {
             "HTTPS connections closed at accept because --max-connections were open",
             connections_refused.clone(),
         );
+        let events = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "events",
+            "Kubernetes Events on worker pods (reaper, audit --fix, warned creates), by result: recorded, failed, spam (over the per-pod bucket of 25, one more every 5 min), dropped (the queue full)",
+            events.clone(),
+        );
         Self {
             registry,
             connections,
+            events,
             connections_refused,
             audit_objects,
             audit_runs,
@@ -369,6 +377,11 @@ impl Metrics {
 
     fn resource_label(&self, resource: &str) -> String {
         bounded_label(&self.resources, resource, MAX_RESOURCE_LABELS)
+    }
+
+    /// One event handed to the recorder, by what became of it.
+    pub fn count_event(&self, result: &'static str) {
+        self.events.get_or_create(&ResultLabels { result }).inc();
     }
 
     pub fn observe_lookup(&self, source: &'static str, result: &'static str) {

@@ -5,6 +5,7 @@
 //! changes an answer; it sees the answer already written. [`telemetry`]
 //! sets up the logs themselves.
 
+pub mod events;
 pub mod fixture;
 mod json_lines;
 mod log;

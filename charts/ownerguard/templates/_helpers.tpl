@@ -325,7 +325,7 @@ enforce warn audit
 {{/* What every webhook entry shares. */}}
 {{- define "ownerguard.webhookCommon" -}}
 admissionReviewVersions: ["v1", "v1beta1"]
-sideEffects: None
+sideEffects: {{ .sideEffects | default "None" }}
 failurePolicy: {{ .failurePolicy | default .root.Values.webhook.failurePolicy }}
 timeoutSeconds: {{ .root.Values.webhook.timeoutSeconds }}
 matchPolicy: Equivalent

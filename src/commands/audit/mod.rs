@@ -56,6 +56,8 @@ pub struct AuditOptions {
     /// Write the findings as policy reports, one per namespace
     /// ([`reports`]).
     pub reports: bool,
+    /// Where `--fix`'s repairs are recorded, as Events on the owner pod.
+    pub events: Option<crate::observe::events::Events>,
 }
 
 /// One object audited that is worth a line: any state but `ok`.
@@ -257,6 +259,30 @@ async fn audit_object(
         }
         _ => None,
     };
+    if let (Some(Fixed::Patched), Some(events)) = (&fixed, &options.events)
+        && let Some(owner) = pods.get(&namespace, &finding.owner)
+    {
+        let what = match finding.state {
+            State::Blocking => {
+                "set blockOwnerDeletion to false on its ownerReference to this pod in"
+            }
+            _ => "added this pod's non-blocking ownerReference to",
+        };
+        events.record(crate::observe::events::PodEvent {
+            pod: crate::observe::events::PodRef {
+                namespace: namespace.clone(),
+                name: finding.owner.clone(),
+                uid: owner.uid.clone(),
+            },
+            warning: false,
+            reason: "OwnerReferenceFixed",
+            action: "Fix",
+            note: format!(
+                "ownerguard audit --fix {what} {} '{name}', so that it is deleted with this pod",
+                target.kind.kind
+            ),
+        });
+    }
     let kind = target.kind;
     report.lines.push(Line {
         resource: resource.to_string(),
@@ -445,6 +471,7 @@ pub async fn run(args: AuditArgs) -> ExitCode {
             ..Policy::default()
         },
         reports: args.reports,
+        events: None,
     };
     let client = match crate::k8s::client::infer().await {
         Ok(client) => client,
@@ -452,6 +479,19 @@ pub async fn run(args: AuditArgs) -> ExitCode {
             eprintln!("ownerguard audit: {error}");
             return ExitCode::from(2);
         }
+    };
+    // --fix's repairs are recorded as Events on their owner pods.
+    let events = options.fix.then(|| {
+        crate::observe::events::Events::start(
+            client.clone(),
+            "ownerguard-audit",
+            None,
+            std::sync::Arc::new(crate::observe::Metrics::default()),
+        )
+    });
+    let options = AuditOptions {
+        events: events.clone(),
+        ..options
     };
     let report = audit(client.clone(), &options, |resource, scanned| {
         eprintln!("audit: {resource}: {scanned} object(s) scanned");
@@ -472,6 +512,9 @@ pub async fn run(args: AuditArgs) -> ExitCode {
     match args.output {
         AuditOutput::Table => print!("{}", print_table(&report)),
         AuditOutput::Json => print!("{}", print_json(&report)),
+    }
+    if let Some(events) = &events {
+        events.flush(std::time::Duration::from_secs(10)).await;
     }
     let mut reports_failed = false;
     if options.reports {
