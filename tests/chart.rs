@@ -165,7 +165,7 @@ fn webhook_settings_are_the_safe_ones() {
     assert!(validating.contains("\"word\" \"validate\""));
     assert!(!validating.contains("\"mutate\""));
     for text in [&mutating, &validating] {
-        assert!(text.contains("(dict \"root\" . \"operator\" \"Exists\")"));
+        assert!(text.contains("(dict \"root\" $ \"operator\" \"Exists\")"));
         assert!(text.contains("(list \"CREATE\" \"UPDATE\")"));
         assert!(text.contains("include \"ownerguard.matchConditions.labelled\""));
     }
@@ -1288,8 +1288,9 @@ fn helm_renders_the_cluster_wide_switch_failing_open_with_an_opt_out() {
     let webhooks = object(&objects, "ValidatingWebhookConfiguration", "og-ownerguard")["webhooks"]
         .as_array()
         .unwrap();
-    // In a configuration of its own, which the switch deletes whole.
-    assert_eq!(webhooks.len(), 1);
+    // In a configuration of its own, which the switch deletes whole: the
+    // labelled configuration keeps its webhook per mode.
+    assert_eq!(webhooks.len(), 3);
     let all = &object(
         &objects,
         "ValidatingWebhookConfiguration",
