@@ -143,7 +143,7 @@ impl Webhook {
             let verdict = self
                 .decide_once(request, webhook, current, deadline, &mut decided)
                 .await;
-            let mut relaxed = current.relaxed;
+            let mut relaxed = current.relaxed.clone();
             match verdict {
                 Err(denial) if endpoint.mode.softens() && relaxed.relax(&denial) => {
                     softened = Some(Policy {

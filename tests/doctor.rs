@@ -123,6 +123,18 @@ impl Setup {
                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}}),
             ),
             (SECRET.to_string(), secret("ownerguard-tls", &serving)),
+            // The namespaces, for their modes.
+            (
+                "/api/v1/namespaces".to_string(),
+                json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList", "metadata": {},
+                   "items": [
+                       {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                        "metadata": {"name": "agents", "labels": {"kubernetes.io/metadata.name": "agents"}}},
+                       {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                        "metadata": {"name": "agents-new", "labels": {"kubernetes.io/metadata.name": "agents-new", "ownerguard.io/mode": "enforce"}}},
+                       {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                        "metadata": {"name": NS, "labels": {"kubernetes.io/metadata.name": NS}}}]}),
+            ),
         ];
         Self { objects }
     }
@@ -211,10 +223,10 @@ async fn a_healthy_installation_passes_every_check() {
         "{checks:#?}"
     );
     // The two configurations, the server, the certificate, no other
-    // installation; per webhook its caBundle, Service, path, rules,
-    // objectSelector, matchConditions, namespaceSelector, failurePolicy and
-    // timeout; replicas and the PDB.
-    assert_eq!(checks.len(), 2 + 1 + 1 + 1 + 2 * 9 + 2, "{checks:#?}");
+    // installation, the namespaces' modes; per webhook its caBundle,
+    // Service, path, rules, objectSelector, matchConditions,
+    // namespaceSelector, failurePolicy and timeout; replicas and the PDB.
+    assert_eq!(checks.len(), 2 + 1 + 1 + 1 + 1 + 2 * 9 + 2, "{checks:#?}");
     let report: Vec<String> = checks.iter().map(ToString::to_string).collect();
     for expected in [
         "ok   caBundle of mutating mutate.ownerguard.io: verifies the serving certificate for ownerguard.ownerguard.svc",
@@ -561,7 +573,7 @@ async fn the_cluster_wide_webhook_is_judged_as_such() {
         checks.iter().all(|c| c.verdict == Verdict::Ok),
         "Ignore, CREATE only and /validate-all are right for it: {checks:#?}"
     );
-    assert_eq!(checks.len(), 25 + 9);
+    assert_eq!(checks.len(), 26 + 9);
     // /validate works there, but fails closed on a lookup: a warning.
     setup.at(VALIDATING)["webhooks"][1]["clientConfig"]["service"]["path"] = json!("/validate");
     let warned: Vec<String> = run(&setup)
@@ -1032,7 +1044,7 @@ async fn doctor_command_prints_one_line_per_check_and_exits_1_on_a_failure() {
         "{stdout}{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(stdout.lines().count(), 25, "{stdout}");
+    assert_eq!(stdout.lines().count(), 26, "{stdout}");
     assert!(stdout.lines().all(|l| l.starts_with("ok   ")), "{stdout}");
 
     let server = FakeApi::start().await;
@@ -1242,4 +1254,25 @@ async fn the_served_certificate_is_judged_without_reading_the_secret() {
         "{serving:?}"
     );
     assert!(failed(&checks).is_empty(), "{checks:#?}");
+}
+
+#[tokio::test]
+async fn a_namespace_labelled_for_a_mode_no_webhook_serves_is_named() {
+    // An installation of one webhook per configuration (before modes): a
+    // namespace labelled warn is still decided in enforce.
+    let mut setup = Setup::healthy();
+    setup.at("/api/v1/namespaces")["items"][1]["metadata"]["labels"]["ownerguard.io/mode"] =
+        json!("warn");
+    let checks = run(&setup).await;
+    let modes = checks
+        .iter()
+        .find(|c| c.subject == "namespace modes")
+        .unwrap();
+    assert_eq!(modes.verdict, Verdict::Warn, "{modes}");
+    assert!(
+        modes
+            .detail
+            .contains("agents-new (labelled warn, decided in enforce)"),
+        "{modes}"
+    );
 }

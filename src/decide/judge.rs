@@ -34,6 +34,10 @@ pub(super) struct Judge<'a> {
     pub(super) fail_open: bool,
     /// A finished pod is an owner (`/validate-all` only).
     pub(super) finished_is_owner: bool,
+    /// Finished pods a mode takes as declared owners (rule 17): only where
+    /// an owner is required, never for whether a reference is put back or
+    /// may go ([`Judge::is_live`] stays strict).
+    pub(super) finished_owners: &'a [String],
     pub(super) warnings: Vec<String>,
     pub(super) owner: Option<CheckedOwner>,
 }
@@ -105,6 +109,10 @@ impl Judge<'_> {
                 at: self.at.clone(),
                 owner,
             }),
+            Liveness::Finished(_) if self.finished_owners.contains(&claim.name) => {
+                self.checked(&claim.name, &claim.uid);
+                Ok(())
+            }
             Liveness::Finished(phase) => Err(Denial::OwnerFinished {
                 at: self.at.clone(),
                 owner,

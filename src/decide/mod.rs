@@ -213,8 +213,9 @@ pub fn decide(
         // finished pods too (it skips only those being deleted): the
         // cluster-wide webhook, which refuses only what the collector
         // cannot resolve (rule 13), takes it as an owner.
-        // A mode that softened rule 11 takes a finished owner the same way.
-        finished_is_owner: webhook == WebhookKind::ValidateAll || policy.relaxed.finished_owner,
+        finished_is_owner: webhook == WebhookKind::ValidateAll,
+        // A mode that softened rule 11 takes the finished owners it named.
+        finished_owners: &policy.relaxed.finished_owners,
         warnings: Vec::new(),
         owner: None,
     };

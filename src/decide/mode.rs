@@ -5,12 +5,17 @@
 //! may soften is a rule whose object, once allowed and completed, the
 //! garbage collector still resolves and collects with its owner:
 //!
-//! - the requester check (a pod declaring, adopting or releasing another
-//!   pod's object): the reference is still the looked-up owner's whole
-//!   tuple; who asked for it is ownerguard's policy, not the collector's;
-//! - a finished owner (rule 11): the collector resolves a finished pod,
-//!   whose object stays, and collects the object when it is deleted (the
-//!   reaper's or a Job's cleanup), as `/validate-all` already takes it;
+//! - the requester check where it refuses a reference being added (a pod
+//!   declaring or adopting another pod's object): the reference is still
+//!   the looked-up owner's whole tuple; who asked for it is ownerguard's
+//!   policy, not the collector's. Never a release (a pod removing another
+//!   worker's reference or label): what is left names no owner;
+//! - a finished owner (rule 11), the very pod refused only: the collector
+//!   resolves a finished pod, whose object stays, and collects the object
+//!   when it is deleted (the reaper's or a Job's cleanup), as
+//!   `/validate-all` already takes it. Every other question about that pod
+//!   (whether its reference is put back, may be removed) stays as enforce
+//!   answers it;
 //! - a blocking reference on `/validate`: `blockOwnerDeletion` changes a
 //!   foreground deletion's wait, not what is collected, and the API
 //!   server's own permission check still judges it.
@@ -82,12 +87,13 @@ impl Mode {
 }
 
 /// The rules a decision is re-made without, once a mode softened them.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Relaxed {
     /// The requester check is off.
     pub requester_check: bool,
-    /// A finished pod is an owner, as the collector resolves it.
-    pub finished_owner: bool,
+    /// These finished pods are owners, as the collector resolves them:
+    /// those a softened refusal named, no other.
+    pub finished_owners: Vec<String>,
     /// `/validate` lets a blocking Pod reference be.
     pub blocking_reference: bool,
 }
@@ -97,10 +103,16 @@ impl Relaxed {
     /// or it is relaxed already (the decision cannot then change).
     pub fn relax(&mut self, denial: &Denial) -> bool {
         let rule = match denial {
-            Denial::RequesterNotOwner { .. }
-            | Denial::RequesterAdoptsObject { .. }
-            | Denial::RequesterReleasesObject { .. } => &mut self.requester_check,
-            Denial::OwnerFinished { .. } => &mut self.finished_owner,
+            Denial::RequesterNotOwner { .. } | Denial::RequesterAdoptsObject { .. } => {
+                &mut self.requester_check
+            }
+            Denial::OwnerFinished { owner, .. } => {
+                if self.finished_owners.contains(owner) {
+                    return false;
+                }
+                self.finished_owners.push(owner.clone());
+                return true;
+            }
             Denial::BlockingReference { .. } => &mut self.blocking_reference,
             _ => return false,
         };

@@ -242,7 +242,7 @@ impl super::Observer for WarnedCreates {
         {
             return;
         }
-        let namespace = answered.namespace;
+        let namespace = request.namespace.as_deref().unwrap_or(answered.namespace);
         let requester = crate::decide::Requester::from_user_info(&request.user_info, namespace)
             .ok()
             .flatten()

@@ -320,11 +320,14 @@ impl Observer for Metrics {
                     seconds,
                 );
                 if answered.response.allowed {
+                    // The request's: a refusal before any lookup leaves
+                    // the lookups' namespace unset.
+                    let namespace = request.namespace.as_deref().unwrap_or(answered.namespace);
                     for violation in answered.violations {
                         self.observe_warned(
                             webhook,
                             decision.endpoint.mode.as_str(),
-                            answered.namespace,
+                            namespace,
                             violation.rule(),
                         );
                     }

@@ -258,19 +258,20 @@ pub fn judge(
     // refused, and what enforce allows is judged as enforce judges it.
     let softens = settings.mode != Mode::Enforce && hook != Hook::ValidateAll;
     let mut relaxed = settings.clone();
-    let mut finished_is_owner = hook == Hook::ValidateAll;
+    let finished_is_owner = hook == Hook::ValidateAll;
+    let mut finished_owners: BTreeSet<String> = BTreeSet::new();
     let mut blocking_relaxed = hook == Hook::ValidateAll;
-    let judged = |settings: &Settings, finished_is_owner: bool, blocking_relaxed: bool| {
-        let mut world = World::new(request, pods, settings);
-        world.finished_is_owner = finished_is_owner;
-        let mut e = expect(&world, hook.rules());
-        if blocking_relaxed {
-            e.deny.retain(|reason| !reason.blocking);
-            e.maybe.retain(|reason| !reason.blocking);
-        }
-        e
-    };
-    let mut expect = judged(&relaxed, finished_is_owner, blocking_relaxed);
+    let judged =
+        |settings: &Settings, finished_owners: &BTreeSet<String>, blocking_relaxed: bool| {
+            let world = softened_world(request, pods, settings, finished_is_owner, finished_owners);
+            let mut e = expect(&world, hook.rules());
+            if blocking_relaxed {
+                e.deny.retain(|reason| !reason.blocking);
+                e.maybe.retain(|reason| !reason.blocking);
+            }
+            e
+        };
+    let mut expect = judged(&relaxed, &finished_owners, blocking_relaxed);
     let enforced_refuses = !expect.deny.is_empty();
     let enforced_reasons = reasons(&expect.deny.iter().collect::<Vec<_>>());
     if softens {
@@ -283,9 +284,12 @@ pub fn judge(
                 relaxed.requester_check = RequesterCheck::Off;
                 more = true;
             }
-            if refusing.iter().any(|r| r.soft == Some(Soft::Finished)) && !finished_is_owner {
-                finished_is_owner = true;
-                more = true;
+            for reason in &refusing {
+                if reason.soft == Some(Soft::Finished)
+                    && let Some(pod) = &reason.pod
+                {
+                    more |= finished_owners.insert(pod.clone());
+                }
             }
             if hook == Hook::Validate && refusing.iter().any(|r| r.blocking) && !blocking_relaxed {
                 blocking_relaxed = true;
@@ -294,14 +298,10 @@ pub fn judge(
             if !more {
                 break;
             }
-            expect = judged(&relaxed, finished_is_owner, blocking_relaxed);
+            expect = judged(&relaxed, &finished_owners, blocking_relaxed);
         }
     }
-    let world = {
-        let mut world = World::new(request, pods, &relaxed);
-        world.finished_is_owner = finished_is_owner;
-        world
-    };
+    let world = softened_world(request, pods, &relaxed, finished_is_owner, &finished_owners);
     let response = &answer["response"];
     match response["allowed"].as_bool() {
         Some(true) => {
@@ -314,6 +314,21 @@ pub fn judge(
         None => v.push("answer has no boolean response.allowed".into()),
     }
     v.into_result()
+}
+
+/// The world a decision is judged in: `/validate-all`'s finished owners,
+/// and those a mode took as owners.
+fn softened_world<'a>(
+    request: &'a Value,
+    pods: &'a [Pod],
+    settings: &'a Settings,
+    finished_is_owner: bool,
+    finished_owners: &BTreeSet<String>,
+) -> World<'a> {
+    let mut world = World::new(request, pods, settings);
+    world.finished_is_owner = finished_is_owner;
+    world.finished_owners = finished_owners.clone();
+    world
 }
 
 /// An answer a mode allowed where enforce refuses: it must say so, in an
@@ -760,6 +775,9 @@ struct World<'a> {
     /// there); the ephemeral-volume controller makes claims for finished
     /// pods too (it skips only those being deleted).
     finished_is_owner: bool,
+    /// Finished pods a mode takes as owners: those a softened refusal
+    /// named (rule 17).
+    finished_owners: BTreeSet<String>,
 }
 
 impl<'a> World<'a> {
@@ -798,6 +816,7 @@ impl<'a> World<'a> {
             old: Meta::parse(&request["oldObject"]),
             named_text: named_text(request),
             finished_is_owner: false,
+            finished_owners: BTreeSet::new(),
         }
     }
 
@@ -833,7 +852,13 @@ impl<'a> World<'a> {
             None => State::Missing,
             Some(p) if p.uid != uid => State::OtherUid,
             Some(p) if p.terminating => State::Terminating,
-            Some(p) if p.finished() && !self.finished_is_owner => State::Finished,
+            Some(p)
+                if p.finished()
+                    && !self.finished_is_owner
+                    && !self.finished_owners.contains(name) =>
+            {
+                State::Finished
+            }
             Some(_) => State::Live,
         }
     }
@@ -968,6 +993,9 @@ struct Reason {
     blocking: bool,
     /// A rule a mode may soften (rule 17), other than a blocking flag.
     soft: Option<Soft>,
+    /// The finished pod a [`Soft::Finished`] refusal is about: a mode
+    /// takes that one as an owner, no other.
+    pod: Option<String>,
 }
 
 /// The rules a mode may soften (SPEC §3 rule 17), besides a blocking
@@ -1014,6 +1042,7 @@ impl Expect {
             early,
             blocking: false,
             soft: None,
+            pod: None,
         });
     }
     fn maybe(&mut self, codes: &[u16], early: bool, why: impl Into<String>) {
@@ -1023,6 +1052,7 @@ impl Expect {
             early,
             blocking: false,
             soft: None,
+            pod: None,
         });
     }
     /// A denial a mode may soften.
@@ -1073,12 +1103,17 @@ impl Expect {
                 false,
                 format!("{what} pod '{name}' is being deleted"),
             ),
-            State::Finished => self.deny_soft(
-                Soft::Finished,
-                &[403],
-                false,
-                format!("{what} pod '{name}' has finished (rule 11): the collector keeps what it owns until the pod object is deleted"),
-            ),
+            State::Finished => {
+                self.deny_soft(
+                    Soft::Finished,
+                    &[403],
+                    false,
+                    format!("{what} pod '{name}' has finished (rule 11): the collector keeps what it owns until the pod object is deleted"),
+                );
+                if let Some(reason) = self.deny.last_mut() {
+                    reason.pod = Some(name.to_string());
+                }
+            }
             State::Failed => self.lookup_failed(w, name),
         }
     }
@@ -1640,8 +1675,9 @@ fn check_release(w: &World, e: &mut Expect, release: Release) {
     };
     let why = format!("requester pod '{name}' releases an object owned by pod '{owner}'");
     match (w.settings.requester_check, release) {
-        (RequesterCheck::Enforce, Release::Yes) => e.deny_soft(Soft::Requester, &[403], false, why),
-        (RequesterCheck::Enforce, _) => e.maybe_soft(Soft::Requester, &[403], false, why),
+        // A release is never softened: what it leaves names no owner.
+        (RequesterCheck::Enforce, Release::Yes) => e.deny(&[403], false, why),
+        (RequesterCheck::Enforce, _) => e.maybe(&[403], false, why),
         (RequesterCheck::Warn, Release::Yes) => e.warn.push(format!("{why} (warn)")),
         _ => {}
     }

@@ -76,19 +76,35 @@ pub fn check_modes(
         .collect();
     let key = format!("{key_prefix}/mode");
     let mut by_mode: BTreeMap<&'static str, Vec<&str>> = BTreeMap::new();
-    let (mut twice, mut unknown) = (Vec::new(), Vec::new());
+    let (mut twice, mut unknown, mut elsewhere) = (Vec::new(), Vec::new(), Vec::new());
+    let mut excluded = 0;
     for namespace in namespaces {
         let modes: Vec<Mode> = mutating
             .iter()
             .filter(|(_, w)| selects(w.namespace_selector, &namespace.labels))
             .map(|(mode, _)| *mode)
             .collect();
+        let labelled = namespace
+            .labels
+            .get(&key)
+            .and_then(|v| Mode::from_path_suffix(v));
         match modes.as_slice() {
-            [] => {}
-            [mode] => by_mode
-                .entry(mode.as_str())
-                .or_default()
-                .push(&namespace.name),
+            // kube-system, the release's namespace, webhook.excludeNamespaces.
+            [] => excluded += 1,
+            [mode] => {
+                by_mode
+                    .entry(mode.as_str())
+                    .or_default()
+                    .push(&namespace.name);
+                if let Some(labelled) = labelled.filter(|l| l != mode) {
+                    elsewhere.push(format!(
+                        "{} (labelled {}, decided in {})",
+                        namespace.name,
+                        labelled.as_str(),
+                        mode.as_str()
+                    ));
+                }
+            }
             _ => twice.push(format!(
                 "{} ({})",
                 namespace.name,
@@ -125,6 +141,7 @@ pub fn check_modes(
         })
         .collect::<Vec<_>>()
         .join("; ");
+    let summary = format!("{summary}; {excluded} excluded from every webhook");
     if !twice.is_empty() {
         return line(
             Verdict::Fail,
@@ -132,6 +149,16 @@ pub fn check_modes(
             format!(
                 "{}: selected by two of the mutating webhooks, so each of their objects is decided in two modes and the strictest refuses; give each mode's webhook the chart's namespaceSelector ({summary})",
                 twice.join(", ")
+            ),
+        );
+    }
+    if !elsewhere.is_empty() {
+        return line(
+            Verdict::Warn,
+            subject,
+            format!(
+                "{}: no webhook of the mode the label names selects the namespace (a chart before 0.4.0, or a webhook of a mode removed), so its label does nothing; upgrade the chart ({summary})",
+                elsewhere.join(", ")
             ),
         );
     }
