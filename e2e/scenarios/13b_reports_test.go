@@ -83,6 +83,13 @@ func installCRD(t *testing.T, module, file string) {
 		}
 		return fmt.Errorf("%s not established", crd.Name)
 	}), "the CRD "+crd.Name)
+	// Established is not served yet: the custom resources' storage starts
+	// a moment later (429 "storage is (re)initializing" until then).
+	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: crd.Spec.Versions[0].Name, Resource: crd.Spec.Names.Plural}
+	must(t, harness.Until(ctx, 30*time.Second, 200*time.Millisecond, "served", func() error {
+		_, err := dynamic.NewForConfigOrDie(plane.RESTConfig()).Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+		return err
+	}), "the custom resources of "+crd.Name)
 }
 
 // policyReport reads ownerguard's report of ns in gvr; nil when there is none.

@@ -248,10 +248,9 @@ pub async fn write(
             .collect()
     };
     for list in &lists {
-        for object in list
-            .list_metadata(&ListParams::default().labels(&selector))
-            .await?
-        {
+        let params = ListParams::default().labels(&selector);
+        let listed = retry_busy(|| list.list_metadata(&params)).await?;
+        for object in listed {
             if object.metadata.name.as_deref() == Some(REPORT_NAME)
                 && let Some(namespace) = object.metadata.namespace
             {
@@ -269,10 +268,8 @@ pub async fn write(
         let lines = by_namespace.remove(namespace.as_str()).unwrap_or_default();
         let object = build(api, namespace, &lines, counts, now);
         let target: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-        match target
-            .patch(REPORT_NAME, &params, &Patch::Apply(&object))
-            .await
-        {
+        let apply = Patch::Apply(&object);
+        match retry_busy(|| target.patch(REPORT_NAME, &params, &apply)).await {
             Ok(_) => written.applied += 1,
             Err(error) => written.failed.push((namespace.clone(), error.to_string())),
         }
@@ -290,6 +287,32 @@ pub async fn write(
         }
     }
     Ok(written)
+}
+
+/// `call`, again after the delay the API server asks (at most 3 tries,
+/// 1 to 5 s apart) while it answers 429: a CRD's storage answers so for a
+/// moment after the CRD is established, and the priority-and-fairness
+/// filter when busy.
+async fn retry_busy<T, F, Fut>(mut call: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut tries = 0;
+    loop {
+        match call().await {
+            Err(kube::Error::Api(status)) if status.code == 429 && tries < 2 => {
+                tries += 1;
+                let wait = status
+                    .details
+                    .as_ref()
+                    .map_or(1, |d| d.retry_after_seconds)
+                    .clamp(1, 5);
+                tokio::time::sleep(std::time::Duration::from_secs(u64::from(wait))).await;
+            }
+            result => return result,
+        }
+    }
 }
 
 #[cfg(test)]

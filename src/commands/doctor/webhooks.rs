@@ -385,9 +385,11 @@ pub(super) fn check_roles(
     for role in [Role::Mutate, Role::Validate] {
         // A configuration missing or empty is failed on its own line.
         if webhook_count(installation, role.configuration()).unwrap_or(0) == 0
+            // Its enforce webhook, by name: those of warn and audit
+            // select other namespaces and stand in for none of it.
             || webhooks
                 .iter()
-                .any(|w| Role::of(w, key_prefix) == Some(role))
+                .any(|w| Role::of_in_mode(w, key_prefix) == Some((role, Mode::Enforce)))
         {
             continue;
         }
