@@ -60,12 +60,15 @@ func policyDefinition(keyPrefix string, resources []admissionregistrationv1.Name
 				// structs", seen on 1.37). The list may be absent: then
 				// it is added whole. An entry with the uid already is
 				// left as it is (/validate judges it). The Object types
-				// exist in mutations only, not in variables.
+				// exist in mutations only, not in variables. An absent list
+				// is added empty, then the entry appended: an Object
+				// initializer inside a list value panics the API server
+				// before 1.37 (kubernetes/kubernetes#142181: a stream
+				// INTERNAL_ERROR for every create the policy matched).
 				PatchType: admissionregistrationv1.PatchTypeJSONPatch,
 				JSONPatch: &admissionregistrationv1.JSONPatch{Expression: fmt.Sprintf(`(variables.hasRef ? [] :
-  has(object.metadata.ownerReferences)
-    ? [JSONPatch{op: "add", path: "/metadata/ownerReferences/-", value: Object.metadata.ownerReferences{apiVersion: "v1", kind: "Pod", name: variables.podName, uid: variables.podUID, controller: false, blockOwnerDeletion: false}}]
-    : [JSONPatch{op: "add", path: "/metadata/ownerReferences", value: [Object.metadata.ownerReferences{apiVersion: "v1", kind: "Pod", name: variables.podName, uid: variables.podUID, controller: false, blockOwnerDeletion: false}]}])
+  (has(object.metadata.ownerReferences) ? [] : [JSONPatch{op: "add", path: "/metadata/ownerReferences", value: []}])
+  + [JSONPatch{op: "add", path: "/metadata/ownerReferences/-", value: Object.metadata.ownerReferences{apiVersion: "v1", kind: "Pod", name: variables.podName, uid: variables.podUID, controller: false, blockOwnerDeletion: false}}])
 + [JSONPatch{op: "add", path: "/metadata/labels/" + jsonpatch.escapeKey(%q), value: variables.podUID}]
 + (has(object.metadata.annotations)
     ? [JSONPatch{op: "add", path: "/metadata/annotations/" + jsonpatch.escapeKey(%q), value: "policy"}]
