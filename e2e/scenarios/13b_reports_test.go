@@ -189,6 +189,18 @@ func TestPolicyReports(t *testing.T) {
 		if fmt.Sprint(summary["fail"]) != "2" {
 			t.Fatalf("the Report's summary: %v, want fail 2", summary)
 		}
+		// The PolicyReport of the other API, which no longer holds, is gone.
+		if left := policyReport(t, wgpolicy, ns); left != nil {
+			t.Fatal("the PolicyReport written before OpenReports was installed is still there")
+		}
+		// Each result says its severity and its fix.
+		for _, r := range object["results"].([]any) {
+			result := r.(map[string]any)
+			properties, _ := result["properties"].(map[string]any)
+			if result["severity"] == nil || properties["fix"] == nil || properties["owner"] == nil {
+				t.Fatalf("a result without its severity, fix or owner: %v", result)
+			}
+		}
 		// The leak deleted: the next pass's report no longer holds it.
 		must(t, admin.CoreV1().ConfigMaps(ns).Delete(ctx, "leaked-prompt", metav1.DeleteOptions{}), "delete the leak")
 		auditReports(t, ns)

@@ -555,17 +555,26 @@ pub async fn run(args: AuditArgs) -> ExitCode {
 ///
 /// # Errors
 ///
-/// Discovery, or the list of the existing reports, failed.
+/// The audit was incomplete (a resource not listed whole: its reports
+/// would drop findings that still hold, so they are left as they were),
+/// or discovery, or the list of the existing reports, failed.
 pub async fn write_reports(
     client: &kube::Client,
     options: &AuditOptions,
     report: &Report,
     now: i64,
-) -> Result<Option<(reports::ReportApi, reports::Written)>, kube::Error> {
-    let Some(api) = reports::detect(client).await? else {
+) -> Result<Option<(reports::ReportApi, reports::Written)>, String> {
+    if let Some((resource, error)) = report.errors.first() {
+        return Err(format!(
+            "the audit of {resource} was incomplete ({error}): the reports are left as they were"
+        ));
+    }
+    let Some(api) = reports::detect(client).await.map_err(|e| e.to_string())? else {
         return Ok(None);
     };
-    let written = reports::write(client, api, report, &options.namespaces, now).await?;
+    let written = reports::write(client, api, report, &options.namespaces, now)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(Some((api, written)))
 }
 

@@ -29,9 +29,13 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "ownerguar
 const FIELD_MANAGER: &str = "ownerguard-audit";
 
 /// Most results one report holds: the most severe first; the summary still
-/// counts them all, and an annotation says how many were left out. A
-/// report is one etcd object (1.5 MiB at most): about 500 bytes a result.
+/// counts them all, and an annotation says how many were left out.
 pub const MAX_RESULTS: usize = 1000;
+
+/// Most bytes of results one report holds: a report is one etcd object
+/// (1.5 MiB at most by default), and a result with its message and fix is
+/// 1 to 2 kB.
+pub const MAX_RESULT_BYTES: usize = 1_000_000;
 
 /// The report API a cluster serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +123,43 @@ fn fix_of(line: &Line) -> String {
     }
 }
 
+/// One finding as a report's result.
+fn result_of(line: &Line, now: i64) -> Value {
+    let finding = &line.finding;
+    let mut properties = BTreeMap::from([
+        ("owner".to_string(), finding.owner.clone()),
+        ("fix".to_string(), fix_of(line)),
+        ("resource".to_string(), line.resource.clone()),
+    ]);
+    if let Some(fixed) = &line.fixed {
+        let fixed = match fixed {
+            super::Fixed::Patched => "fixed".to_string(),
+            super::Fixed::Conflict => "conflict".to_string(),
+            super::Fixed::Failed(why) => format!("failed: {why}"),
+        };
+        properties.insert("fixed".to_string(), fixed);
+    }
+    json!({
+        "source": "ownerguard",
+        "policy": "ownerguard",
+        "rule": finding.state.as_str(),
+        "category": "ownership",
+        "result": "fail",
+        "scored": true,
+        "severity": severity(finding.state),
+        "message": finding.detail,
+        "properties": properties,
+        "resources": [{
+            "apiVersion": line.api_version,
+            "kind": line.kind,
+            "namespace": line.namespace,
+            "name": line.name,
+            "uid": line.uid,
+        }],
+        "timestamp": {"seconds": now, "nanos": 0},
+    })
+}
+
 /// The report of `namespace`: its findings (not `dangling`, which the
 /// collector deletes, nor `ok`) as failed results, its counts as the
 /// summary.
@@ -141,41 +182,17 @@ pub fn build(
         _ => 2,
     };
     findings.sort_by(|a, b| (rank(a), &a.resource, &a.name).cmp(&(rank(b), &b.resource, &b.name)));
-    let left_out = findings.len().saturating_sub(MAX_RESULTS);
-    let results: Vec<Value> = findings
-        .iter()
-        .take(MAX_RESULTS)
-        .map(|line| {
-            let finding = &line.finding;
-            let mut properties = BTreeMap::from([
-                ("owner".to_string(), finding.owner.clone()),
-                ("fix".to_string(), fix_of(line)),
-                ("resource".to_string(), line.resource.clone()),
-            ]);
-            if let Some(fixed) = &line.fixed {
-                properties.insert("fixed".to_string(), format!("{fixed:?}").to_lowercase());
-            }
-            json!({
-                "source": "ownerguard",
-                "policy": "ownerguard",
-                "rule": finding.state.as_str(),
-                "category": "ownership",
-                "result": "fail",
-                "scored": true,
-                "severity": severity(finding.state),
-                "message": finding.detail,
-                "properties": properties,
-                "resources": [{
-                    "apiVersion": line.api_version,
-                    "kind": line.kind,
-                    "namespace": line.namespace,
-                    "name": line.name,
-                    "uid": line.uid,
-                }],
-                "timestamp": {"seconds": now, "nanos": 0},
-            })
-        })
-        .collect();
+    let mut results: Vec<Value> = Vec::new();
+    let mut bytes = 0;
+    for line in &findings {
+        let result = result_of(line, now);
+        bytes += result.to_string().len();
+        if results.len() == MAX_RESULTS || bytes > MAX_RESULT_BYTES {
+            break;
+        }
+        results.push(result);
+    }
+    let left_out = findings.len() - results.len();
     let count = |states: &[State]| -> usize {
         states
             .iter()
@@ -265,6 +282,11 @@ pub async fn write(
     let mut written = Written::default();
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for (namespace, counts) in &report.namespaces {
+        // A cluster-scoped resource's objects have no namespace, and no
+        // namespaced report to go in.
+        if namespace.is_empty() {
+            continue;
+        }
         let lines = by_namespace.remove(namespace.as_str()).unwrap_or_default();
         let object = build(api, namespace, &lines, counts, now);
         let target: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
@@ -286,7 +308,64 @@ pub async fn write(
             Err(error) => written.failed.push((namespace, error.to_string())),
         }
     }
+    // The reports an earlier pass wrote in the other API (written before
+    // its CRD was installed beside this one) no longer hold.
+    for other in ReportApi::ALL.into_iter().filter(|other| *other != api) {
+        written.deleted += delete_all(client, other, scopes, &selector, &mut written.failed).await;
+    }
     Ok(written)
+}
+
+/// Delete ownerguard's reports of `api` in `scopes` (every namespace when
+/// empty); none when the cluster does not serve `api`. How many went.
+async fn delete_all(
+    client: &kube::Client,
+    api: ReportApi,
+    scopes: &[String],
+    selector: &str,
+    failed: &mut Vec<(String, String)>,
+) -> usize {
+    let resource = api.resource();
+    let lists: Vec<Api<DynamicObject>> = if scopes.is_empty() {
+        vec![Api::all_with(client.clone(), &resource)]
+    } else {
+        scopes
+            .iter()
+            .map(|ns| Api::namespaced_with(client.clone(), ns, &resource))
+            .collect()
+    };
+    let mut deleted = 0;
+    for list in &lists {
+        let listed = match list
+            .list_metadata(&ListParams::default().labels(selector))
+            .await
+        {
+            Ok(listed) => listed,
+            // Not served: nothing of it to delete.
+            Err(kube::Error::Api(status)) if status.code == 404 => continue,
+            Err(error) => {
+                failed.push((api.name().to_string(), error.to_string()));
+                continue;
+            }
+        };
+        for object in listed {
+            let (Some(name), Some(namespace)) = (object.metadata.name, object.metadata.namespace)
+            else {
+                continue;
+            };
+            if name != REPORT_NAME {
+                continue;
+            }
+            let target: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &namespace, &resource);
+            match target.delete(REPORT_NAME, &DeleteParams::default()).await {
+                Ok(_) => deleted += 1,
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => failed.push((namespace, error.to_string())),
+            }
+        }
+    }
+    deleted
 }
 
 /// `call`, again after the delay the API server asks (at most 3 tries,
@@ -387,6 +466,32 @@ mod tests {
                     .contains("--fix")
             );
         }
+    }
+
+    #[test]
+    fn a_report_never_grows_beyond_its_bytes() {
+        let lines: Vec<Line> = (0..MAX_RESULTS)
+            .map(|i| {
+                let mut line = line(State::Leaked, &format!("cm-{i}"));
+                line.finding.detail = "why ".repeat(500);
+                line
+            })
+            .collect();
+        let counts = BTreeMap::from([(State::Leaked, lines.len())]);
+        let report = build(
+            ReportApi::Wgpolicy,
+            "agents",
+            &lines.iter().collect::<Vec<_>>(),
+            &counts,
+            7,
+        );
+        let results = report["results"].as_array().unwrap();
+        assert!(results.len() < MAX_RESULTS);
+        assert!(report["results"].to_string().len() <= MAX_RESULT_BYTES);
+        assert_eq!(
+            report["metadata"]["annotations"]["ownerguard.io/results-left-out"],
+            (MAX_RESULTS - results.len()).to_string()
+        );
     }
 
     #[test]
