@@ -193,11 +193,11 @@ impl Webhook {
             None => return Ok(Allowed::default()),
             Some(checks) => checks,
         };
-        let missing: Vec<_> = checks
+        // Borrowed: the first pass, every review's, asks every need.
+        let missing: Vec<&LookupNeed> = checks
             .lookups()
             .iter()
             .filter(|need| !decided.has_answer(need))
-            .cloned()
             .collect();
         if !missing.is_empty() {
             let answers = self
@@ -219,11 +219,11 @@ impl Webhook {
     async fn lookup_owners(
         &self,
         namespace: &str,
-        needs: &[LookupNeed],
+        needs: &[&LookupNeed],
         deadline: Instant,
     ) -> HashMap<String, Lookup> {
         let budget = deadline.saturating_duration_since(Instant::now());
-        let lookups = needs.iter().map(|need| async move {
+        let lookups = needs.iter().map(|&need| async move {
             let query = PodQuery {
                 namespace,
                 name: &need.name,

@@ -256,14 +256,7 @@ pub async fn write(
     let resource = api.resource();
     let selector = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
     let mut existing = BTreeSet::new();
-    let lists: Vec<Api<DynamicObject>> = if scopes.is_empty() {
-        vec![Api::all_with(client.clone(), &resource)]
-    } else {
-        scopes
-            .iter()
-            .map(|ns| Api::namespaced_with(client.clone(), ns, &resource))
-            .collect()
-    };
+    let lists = scoped(client, &resource, scopes);
     for list in &lists {
         let params = ListParams::default().labels(&selector);
         let listed = retry_busy(|| list.list_metadata(&params)).await?;
@@ -326,14 +319,7 @@ async fn delete_all(
     failed: &mut Vec<(String, String)>,
 ) -> usize {
     let resource = api.resource();
-    let lists: Vec<Api<DynamicObject>> = if scopes.is_empty() {
-        vec![Api::all_with(client.clone(), &resource)]
-    } else {
-        scopes
-            .iter()
-            .map(|ns| Api::namespaced_with(client.clone(), ns, &resource))
-            .collect()
-    };
+    let lists = scoped(client, &resource, scopes);
     let mut deleted = 0;
     for list in &lists {
         let listed = match list
@@ -366,6 +352,22 @@ async fn delete_all(
         }
     }
     deleted
+}
+
+/// The APIs of `resource` to list in `scopes`: every namespace when empty.
+fn scoped(
+    client: &kube::Client,
+    resource: &ApiResource,
+    scopes: &[String],
+) -> Vec<Api<DynamicObject>> {
+    if scopes.is_empty() {
+        vec![Api::all_with(client.clone(), resource)]
+    } else {
+        scopes
+            .iter()
+            .map(|ns| Api::namespaced_with(client.clone(), ns, resource))
+            .collect()
+    }
 }
 
 /// `call`, again after the delay the API server asks (at most 3 tries,

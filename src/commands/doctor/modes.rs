@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::webhooks::{Role, WebhookView};
+use super::workload;
 use super::{Check, Verdict, line};
 use crate::decide::Mode;
 
@@ -20,32 +21,12 @@ pub struct NamespaceView {
     pub labels: BTreeMap<String, String>,
 }
 
-/// Whether `selector` selects an object with `labels`, as apimachinery's
-/// `LabelSelectorAsSelector` evaluates it: every `matchLabels` pair and
-/// every expression must hold; an empty selector selects everything. An
-/// operator it does not know selects nothing (the API server refuses such
-/// a selector when the configuration is written).
+/// Whether a webhook's namespaceSelector selects a namespace with
+/// `labels`: none selects every namespace; one is read as
+/// [`workload::selects`] reads a PodDisruptionBudget's, as apimachinery's
+/// `LabelSelectorAsSelector` does.
 pub fn selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
-    let Some(selector) = selector else {
-        return true;
-    };
-    let pairs = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(key, value)| labels.get(key) == Some(value));
-    let expressions = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        let value = labels.get(&e.key);
-        match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        }
-    });
-    pairs && expressions
+    selector.is_none_or(|selector| workload::selects(selector, labels))
 }
 
 /// One line: how many namespaces are in each mode (naming those in warn
