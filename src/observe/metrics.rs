@@ -8,6 +8,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::{Decision, Observer, Outcome};
+use crate::owner::ClusterMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -334,6 +335,29 @@ impl Observer for Metrics {
                 }
             }
         }
+    }
+}
+
+/// What the cluster lookup reports (`owner` names the trait, not this type).
+impl ClusterMetrics for Metrics {
+    fn set_cache_pods(&self, pods: usize) {
+        Metrics::set_cache_pods(self, pods);
+    }
+
+    fn set_finished_pods(&self, pods: usize) {
+        Metrics::set_finished_pods(self, pods);
+    }
+
+    fn set_lookups_in_flight(&self, in_flight: usize) {
+        Metrics::set_lookups_in_flight(self, in_flight);
+    }
+
+    fn set_watch_healthy(&self, scope: &str, healthy: bool) {
+        Metrics::set_watch_healthy(self, scope, healthy);
+    }
+
+    fn count_watch_failure(&self, scope: &str) {
+        Metrics::count_watch_failure(self, scope);
     }
 }
 

@@ -7,8 +7,8 @@ mod inventory;
 mod lookup;
 
 pub use cluster::{
-    ClusterLookup, DEFAULT_MAX_AGE, DEFAULT_SILENCE_LIMIT, FinishedChange, FinishedPod,
-    FinishedPods, LookupLimits, WatchSettings, Watches,
+    ClusterLookup, ClusterMetrics, DEFAULT_MAX_AGE, DEFAULT_SILENCE_LIMIT, FinishedChange,
+    FinishedPod, FinishedPods, LookupLimits, WatchSettings, Watches,
 };
 pub use inventory::{Inventory, InventoryError, InventoryPod};
 pub use lookup::{

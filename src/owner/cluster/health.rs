@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::ClusterMetrics;
 use super::index::Scope;
-use crate::observe::Metrics;
 
 /// What is known of one watch's health: whether its cache hits can be
 /// trusted.
@@ -110,7 +110,7 @@ impl ScopeHealth {
 pub(super) async fn report_health(
     scopes: Vec<(Scope, ScopeHealth)>,
     silence_limit: Duration,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn ClusterMetrics>,
 ) {
     let mut trusted: Vec<Option<bool>> = vec![None; scopes.len()];
     let mut tick = tokio::time::interval(HEALTH_REPORT_INTERVAL);

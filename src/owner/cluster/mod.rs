@@ -41,7 +41,6 @@ use serde::de::IgnoredAny;
 use tokio::time::Instant;
 
 use crate::k8s::names::{is_namespace, is_pod_name, path_segment};
-use crate::observe::Metrics;
 use crate::owner::LookupError;
 
 use crate::owner::lookup::{Finished, Lookup, ObservedPod, OwnerLookup, PodQuery, Source};
@@ -52,6 +51,23 @@ const MAX_ATTEMPTS: u32 = 2;
 
 /// Without `Retry-After`, the pause before the retry.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// What the cluster lookup reports to the metrics: the cache's size, the
+/// live GETs in flight, each scope's watch health and failures.
+/// `observe::Metrics` implements it: `owner` sits below `observe` and names
+/// none of its types.
+pub trait ClusterMetrics: Send + Sync {
+    /// Pods in the running pods' cache.
+    fn set_cache_pods(&self, pods: usize);
+    /// Pods in the finished pods' cache.
+    fn set_finished_pods(&self, pods: usize);
+    /// Live GETs holding a permit of the throttle.
+    fn set_lookups_in_flight(&self, in_flight: usize);
+    /// Whether a scope's watches may answer alone.
+    fn set_watch_healthy(&self, scope: &str, healthy: bool);
+    /// One more failure of a scope's watch.
+    fn count_watch_failure(&self, scope: &str);
+}
 
 /// The limits on live lookups (`--lookup-concurrency`, `--lookup-rate`).
 #[derive(Debug, Clone, Copy)]
@@ -74,7 +90,7 @@ pub struct ClusterLookup {
     watches: Arc<Watches>,
     throttle: Throttle,
     limits: LookupLimits,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn ClusterMetrics>,
 }
 
 impl ClusterLookup {
@@ -82,7 +98,7 @@ impl ClusterLookup {
         client: kube::Client,
         watches: Arc<Watches>,
         limits: LookupLimits,
-        metrics: Arc<Metrics>,
+        metrics: Arc<dyn ClusterMetrics>,
     ) -> Self {
         Self {
             client,

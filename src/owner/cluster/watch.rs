@@ -11,10 +11,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PartialObjectMeta, WatchEvent, WatchParams};
 use tracing::{info, warn};
 
+use super::ClusterMetrics;
 use super::finished::{FinishedChange, FinishedPod, FinishedPods};
 use super::health::WatchHealth;
 use super::index::{PodIndex, Relist, Scope, Seen};
-use crate::observe::Metrics;
 use crate::owner::Finished;
 
 /// What one watch feeds: the index of every pod, or the finished pods of
@@ -97,7 +97,7 @@ impl Feed {
     }
 
     /// Set the size gauge of what this watch feeds.
-    pub(super) fn report_size(&self, metrics: &Metrics) {
+    pub(super) fn report_size(&self, metrics: &dyn ClusterMetrics) {
         match self {
             Self::Pods(index) => metrics.set_cache_pods(index.len()),
             Self::Finished { pods, .. } => metrics.set_finished_pods(pods.len()),
@@ -185,7 +185,7 @@ pub(super) struct Watch {
     pub(super) scope: Scope,
     pub(super) feed: Feed,
     pub(super) health: Arc<WatchHealth>,
-    pub(super) metrics: Arc<Metrics>,
+    pub(super) metrics: Arc<dyn ClusterMetrics>,
 }
 
 /// Why a watch stream ended.
@@ -257,7 +257,7 @@ impl Watch {
             }
         };
         self.feed.replace(relist);
-        self.feed.report_size(&self.metrics);
+        self.feed.report_size(&*self.metrics);
         self.health.heard();
         if !self.health.synced.swap(true, Ordering::SeqCst) {
             info!(scope = ?self.scope, watch = self.feed.name(), pods = self.feed.index().len(), "owner cache synced");
@@ -335,7 +335,7 @@ impl Watch {
             if let Some(resource_version) = &metadata.resource_version {
                 version.clone_from(resource_version);
             }
-            self.feed.report_size(&self.metrics);
+            self.feed.report_size(&*self.metrics);
             self.health.heard();
         }
     }

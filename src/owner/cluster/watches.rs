@@ -18,11 +18,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PartialObjectMeta};
 use tokio::time::Instant;
 
+use super::ClusterMetrics;
 use super::finished::FinishedPods;
 use super::health::{ScopeHealth, WatchHealth, report_health};
 use super::index::{IndexedPod, PodIndex, Scope};
 use super::watch::{Feed, Watch, WatchSettings};
-use crate::observe::Metrics;
 use crate::owner::Finished;
 
 /// The watches of every scope: one of all pods, and one per finished phase.
@@ -102,7 +102,11 @@ impl Watches {
 
     /// Start the watches on `client`, in the background: per scope, one of
     /// every pod and one per finished phase.
-    pub fn spawn(client: kube::Client, settings: &WatchSettings, metrics: Arc<Metrics>) -> Self {
+    pub fn spawn(
+        client: kube::Client,
+        settings: &WatchSettings,
+        metrics: Arc<dyn ClusterMetrics>,
+    ) -> Self {
         let index = Arc::new(PodIndex::default());
         let finished = Arc::new(FinishedPods::default());
         let mut scopes = Vec::new();
