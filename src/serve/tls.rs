@@ -451,11 +451,50 @@ pub fn server_config(
 mod tests {
     use super::*;
 
-    fn write_pair(dir: &Path, days: u32) -> (PathBuf, PathBuf) {
-        let generated = crate::commands::certs::generate(&["localhost".into()], &[], days).unwrap();
+    /// A certificate and key in PEM, and the fresh CA's that signed them.
+    struct Pem {
+        ca: String,
+        cert: String,
+        key: String,
+    }
+
+    /// A certificate named `common_name` and the DNS names `dns`, valid
+    /// for `days` days from an hour ago. Made here with rcgen, not by
+    /// `commands::certs`: `commands` sits above `serve`.
+    fn certificate(common_name: &str, dns: &[&str], days: i64) -> Pem {
+        use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa};
+        let now = time::OffsetDateTime::now_utc();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::default();
+        ca.distinguished_name = DistinguishedName::new();
+        ca.distinguished_name.push(DnType::CommonName, "test CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params =
+            CertificateParams::new(dns.iter().map(|name| name.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.not_before = now - time::Duration::hours(1);
+        params.not_after = now + time::Duration::days(days);
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        Pem {
+            ca: ca_pem,
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+
+    fn write_pair(dir: &Path, days: i64) -> (PathBuf, PathBuf) {
+        let generated = certificate("localhost", &["localhost"], days);
         let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-        std::fs::write(&cert, &generated.cert_pem).unwrap();
-        std::fs::write(&key, &generated.key_pem).unwrap();
+        std::fs::write(&cert, &generated.cert).unwrap();
+        std::fs::write(&key, &generated.key).unwrap();
         (cert, key)
     }
 
@@ -499,22 +538,22 @@ mod tests {
     #[test]
     fn a_pinned_name_is_the_common_name_or_a_dns_name() {
         let dir = tempfile::tempdir().unwrap();
-        let client = crate::commands::certs::generate_client("kube-apiserver", 30).unwrap();
+        let client = certificate("kube-apiserver", &[], 30);
         let ca = dir.path().join("ca.crt");
-        std::fs::write(&ca, &client.ca_pem).unwrap();
+        std::fs::write(&ca, &client.ca).unwrap();
         let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
         // A certificate whose only name is the DNS name localhost.
-        let by_dns = crate::commands::certs::generate(&["localhost".into()], &[], 30).unwrap();
+        let by_dns = certificate("localhost", &["localhost"], 30);
         let verifier = |names: &[&str]| {
             ClientVerifier::load(&ca, names.iter().map(|n| n.to_string()).collect()).unwrap()
         };
 
-        assert!(verifier(&[]).name_pinned(&der(&client.cert_pem)));
-        assert!(verifier(&["kube-apiserver"]).name_pinned(&der(&client.cert_pem)));
-        assert!(!verifier(&["kube-apiserve"]).name_pinned(&der(&client.cert_pem)));
-        assert!(!verifier(&["KUBE-APISERVER"]).name_pinned(&der(&client.cert_pem)));
-        assert!(verifier(&["other", "localhost"]).name_pinned(&der(&by_dns.cert_pem)));
-        assert!(!verifier(&["kube-apiserver"]).name_pinned(&der(&by_dns.cert_pem)));
+        assert!(verifier(&[]).name_pinned(&der(&client.cert)));
+        assert!(verifier(&["kube-apiserver"]).name_pinned(&der(&client.cert)));
+        assert!(!verifier(&["kube-apiserve"]).name_pinned(&der(&client.cert)));
+        assert!(!verifier(&["KUBE-APISERVER"]).name_pinned(&der(&client.cert)));
+        assert!(verifier(&["other", "localhost"]).name_pinned(&der(&by_dns.cert)));
+        assert!(!verifier(&["kube-apiserver"]).name_pinned(&der(&by_dns.cert)));
         assert!(!verifier(&["kube-apiserver"]).name_pinned(&CertificateDer::from(vec![0u8; 8])));
     }
 }
