@@ -5,12 +5,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::builder::TypedValueParser as _;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 use crate::decide::requester::{Delegate, RequesterCheck};
 use crate::decide::resolve::OwnerLabels;
 use crate::decide::{DEFAULT_MAX_POD_REFERENCES, Policy, WebhookKind};
 use crate::k8s::duration::parse_flag as duration;
+pub use crate::observe::telemetry::LogFormat;
 
 /// ownerguard: ties what a worker pod creates to that pod with a correct,
 /// non-blocking ownerReference, and refuses the objects whose owner is wrong.
@@ -30,12 +31,6 @@ pub struct Cli {
     /// Log format: one line per event, as text or as JSON.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "OWNERGUARD_LOG_FORMAT")]
     pub log_format: LogFormat,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 // Parsed once at start-up: the size of the serve variant costs nothing.

@@ -19,7 +19,13 @@ use tracing_subscriber::fmt::format::JsonFields;
 use super::json_lines::JsonLines;
 use super::text_fields::EscapedFields;
 
-use crate::commands::cli::LogFormat;
+/// How log lines are written: `--log-format` (the flag is in
+/// `commands::cli`, which reads this type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 /// Lines queued for the writer thread before a logging task waits: about
 /// a second of decisions at the highest rate measured, some MiB at most.
