@@ -67,6 +67,10 @@ pub enum Command {
     Audit(AuditArgs),
 }
 
+/// The resources audited when none is named (`audit --resource`,
+/// `serve --audit-resource`): what workers create.
+pub const DEFAULT_RESOURCES: [&str; 3] = ["pods", "configmaps", "jobs.batch"];
+
 #[derive(Debug, Clone, Args)]
 pub struct AuditArgs {
     /// Audit only this namespace (repeatable); default: every namespace.
@@ -75,7 +79,7 @@ pub struct AuditArgs {
 
     /// The resources to audit, as kubectl names them (plural or
     /// plural.group), comma-separated or repeated.
-    #[arg(long = "resource", value_delimiter = ',', default_values_t = crate::commands::audit::DEFAULT_RESOURCES.map(String::from))]
+    #[arg(long = "resource", value_delimiter = ',', default_values_t = DEFAULT_RESOURCES.map(String::from))]
     pub resources: Vec<String>,
 
     /// How to print the findings: a table for people, or one JSON object
@@ -373,7 +377,7 @@ pub struct ServeArgs {
     pub audit_interval: Duration,
 
     /// The resources the periodic audit reads (plural or plural.group).
-    #[arg(long = "audit-resource", value_delimiter = ',', default_values_t = crate::commands::audit::DEFAULT_RESOURCES.map(String::from))]
+    #[arg(long = "audit-resource", value_delimiter = ',', default_values_t = DEFAULT_RESOURCES.map(String::from))]
     pub audit_resources: Vec<String>,
 
     /// Write each periodic audit's findings as policy reports, one per

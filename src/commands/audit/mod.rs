@@ -33,9 +33,6 @@ use crate::commands::cli::{AuditArgs, AuditOutput};
 use crate::decide::Policy;
 use crate::owner::{Finished, Inventory, InventoryPod, ObservedPod};
 
-/// The resources audited when none is named: what workers create.
-pub const DEFAULT_RESOURCES: [&str; 3] = ["pods", "configmaps", "jobs.batch"];
-
 /// Objects per page of a list.
 const PAGE: u32 = 500;
 
