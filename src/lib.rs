@@ -19,19 +19,22 @@
 //!    │              requester (the pod identity), create, update, ownership (the old object's
 //!    │              owner of record), templates (rule 12), judge (reading the lookups),
 //!    │              patch (the JSON Patch), denial (every refusal), subject (names in messages)
-//!    ├─ owner/      is the owner there: lookup (the interface, LookupBudget), inventory
-//!    │              (--pods), cluster/ (the live GET, throttle, and the watch cache: watches,
-//!    │              watch, index, finished, health)
+//!    ├─ owner/      is the owner there: lookup (the interface, LookupBudget), inventory/
+//!    │              (--pods: json, yaml, builder), cluster/ (the live GET, throttle, and
+//!    │              the watch cache: watches, watch, index, finished, health)
 //!    └─ observe/    told of each finished decision: metrics, log (the decision log),
 //!                   record (--record) in the fixture format; telemetry (the logs' setup)
 //!
-//!  commands/     the other commands: cli (every flag), review, certs, release, doctor/
-//!                (gather, webhooks, certificate, workload, probe, conditions)
+//!  commands/     the other commands: cli (every flag), review, certs, release, reaper,
+//!                audit/ (classify, report, reports), doctor/ (gather, webhooks, modes,
+//!                certificate, workload, probe, conditions)
 //!  k8s/          Kubernetes' conventions: names, duration (Go syntax), client (no retries)
 //! ```
 //!
 //! The rooms depend one way (no cycle between modules): `k8s` <- `admission`
-//! <- `owner` <- `decide` <- `observe` <- `webhook` <- `serve`, `commands`.
+//! <- `owner` <- `decide` <- `observe` <- `webhook` <- `serve` <- `commands`;
+//! a lower room that reports upward names a trait the higher one implements
+//! ([`owner::ClusterMetrics`]).
 //! The decision ([`decide`]) is pure and synchronous; only the lookup
 //! waits. Each room re-exports what a user of the crate needs; its inner
 //! files are its own.
