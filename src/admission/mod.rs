@@ -9,10 +9,12 @@
 //! and write exactly what kube-apiserver checks (see `APISERVER.md`).
 
 mod error;
+pub mod json;
 mod lenient;
 mod object;
 mod response;
 mod template;
+pub mod write;
 
 pub use error::DecodeError;
 pub use object::{ObjectHead, ObjectMeta, OwnerReference};
@@ -74,23 +76,7 @@ impl Review {
     /// [`DecodeError`] when the body is not JSON, not an `AdmissionReview`
     /// of a known version, or has no `request`.
     pub fn from_json(body: &[u8]) -> Result<Self, DecodeError> {
-        // Only the fields the decision reads are decoded; serde_json skips
-        // the rest without checking its text, so invalid UTF-8 there is
-        // caught here, at the cost of one fast pass over the body.
-        let text = std::str::from_utf8(body).map_err(DecodeError::Utf8)?;
-        let envelope: ReviewEnvelope = serde_json::from_str(text).map_err(DecodeError::Json)?;
-        Self::from_envelope(envelope)
-    }
-
-    /// Decode an `AdmissionReview` from an already parsed document (the
-    /// `review` command reads YAML too).
-    ///
-    /// # Errors
-    ///
-    /// As [`Review::from_json`].
-    pub fn from_value(value: serde_json::Value) -> Result<Self, DecodeError> {
-        let envelope: ReviewEnvelope = serde_json::from_value(value).map_err(DecodeError::Json)?;
-        Self::from_envelope(envelope)
+        Self::from_envelope(json::from_slice(body)?)
     }
 
     fn from_envelope(envelope: ReviewEnvelope) -> Result<Self, DecodeError> {
@@ -303,6 +289,11 @@ mod tests {
 
     use super::*;
 
+    /// `value` decoded by the server's decoder, from its JSON text.
+    fn decoded<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+        json::from_slice(&serde_json::to_vec(&value).unwrap()).unwrap()
+    }
+
     #[test]
     fn review_without_api_version_but_with_kind_is_v1() {
         let review = Review::from_json(
@@ -426,7 +417,7 @@ mod tests {
     #[test]
     fn templates_of_another_shape_are_not_pod_templates() {
         let head = |spec: &str| -> ObjectHead {
-            serde_json::from_str(&format!(r#"{{"metadata": {{}}, "spec": {spec}}}"#)).unwrap()
+            json::from_str(&format!(r#"{{"metadata": {{}}, "spec": {spec}}}"#)).unwrap()
         };
         for spec in [
             r#""a string""#,
@@ -450,7 +441,7 @@ mod tests {
 
     #[test]
     fn list_templates_keep_the_indices_of_the_list_as_sent() {
-        let head: ObjectHead = serde_json::from_value(serde_json::json!({
+        let head: ObjectHead = decoded(serde_json::json!({
             "metadata": {},
             "spec": {
                 "selector": {"matchLabels": {"app": "db", "o/p": "w-1"}},
@@ -464,8 +455,7 @@ mod tests {
                     {"name": "b", "ephemeral": {"volumeClaimTemplate": {"metadata": {"labels": {"o/p": "w-1"}}}}},
                 ]}},
             },
-        }))
-        .unwrap();
+        }));
         let templates = head.templates();
         let paths: Vec<String> = templates.iter().map(|t| t.path.field()).collect();
         assert_eq!(
@@ -499,11 +489,10 @@ mod tests {
     #[test]
     fn spec_metadata_is_a_template_of_a_resource_claim_template_only() {
         let object = |api_version: &str, kind: &str| -> ObjectHead {
-            serde_json::from_value(serde_json::json!({
+            decoded(serde_json::json!({
                 "apiVersion": api_version, "kind": kind, "metadata": {},
                 "spec": {"metadata": {"labels": {"a": "b"}}, "spec": {"devices": {}}},
             }))
-            .unwrap()
         };
         let templates = object("resource.k8s.io/v1", "ResourceClaimTemplate").templates();
         assert_eq!(templates.len(), 1);

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use serde::Serialize;
 
-use super::ReviewVersion;
+use super::{ReviewVersion, write};
 
 /// The answer, before it is written in the review's version.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -29,55 +29,78 @@ pub struct Status {
     pub code: u16,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct WireResponse<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<&'a Status>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    audit_annotations: &'a BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    warnings: &'a [String],
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct WireReview<'a> {
-    api_version: &'static str,
-    kind: &'static str,
-    response: WireResponse<'a>,
-}
-
 impl AdmissionResponse {
     /// The response `AdmissionReview` in `version`, as JSON bytes.
     ///
     /// The patch goes base64 with `patchType: JSONPatch`, as the API
-    /// documents and the API server decodes it.
+    /// documents and the API server decodes it. Written straight into one
+    /// buffer sized for it up front: fixed keys, the uid, the patch encoded
+    /// in place, the few strings of a status, annotations and warnings.
     pub fn to_review_json(&self, version: ReviewVersion) -> Vec<u8> {
-        let patch = self
+        let base64 = &base64::engine::general_purpose::STANDARD;
+        let patch_len = self
             .patch
             .as_ref()
-            .map(|p| base64::engine::general_purpose::STANDARD.encode(p));
-        let review = WireReview {
-            api_version: version.api_version(),
-            kind: "AdmissionReview",
-            response: WireResponse {
-                uid: &self.uid,
-                allowed: self.allowed,
-                status: self.status.as_ref(),
-                patch_type: patch.as_ref().map(|_| "JSONPatch"),
-                patch,
-                audit_annotations: &self.audit_annotations,
-                warnings: &self.warnings,
-            },
-        };
-        // Serialising plain strings, maps and bools cannot fail.
-        serde_json::to_vec(&review).unwrap_or_default()
+            .map_or(0, |p| base64::encoded_len(p.len(), true).unwrap_or(0));
+        let strings: usize = self.status.as_ref().map_or(0, |s| s.message.len() + 64)
+            + self
+                .audit_annotations
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 8)
+                .sum::<usize>()
+            + self.warnings.iter().map(|w| w.len() + 4).sum::<usize>();
+        let mut out = Vec::with_capacity(160 + self.uid.len() + patch_len + strings);
+        out.extend_from_slice(br#"{"apiVersion":""#);
+        out.extend_from_slice(version.api_version().as_bytes());
+        out.extend_from_slice(br#"","kind":"AdmissionReview","response":{"uid":"#);
+        write::string(&mut out, &self.uid);
+        out.extend_from_slice(if self.allowed {
+            br#","allowed":true"#
+        } else {
+            br#","allowed":false"#
+        });
+        if let Some(status) = &self.status {
+            out.extend_from_slice(br#","status":{"status":"#);
+            write::string(&mut out, status.status);
+            out.extend_from_slice(br#","message":"#);
+            write::string(&mut out, &status.message);
+            out.extend_from_slice(br#","reason":"#);
+            write::string(&mut out, status.reason);
+            out.extend_from_slice(br#","code":"#);
+            out.extend_from_slice(status.code.to_string().as_bytes());
+            out.push(b'}');
+        }
+        if let Some(patch) = &self.patch {
+            out.extend_from_slice(br#","patch":""#);
+            let at = out.len();
+            out.resize(at + patch_len, 0);
+            let written = base64.encode_slice(patch, &mut out[at..]).unwrap_or(0);
+            out.truncate(at + written);
+            out.extend_from_slice(br#"","patchType":"JSONPatch""#);
+        }
+        if !self.audit_annotations.is_empty() {
+            out.extend_from_slice(br#","auditAnnotations":{"#);
+            for (i, (key, value)) in self.audit_annotations.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write::string(&mut out, key);
+                out.push(b':');
+                write::string(&mut out, value);
+            }
+            out.push(b'}');
+        }
+        if !self.warnings.is_empty() {
+            out.extend_from_slice(br#","warnings":["#);
+            for (i, warning) in self.warnings.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write::string(&mut out, warning);
+            }
+            out.push(b']');
+        }
+        out.extend_from_slice(b"}}");
+        out
     }
 }

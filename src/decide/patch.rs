@@ -1,24 +1,28 @@
 //! The JSON Patch that ties an object to its owner.
 //!
-//! Paths are built token by token with `jsonptr`, which escapes `/` as `~1`
-//! (`ownerguard.io/owner-uid` becomes `ownerguard.io~1owner-uid`) and `~` as
-//! `~0`. Every operation is an `add`: on an object member it creates or
-//! replaces, so the patch applies whatever the current value, and on a list
-//! it appends with `-`, which leaves the indices of other operations valid.
+//! The patch is written as it is planned, operation by operation, straight
+//! into the JSON text the API server applies: no `serde_json` value is
+//! built and serialised again (the answer is on every review's path).
+//! Paths are JSON Pointers whose tokens escape `/` as `~1`
+//! (`ownerguard.io/owner-uid` becomes `ownerguard.io~1owner-uid`) and `~`
+//! as `~0`, as jsonptr writes them (a test holds the two to the same
+//! bytes). Every operation is an `add`: on an object member it creates or
+//! replaces, so the patch applies whatever the current value, and on a
+//! list it appends with `-`, which leaves the indices of other operations
+//! valid.
 
-use json_patch::{AddOperation, PatchOperation};
-use jsonptr::PointerBuf;
-use serde_json::{Value, json};
-
+use crate::admission::write;
 use crate::admission::{ObjectMeta, OwnerReference, Template};
 
 /// Operations on one object's metadata (and its templates').
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct MetadataPatch {
-    operations: Vec<PatchOperation>,
-    /// Maps and lists this patch creates, so that a second entry goes into
-    /// them instead of replacing them.
-    created: Vec<PointerBuf>,
+    /// The operations as JSON text, comma-separated, without the brackets
+    /// of the list.
+    operations: Vec<u8>,
+    /// Maps and lists this patch creates (their pointers, as written), so
+    /// that a second entry goes into them instead of replacing them.
+    created: Vec<Vec<u8>>,
 }
 
 impl MetadataPatch {
@@ -29,23 +33,29 @@ impl MetadataPatch {
     /// Add the non-blocking reference to pod `name` of `uid`, creating the
     /// list when the object has none.
     pub fn add_owner_reference(&mut self, meta: &ObjectMeta, name: &str, uid: &str) {
-        self.add_reference(meta, owner_reference(name, uid, false));
+        self.add_reference(meta, name, uid, false);
     }
 
     /// Put back the Pod reference an UPDATE left out: as it was, but
     /// non-blocking.
     pub fn restore_owner_reference(&mut self, meta: &ObjectMeta, old: &OwnerReference) {
         let controller = old.controller.unwrap_or(false);
-        self.add_reference(meta, owner_reference(&old.name, &old.uid, controller));
+        self.add_reference(meta, &old.name, &old.uid, controller);
     }
 
-    fn add_reference(&mut self, meta: &ObjectMeta, reference: Value) {
-        let list = pointer(&["metadata", "ownerReferences"]);
-        if meta.owner_references.is_some() || self.created.contains(&list) {
-            self.add(pointer(&["metadata", "ownerReferences", "-"]), reference);
+    fn add_reference(&mut self, meta: &ObjectMeta, name: &str, uid: &str, controller: bool) {
+        let list = ["metadata", "ownerReferences"];
+        let created = self.was_created(list);
+        let value = |out: &mut Vec<u8>| owner_reference(out, name, uid, controller);
+        if meta.owner_references.is_some() || created {
+            self.add(["metadata", "ownerReferences", "-"], value);
         } else {
-            self.add(list.clone(), Value::Array(vec![reference]));
-            self.created.push(list);
+            self.add(list, |out| {
+                out.push(b'[');
+                value(out);
+                out.push(b']');
+            });
+            self.remember_created(list);
         }
     }
 
@@ -53,8 +63,8 @@ impl MetadataPatch {
     pub fn unblock_owner_reference(&mut self, index: usize) {
         let index = index.to_string();
         self.add(
-            pointer(&["metadata", "ownerReferences", &index, "blockOwnerDeletion"]),
-            Value::Bool(false),
+            ["metadata", "ownerReferences", &index, "blockOwnerDeletion"],
+            |out| out.extend_from_slice(b"false"),
         );
     }
 
@@ -91,60 +101,93 @@ impl MetadataPatch {
     /// `key: value` in the map `map` under `base`, creating the map when it
     /// neither `exists` nor was created by this patch.
     fn add_entry(&mut self, base: &[&str], map: &str, exists: bool, key: &str, value: &str) {
-        let map_pointer = pointer(&[base, &[map]].concat());
-        if exists || self.created.contains(&map_pointer) {
-            self.add(
-                pointer(&[base, &[map, key]].concat()),
-                Value::String(value.into()),
-            );
+        let map_tokens = || base.iter().copied().chain([map]);
+        if exists || self.was_created(map_tokens()) {
+            self.add(map_tokens().chain([key]), |out| write::string(out, value));
         } else {
-            self.add(map_pointer.clone(), json!({ key: value }));
-            self.created.push(map_pointer);
+            self.add(map_tokens(), |out| {
+                out.push(b'{');
+                write::string(out, key);
+                out.push(b':');
+                write::string(out, value);
+                out.push(b'}');
+            });
+            self.remember_created(map_tokens());
         }
     }
 
-    fn add(&mut self, path: PointerBuf, value: Value) {
-        self.operations
-            .push(PatchOperation::Add(AddOperation { path, value }));
+    /// One `add` of the value `value` writes at the pointer of `path`.
+    fn add<'a>(
+        &mut self,
+        path: impl IntoIterator<Item = &'a str>,
+        value: impl FnOnce(&mut Vec<u8>),
+    ) {
+        let out = &mut self.operations;
+        if !out.is_empty() {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"op":"add","path":"#);
+        write::pointer(out, path);
+        out.extend_from_slice(br#","value":"#);
+        value(out);
+        out.push(b'}');
+    }
+
+    fn was_created<'a>(&self, path: impl IntoIterator<Item = &'a str>) -> bool {
+        if self.created.is_empty() {
+            return false;
+        }
+        let mut written = Vec::new();
+        write::pointer(&mut written, path);
+        self.created.contains(&written)
+    }
+
+    fn remember_created<'a>(&mut self, path: impl IntoIterator<Item = &'a str>) {
+        let mut written = Vec::new();
+        write::pointer(&mut written, path);
+        self.created.push(written);
     }
 
     /// Append the operations of `other`, which was built on the same
     /// object.
     pub fn extend(&mut self, other: MetadataPatch) {
-        self.operations.extend(other.operations);
+        if !other.operations.is_empty() {
+            if !self.operations.is_empty() {
+                self.operations.push(b',');
+            }
+            self.operations.extend_from_slice(&other.operations);
+        }
         self.created.extend(other.created);
     }
 
     /// The patch document, as the JSON array the API server applies.
     pub fn to_json(&self) -> Vec<u8> {
-        // A list of add operations with string paths always serialises.
-        // `Patch` is a newtype over the list and serialises as the list:
-        // written from the borrowed operations, not a clone of them.
-        serde_json::to_vec(&self.operations).unwrap_or_default()
+        let mut out = Vec::with_capacity(self.operations.len() + 2);
+        self.write_json(&mut out);
+        out
     }
 
-    /// The patch as a JSON value, for reading (golden files, `--record`).
-    pub fn to_value(&self) -> Value {
-        serde_json::to_value(&self.operations).unwrap_or(Value::Null)
+    /// The patch document written onto `out`.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.push(b'[');
+        out.extend_from_slice(&self.operations);
+        out.push(b']');
     }
 }
 
 /// The reference ownerguard sets: `controller: false` so it never competes
 /// with a real controller, `blockOwnerDeletion: false` because `true` needs
 /// `update` on `pods/finalizers` under `OwnerReferencesPermissionEnforcement`.
-pub fn owner_reference(name: &str, uid: &str, controller: bool) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "name": name,
-        "uid": uid,
-        "controller": controller,
-        "blockOwnerDeletion": false,
-    })
-}
-
-fn pointer(tokens: &[&str]) -> PointerBuf {
-    PointerBuf::from_tokens(tokens.iter().copied())
+fn owner_reference(out: &mut Vec<u8>, name: &str, uid: &str, controller: bool) {
+    out.extend_from_slice(br#"{"apiVersion":"v1","kind":"Pod","name":"#);
+    write::string(out, name);
+    out.extend_from_slice(br#","uid":"#);
+    write::string(out, uid);
+    out.extend_from_slice(if controller {
+        br#","controller":true,"blockOwnerDeletion":false}"#
+    } else {
+        br#","controller":false,"blockOwnerDeletion":false}"#
+    });
 }
 
 fn tokens(owned: &[String]) -> Vec<&str> {
@@ -156,8 +199,16 @@ mod tests {
     use std::collections::BTreeMap;
 
     use json_patch::Patch;
+    use serde_json::{Value, json};
 
     use super::*;
+
+    /// The reference as the API server reads it back.
+    fn owner_reference(name: &str, uid: &str, controller: bool) -> Value {
+        let mut out = Vec::new();
+        super::owner_reference(&mut out, name, uid, controller);
+        serde_json::from_slice(&out).unwrap()
+    }
     use crate::admission::{PodSpecAt, TemplateMeta, TemplatePath};
 
     fn apply(object: &mut Value, patch: &MetadataPatch) {

@@ -15,6 +15,14 @@ use crate::owner::ObservedPod;
 
 const NS: &str = "agents";
 
+/// A request (or any part of one) decoded by the server's own decoder,
+/// from the JSON text of `value`.
+fn decoded<T: serde::de::DeserializeOwned>(
+    value: Value,
+) -> Result<T, crate::admission::DecodeError> {
+    crate::admission::json::from_slice(&serde_json::to_vec(&value).expect("a value writes"))
+}
+
 fn request(operation: &str, object: Value, old: Option<Value>) -> (AdmissionRequest, Value) {
     let review = json!({
         "uid": "req-1",
@@ -26,7 +34,7 @@ fn request(operation: &str, object: Value, old: Option<Value>) -> (AdmissionRequ
         "object": object,
         "oldObject": old,
     });
-    (serde_json::from_value(review.clone()).unwrap(), review)
+    (decoded(review.clone()).unwrap(), review)
 }
 
 fn from_pod(mut review: Value, name: &str, uid: &str) -> AdmissionRequest {
@@ -34,7 +42,7 @@ fn from_pod(mut review: Value, name: &str, uid: &str) -> AdmissionRequest {
         "username": format!("system:serviceaccount:{NS}:worker"),
         "extra": {EXTRA_POD_NAME: [name], EXTRA_POD_UID: [uid]},
     });
-    serde_json::from_value(review).unwrap()
+    decoded(review).unwrap()
 }
 
 fn object(labels: Value, references: Option<Value>) -> Value {
@@ -378,7 +386,7 @@ fn cluster_scoped_object_with_owner_label_is_cluster_scoped() {
         .as_object_mut()
         .unwrap()
         .remove("namespace");
-    let req: AdmissionRequest = serde_json::from_value(review).unwrap();
+    let req: AdmissionRequest = decoded(review).unwrap();
     let err = mutate(&req, HashMap::new()).unwrap_err();
     assert!(matches!(err, Denial::ClusterScoped { .. }), "{err:?}");
 }
@@ -639,12 +647,12 @@ fn validate(request: &AdmissionRequest, pods: HashMap<String, Lookup>) -> Result
 
 fn as_user(mut review: Value, username: &str) -> AdmissionRequest {
     review["userInfo"] = json!({"username": username});
-    serde_json::from_value(review).unwrap()
+    decoded(review).unwrap()
 }
 
 fn with_extras(mut review: Value, username: &str, extra: Value) -> AdmissionRequest {
     review["userInfo"] = json!({"username": username, "extra": extra});
-    serde_json::from_value(review).unwrap()
+    decoded(review).unwrap()
 }
 
 fn owned(name: &str, uid: &str) -> Value {
@@ -747,7 +755,7 @@ fn a_namespace_that_is_not_a_namespace_name_is_denied_before_any_lookup() {
         let (_, mut review) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
         review["namespace"] = json!(namespace);
         review["object"]["metadata"]["namespace"] = json!(namespace);
-        let req: AdmissionRequest = serde_json::from_value(review).unwrap();
+        let req: AdmissionRequest = decoded(review).unwrap();
         let err = plan(&req, WebhookKind::Mutate, &Policy::default()).unwrap_err();
         assert!(
             matches!(err, Denial::InvalidNamespace { .. }),
@@ -761,7 +769,7 @@ fn a_namespace_that_is_not_a_namespace_name_is_denied_before_any_lookup() {
 fn an_object_in_another_namespace_than_the_request_is_denied() {
     let (_, mut review) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
     review["object"]["metadata"]["namespace"] = json!("elsewhere");
-    let req: AdmissionRequest = serde_json::from_value(review).unwrap();
+    let req: AdmissionRequest = decoded(review).unwrap();
     let err = plan(&req, WebhookKind::Mutate, &Policy::default()).unwrap_err();
     assert!(matches!(err, Denial::InvalidNamespace { .. }), "{err:?}");
 }
@@ -3052,11 +3060,7 @@ fn object_with(labels: Value, references: Value) -> Value {
 fn a_name_with_control_characters_is_shown_escaped_in_every_message() {
     let mut review = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None).1;
     review["object"]["metadata"]["name"] = json!("x\u{1b}[2J\nownerguard: allowed\u{202e}");
-    let err = mutate(
-        &serde_json::from_value(review).unwrap(),
-        lookups(&[("w-1", Ok(None))]),
-    )
-    .unwrap_err();
+    let err = mutate(&decoded(review).unwrap(), lookups(&[("w-1", Ok(None))])).unwrap_err();
     let message = err.to_string();
     assert!(
         !message
@@ -3074,7 +3078,7 @@ fn create_as(group: &str, kind: &str, user: &str, labels: Value) -> (AdmissionRe
     let (_, mut review) = request("CREATE", object.clone(), None);
     review["kind"] = json!({"group": group, "version": "v1", "kind": kind});
     review["userInfo"] = json!({"username": user});
-    (serde_json::from_value(review).unwrap(), object)
+    (decoded(review).unwrap(), object)
 }
 
 #[test]

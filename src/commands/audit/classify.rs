@@ -412,7 +412,10 @@ fn request_of(
     });
     // Built from a valid object's metadata: it decodes. A failure would
     // read as an empty request, judged as no owner.
-    serde_json::from_value(request).unwrap_or_else(|_| AdmissionRequest::default())
+    serde_json::to_vec(&request)
+        .ok()
+        .and_then(|text| crate::admission::json::from_slice(&text).ok())
+        .unwrap_or_default()
 }
 
 /// How long ago the object was created.

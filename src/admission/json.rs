@@ -1,0 +1,780 @@
+//! The one JSON decoder of a review: a serde `Deserializer` over the body's
+//! bytes that hands out strings borrowed from the body and passes over
+//! every value the decision does not read without building it, while still
+//! refusing malformed JSON there.
+//!
+//! Why not serde_json: a review is mostly a pod spec ownerguard never
+//! reads, and serde_json's skip of it (`ignore_value`) was half of what a
+//! review cost (about 34,000 of 65,000 instructions for bench/'s 3.4 KB
+//! CREATE). The skip here is one iterative loop over the bytes with a
+//! table of what ends a string, eight bytes at a time through long ones;
+//! measured in docs/performance.md. SIMD parsers (sonic-rs, simd-json) were
+//! measured too and cost more on a body this small: they index or copy
+//! the whole document before the first field is read.
+//!
+//! What it accepts is JSON (RFC 8259) as serde_json accepts it: the body
+//! must be UTF-8 (checked once, up front), strings free of control
+//! characters, escapes and numbers well-formed everywhere, read or not,
+//! and nothing but whitespace after the document. A lone surrogate escape
+//! is refused in a string that is read and passed over in one that is not,
+//! as serde_json does. Values that are read nest at most 128 deep (serde_json's
+//! limit, an error beyond it); values passed over nest as deep as the body
+//! allows, with no recursion.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Visitor};
+
+/// How deep the values that are decoded (not passed over) may nest.
+const RECURSION_LIMIT: u32 = 128;
+
+/// Why a body is not JSON, or not JSON of the shape a field wants: the
+/// message and where it was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError {
+    message: String,
+    /// 1-based line and column, once known (set where the error surfaces).
+    at: Option<(usize, usize)>,
+}
+
+impl JsonError {
+    fn at(mut self, bytes: &[u8], offset: usize) -> Self {
+        if self.at.is_none() {
+            let before = &bytes[..offset.min(bytes.len())];
+            let line = 1 + before.iter().filter(|b| **b == b'\n').count();
+            let column = 1 + before.iter().rev().take_while(|b| **b != b'\n').count();
+            self.at = Some((line, column));
+        }
+        self
+    }
+}
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.at {
+            Some((line, column)) => write!(f, "{} at line {line} column {column}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+impl de::Error for JsonError {
+    fn custom<T: fmt::Display>(message: T) -> Self {
+        Self {
+            message: message.to_string(),
+            at: None,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, JsonError>;
+
+#[cold]
+#[inline(never)]
+fn error(message: &str) -> JsonError {
+    JsonError {
+        message: message.to_string(),
+        at: None,
+    }
+}
+
+/// Decode `T` from `text`, its strings borrowed from it where they hold no
+/// escape.
+///
+/// # Errors
+///
+/// [`JsonError`] when `text` is not one JSON document or not of `T`'s shape.
+pub fn from_str<'de, T: de::Deserialize<'de>>(text: &'de str) -> Result<T> {
+    let mut reader = Reader::new(text);
+    let value = T::deserialize(&mut reader).and_then(|value| {
+        reader.whitespace();
+        match reader.peek() {
+            None => Ok(value),
+            Some(_) => Err(error("trailing characters")),
+        }
+    });
+    value.map_err(|e| e.at(reader.bytes, reader.pos))
+}
+
+/// Decode `T` from `bytes`, which must be UTF-8 (checked here, once, so
+/// that every string the decoder hands out or passes over is text).
+///
+/// # Errors
+///
+/// As [`from_str`]; invalid UTF-8 anywhere is an error too.
+pub fn from_slice<'de, T: de::Deserialize<'de>>(
+    bytes: &'de [u8],
+) -> std::result::Result<T, super::DecodeError> {
+    let text = std::str::from_utf8(bytes).map_err(super::DecodeError::Utf8)?;
+    from_str(text).map_err(super::DecodeError::Json)
+}
+
+/// What a byte is inside a string: [`STRING_END`] marks those that end the
+/// plain run (a quote, a backslash, a control character, which JSON
+/// forbids unescaped).
+const STRING_END: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
+const ONES: u64 = u64::MAX / 255;
+
+/// The bytes of `chunk` (little-endian) that end a plain run, each as its
+/// top bit (Mycroft's zero-byte test, as serde_json's skip uses).
+#[inline]
+fn string_ends(chunk: u64) -> u64 {
+    let control = chunk.wrapping_sub(ONES * 0x20) & !chunk;
+    let quote = chunk ^ (ONES * u64::from(b'"'));
+    let quote = quote.wrapping_sub(ONES) & !quote;
+    let backslash = chunk ^ (ONES * u64::from(b'\\'));
+    let backslash = backslash.wrapping_sub(ONES) & !backslash;
+    (control | quote | backslash) & (ONES << 7)
+}
+
+/// How many bytes of `bytes` come before the first that a JSON string
+/// cannot hold as it is (a quote, a backslash, a control character): the
+/// writer's test of what to escape, the same as the reader's.
+#[inline]
+pub(crate) fn plain_prefix(bytes: &[u8]) -> usize {
+    let mut pos = 0;
+    while let Some(chunk) = bytes.get(pos..pos + 8) {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(chunk);
+        let ends = string_ends(u64::from_le_bytes(eight));
+        if ends != 0 {
+            return pos + (ends.trailing_zeros() / 8) as usize;
+        }
+        pos += 8;
+    }
+    while let Some(b) = bytes.get(pos) {
+        if STRING_END[usize::from(*b)] {
+            break;
+        }
+        pos += 1;
+    }
+    pos
+}
+
+/// The reader: the text, where it is, and how deep the decoded values go.
+pub struct Reader<'de> {
+    text: &'de str,
+    bytes: &'de [u8],
+    pos: usize,
+    depth: u32,
+    /// The containers open while a value is passed over (`true`: an
+    /// object), kept to reuse its allocation.
+    open: Vec<bool>,
+}
+
+impl<'de> Reader<'de> {
+    pub fn new(text: &'de str) -> Self {
+        Self {
+            text,
+            bytes: text.as_bytes(),
+            pos: 0,
+            depth: 0,
+            open: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    #[inline]
+    fn whitespace(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    /// The next byte that is not whitespace, not consumed.
+    #[inline]
+    fn next_token(&mut self) -> Result<u8> {
+        self.whitespace();
+        self.peek()
+            .ok_or_else(|| error("EOF while parsing a value"))
+    }
+
+    fn expect(&mut self, byte: u8, what: &str) -> Result<()> {
+        if self.next_token().ok() == Some(byte) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(error(what))
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<()> {
+        if self.bytes[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Ok(())
+        } else {
+            Err(error("expected value"))
+        }
+    }
+
+    /// Past the plain run of a string: to its closing quote, a backslash or
+    /// a control character. Eight bytes at a time: the lowest byte the
+    /// test flags is the first that ends the run (its false positives are
+    /// only ever above a true one).
+    #[inline(always)]
+    fn plain_run(&mut self) {
+        self.pos += plain_prefix(&self.bytes[self.pos..]);
+    }
+
+    /// Four hex digits of a `\u` escape, as a number.
+    fn hex4(&mut self) -> Result<u16> {
+        let digits = self
+            .bytes
+            .get(self.pos..self.pos + 4)
+            .ok_or_else(|| error("EOF while parsing a string"))?;
+        let mut value = 0u16;
+        for &d in digits {
+            let nibble = match d {
+                b'0'..=b'9' => d - b'0',
+                b'a'..=b'f' => d - b'a' + 10,
+                b'A'..=b'F' => d - b'A' + 10,
+                _ => return Err(error("invalid escape")),
+            };
+            value = value << 4 | u16::from(nibble);
+        }
+        self.pos += 4;
+        Ok(value)
+    }
+
+    /// Past a string whose opening quote is consumed, checking it as
+    /// serde_json checks a string it skips (escapes well-formed, no
+    /// control character; a lone surrogate passes). Most strings have no
+    /// escape: that path is inlined, the rest is not.
+    #[inline(always)]
+    fn skip_string(&mut self) -> Result<()> {
+        self.plain_run();
+        if self.peek() == Some(b'"') {
+            self.pos += 1;
+            Ok(())
+        } else {
+            self.skip_string_rest()
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn skip_string_rest(&mut self) -> Result<()> {
+        loop {
+            match self.peek() {
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                Some(b'\\') => {
+                    self.pos += 1;
+                    match self.peek() {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+                            self.pos += 1;
+                        }
+                        Some(b'u') => {
+                            self.pos += 1;
+                            self.hex4()?;
+                        }
+                        Some(_) => return Err(error("invalid escape")),
+                        None => return Err(error("EOF while parsing a string")),
+                    }
+                }
+                Some(_) => {
+                    return Err(error(
+                        "control character (\\u0000-\\u001F) found while parsing a string",
+                    ));
+                }
+                None => return Err(error("EOF while parsing a string")),
+            }
+            self.plain_run();
+        }
+    }
+
+    /// A string whose opening quote is consumed: borrowed from the text
+    /// when it holds no escape.
+    #[inline(always)]
+    fn string(&mut self) -> Result<Cow<'de, str>> {
+        let start = self.pos;
+        self.plain_run();
+        if self.peek() == Some(b'"') {
+            let text = &self.text[start..self.pos];
+            self.pos += 1;
+            Ok(Cow::Borrowed(text))
+        } else {
+            self.string_rest(start).map(Cow::Owned)
+        }
+    }
+
+    /// The rest of a string that holds an escape (or is malformed), from
+    /// `start`, decoded into a string of its own.
+    #[cold]
+    #[inline(never)]
+    fn string_rest(&mut self, start: usize) -> Result<String> {
+        let mut owned = String::with_capacity(self.pos - start + 16);
+        owned.push_str(&self.text[start..self.pos]);
+        loop {
+            match self.peek() {
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(owned);
+                }
+                Some(b'\\') => {
+                    self.pos += 1;
+                    self.escape(&mut owned)?;
+                }
+                Some(_) => {
+                    return Err(error(
+                        "control character (\\u0000-\\u001F) found while parsing a string",
+                    ));
+                }
+                None => return Err(error("EOF while parsing a string")),
+            }
+            let run = self.pos;
+            self.plain_run();
+            owned.push_str(&self.text[run..self.pos]);
+        }
+    }
+
+    /// One escape, its backslash consumed, decoded onto `out`.
+    fn escape(&mut self, out: &mut String) -> Result<()> {
+        let Some(kind) = self.peek() else {
+            return Err(error("EOF while parsing a string"));
+        };
+        self.pos += 1;
+        let c = match kind {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let first = self.hex4()?;
+                match first {
+                    0xD800..=0xDBFF => {
+                        if !self.bytes[self.pos..].starts_with(b"\\u") {
+                            return Err(error("lone leading surrogate in hex escape"));
+                        }
+                        self.pos += 2;
+                        let second = self.hex4()?;
+                        if !(0xDC00..=0xDFFF).contains(&second) {
+                            return Err(error("lone leading surrogate in hex escape"));
+                        }
+                        let code = 0x10000
+                            + ((u32::from(first) - 0xD800) << 10)
+                            + (u32::from(second) - 0xDC00);
+                        char::from_u32(code).ok_or_else(|| error("invalid unicode code point"))?
+                    }
+                    0xDC00..=0xDFFF => {
+                        return Err(error("unexpected end of hex escape"));
+                    }
+                    code => char::from_u32(u32::from(code))
+                        .ok_or_else(|| error("invalid unicode code point"))?,
+                }
+            }
+            _ => return Err(error("invalid escape")),
+        };
+        out.push(c);
+        Ok(())
+    }
+
+    /// Past a number, checking its grammar; returns its text.
+    fn number_text(&mut self) -> Result<&'de str> {
+        let start = self.pos;
+        let bytes = self.bytes;
+        let mut pos = self.pos;
+        if bytes.get(pos) == Some(&b'-') {
+            pos += 1;
+        }
+        match bytes.get(pos) {
+            Some(b'0') => pos += 1,
+            Some(b'1'..=b'9') => {
+                while let Some(b'0'..=b'9') = bytes.get(pos) {
+                    pos += 1;
+                }
+            }
+            _ => return Err(error("invalid number")),
+        }
+        if bytes.get(pos) == Some(&b'.') {
+            pos += 1;
+            if !matches!(bytes.get(pos), Some(b'0'..=b'9')) {
+                return Err(error("invalid number"));
+            }
+            while let Some(b'0'..=b'9') = bytes.get(pos) {
+                pos += 1;
+            }
+        }
+        if let Some(b'e' | b'E') = bytes.get(pos) {
+            pos += 1;
+            if let Some(b'+' | b'-') = bytes.get(pos) {
+                pos += 1;
+            }
+            if !matches!(bytes.get(pos), Some(b'0'..=b'9')) {
+                return Err(error("invalid number"));
+            }
+            while let Some(b'0'..=b'9') = bytes.get(pos) {
+                pos += 1;
+            }
+        }
+        self.pos = pos;
+        Ok(&self.text[start..pos])
+    }
+
+    /// Past one whole value, checked but not built, with no recursion:
+    /// the containers open are kept in `self.open`.
+    fn skip_value(&mut self) -> Result<()> {
+        self.open.clear();
+        'value: loop {
+            match self.next_token()? {
+                b'"' => {
+                    self.pos += 1;
+                    self.skip_string()?;
+                }
+                b'{' => {
+                    self.pos += 1;
+                    if self.next_token()? == b'}' {
+                        self.pos += 1;
+                    } else {
+                        self.open.push(true);
+                        self.skip_key()?;
+                        continue 'value;
+                    }
+                }
+                b'[' => {
+                    self.pos += 1;
+                    if self.next_token()? == b']' {
+                        self.pos += 1;
+                    } else {
+                        self.open.push(false);
+                        continue 'value;
+                    }
+                }
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                b'-' | b'0'..=b'9' => {
+                    self.number_text()?;
+                }
+                _ => return Err(error("expected value")),
+            }
+            // A value is done: close what it ends, or go on to the next.
+            loop {
+                let Some(&object) = self.open.last() else {
+                    return Ok(());
+                };
+                match (self.next_token()?, object) {
+                    (b',', true) => {
+                        self.pos += 1;
+                        self.skip_key()?;
+                        continue 'value;
+                    }
+                    (b',', false) => {
+                        self.pos += 1;
+                        continue 'value;
+                    }
+                    (b'}', true) | (b']', false) => {
+                        self.pos += 1;
+                        self.open.pop();
+                    }
+                    (_, true) => return Err(error("expected `,` or `}`")),
+                    (_, false) => return Err(error("expected `,` or `]`")),
+                }
+            }
+        }
+    }
+
+    /// An object's key and its colon, passed over.
+    fn skip_key(&mut self) -> Result<()> {
+        if self.next_token()? != b'"' {
+            return Err(error("key must be a string"));
+        }
+        self.pos += 1;
+        self.skip_string()?;
+        self.expect(b':', "expected `:`")
+    }
+
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        self.depth += 1;
+        if self.depth > RECURSION_LIMIT {
+            return Err(error("recursion limit exceeded"));
+        }
+        let value = f(self);
+        self.depth -= 1;
+        value
+    }
+}
+
+impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
+    type Error = JsonError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        match self.next_token()? {
+            b'"' => {
+                self.pos += 1;
+                match self.string()? {
+                    Cow::Borrowed(text) => visitor.visit_borrowed_str(text),
+                    Cow::Owned(text) => visitor.visit_string(text),
+                }
+            }
+            b'{' => {
+                self.pos += 1;
+                self.nested(|reader| {
+                    let value = visitor.visit_map(Entries {
+                        reader: &mut *reader,
+                        first: true,
+                    })?;
+                    reader.expect(b'}', "expected `}`")?;
+                    Ok(value)
+                })
+            }
+            b'[' => {
+                self.pos += 1;
+                self.nested(|reader| {
+                    let value = visitor.visit_seq(Elements {
+                        reader: &mut *reader,
+                        first: true,
+                    })?;
+                    reader.expect(b']', "expected `]`")?;
+                    Ok(value)
+                })
+            }
+            b't' => {
+                self.literal(b"true")?;
+                visitor.visit_bool(true)
+            }
+            b'f' => {
+                self.literal(b"false")?;
+                visitor.visit_bool(false)
+            }
+            b'n' => {
+                self.literal(b"null")?;
+                visitor.visit_unit()
+            }
+            b'-' | b'0'..=b'9' => {
+                let text = self.number_text()?;
+                let integer = !text.contains(['.', 'e', 'E']);
+                if integer && !text.starts_with('-') {
+                    if let Ok(n) = text.parse::<u64>() {
+                        return visitor.visit_u64(n);
+                    }
+                } else if integer && let Ok(n) = text.parse::<i64>() {
+                    return visitor.visit_i64(n);
+                }
+                match text.parse::<f64>() {
+                    Ok(n) if n.is_finite() => visitor.visit_f64(n),
+                    _ => Err(error("number out of range")),
+                }
+            }
+            _ => Err(error("expected value")),
+        }
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        if self.next_token()? == b'n' {
+            self.literal(b"null")?;
+            visitor.visit_none()
+        } else {
+            visitor.visit_some(self)
+        }
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        self.skip_value()?;
+        visitor.visit_unit()
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value> {
+        // Only unit variants, written as their name: the form the
+        // admission types use.
+        if self.next_token()? != b'"' {
+            return Err(error("expected a string naming a variant"));
+        }
+        self.pos += 1;
+        let name = self.string()?;
+        visitor.visit_enum(de::IntoDeserializer::<JsonError>::into_deserializer(
+            name.as_ref(),
+        ))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf unit unit_struct seq tuple tuple_struct map struct
+        identifier
+    }
+}
+
+/// The entries of an object being decoded.
+struct Entries<'r, 'de> {
+    reader: &'r mut Reader<'de>,
+    first: bool,
+}
+
+impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
+    type Error = JsonError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>> {
+        let reader = &mut *self.reader;
+        match reader.next_token()? {
+            b'}' => return Ok(None),
+            b',' if !self.first => {
+                reader.pos += 1;
+            }
+            _ if self.first => {}
+            _ => return Err(error("expected `,` or `}`")),
+        }
+        self.first = false;
+        if reader.next_token()? != b'"' {
+            return Err(error("key must be a string"));
+        }
+        seed.deserialize(&mut *reader).map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
+        self.reader.expect(b':', "expected `:`")?;
+        seed.deserialize(&mut *self.reader)
+    }
+}
+
+/// The elements of a list being decoded.
+struct Elements<'r, 'de> {
+    reader: &'r mut Reader<'de>,
+    first: bool,
+}
+
+impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
+    type Error = JsonError;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
+        let reader = &mut *self.reader;
+        match reader.next_token()? {
+            b']' => return Ok(None),
+            b',' if !self.first => {
+                reader.pos += 1;
+            }
+            _ if self.first => {}
+            _ => return Err(error("expected `,` or `]`")),
+        }
+        self.first = false;
+        seed.deserialize(&mut *reader).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+    use serde::de::IgnoredAny;
+
+    use super::*;
+
+    /// Every document serde_json accepts, this decoder accepts, and the
+    /// reverse: judged against serde_json, the reference of what JSON is.
+    #[test]
+    fn accepts_what_serde_json_accepts() {
+        for text in [
+            "null",
+            " true ",
+            "[1, -2, 3.5e3, 0, -0.0, 1E+2, 18446744073709551615, 1e400]",
+            r#"{"a": {"b": [[], {}, [{}]]}, "c": "\u00e9\ud83d\ude00\n"}"#,
+            r#""\ud800""#,
+            r#"{"a":1,"a":2}"#,
+            "\"caf\u{e9}\"",
+            r#"{"a" : [ 1 , 2 ] }"#,
+            "[1,]",
+            "[,1]",
+            r#"{"a":1,}"#,
+            r#"{"a" 1}"#,
+            r#"{1:2}"#,
+            "[01]",
+            "[1.]",
+            "[.5]",
+            "[-]",
+            "[1e]",
+            "[tru]",
+            "[nul]",
+            "\"\\x\"",
+            "\"\\u12\"",
+            "\"a\u{1}b\"",
+            "[1] [2]",
+            "",
+            "[",
+            "{\"a\":",
+            "\"abc",
+        ] {
+            let reference = serde_json::from_str::<IgnoredAny>(text).is_ok();
+            assert_eq!(
+                from_str::<IgnoredAny>(text).is_ok(),
+                reference,
+                "skip: {text}"
+            );
+            // Decoded into values: lone surrogates and huge numbers aside,
+            // the same verdict.
+            let reference = serde_json::from_str::<serde_json::Value>(text);
+            let ours = from_str::<serde_json::Value>(text);
+            if !text.contains("ud800") && !text.contains("1e400") {
+                assert_eq!(ours.is_ok(), reference.is_ok(), "value: {text}");
+                if let (Ok(ours), Ok(reference)) = (ours, reference) {
+                    assert_eq!(ours, reference, "{text}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn strings_without_escapes_are_borrowed() {
+        #[derive(Deserialize)]
+        struct Borrowing<'a> {
+            #[serde(borrow)]
+            plain: Cow<'a, str>,
+            #[serde(borrow)]
+            escaped: Cow<'a, str>,
+        }
+        let text = r#"{"plain": "a long plain string, past eight bytes", "escaped": "a\"b\u00e9"}"#;
+        let value: Borrowing = from_str(text).unwrap();
+        assert!(matches!(value.plain, Cow::Borrowed(_)));
+        assert_eq!(value.plain, "a long plain string, past eight bytes");
+        assert!(matches!(value.escaped, Cow::Owned(_)));
+        assert_eq!(value.escaped, "a\"b\u{e9}");
+    }
+
+    #[test]
+    fn values_passed_over_may_nest_deeper_than_the_decoded_ones() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(from_str::<IgnoredAny>(&deep).is_ok());
+        let error = from_str::<serde_json::Value>(&deep).unwrap_err();
+        assert!(error.to_string().contains("recursion limit"), "{error}");
+    }
+
+    #[test]
+    fn an_error_says_where() {
+        let error = from_str::<IgnoredAny>("{\n  \"a\": [1, 2,]\n}").unwrap_err();
+        assert_eq!(error.to_string(), "expected value at line 2 column 14");
+    }
+}

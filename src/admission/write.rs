@@ -1,0 +1,106 @@
+//! JSON written straight into a buffer: the answer and its patch are a
+//! handful of strings, booleans and fixed keys, so they are written as
+//! text instead of built as `serde_json` values and serialised again.
+//! Strings are escaped exactly as serde_json escapes them (a test holds
+//! the two to the same bytes).
+
+/// What a byte needs in a JSON string: 0 none, else the letter of its
+/// short escape, or `u` for `\u00XX`.
+const ESCAPE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = b'u';
+        b += 1;
+    }
+    table[0x08] = b'b';
+    table[0x09] = b't';
+    table[0x0a] = b'n';
+    table[0x0c] = b'f';
+    table[0x0d] = b'r';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
+
+/// `text` as a JSON string, quotes included.
+pub fn string(out: &mut Vec<u8>, text: &str) {
+    out.push(b'"');
+    escaped(out, text);
+    out.push(b'"');
+}
+
+/// The inside of a JSON string holding `text`.
+pub fn escaped(out: &mut Vec<u8>, text: &str) {
+    let mut bytes = text.as_bytes();
+    loop {
+        let plain = super::json::plain_prefix(bytes);
+        out.extend_from_slice(&bytes[..plain]);
+        let Some(&b) = bytes.get(plain) else {
+            return;
+        };
+        let escape = ESCAPE[usize::from(b)];
+        if escape == b'u' {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 0xf)],
+            ]);
+        } else {
+            out.extend_from_slice(&[b'\\', escape]);
+        }
+        bytes = &bytes[plain + 1..];
+    }
+}
+
+/// A JSON Pointer (RFC 6901) of `tokens` as a JSON string: `~` written
+/// `~0` and `/` written `~1` in each token.
+pub fn pointer<'a>(out: &mut Vec<u8>, tokens: impl IntoIterator<Item = &'a str>) {
+    out.push(b'"');
+    for token in tokens {
+        out.push(b'/');
+        let mut rest = token;
+        while let Some(at) = rest.bytes().position(|b| b == b'~' || b == b'/') {
+            escaped(out, &rest[..at]);
+            out.extend_from_slice(if rest.as_bytes()[at] == b'~' {
+                b"~0"
+            } else {
+                b"~1"
+            });
+            rest = &rest[at + 1..];
+        }
+        escaped(out, rest);
+    }
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        let all: String = (0u32..0x80)
+            .filter_map(char::from_u32)
+            .chain("é€😀\u{2028}".chars())
+            .collect();
+        for text in ["", "plain", "a\"b\\c/d", "\u{7f}\u{0}\u{1f}", all.as_str()] {
+            let mut ours = Vec::new();
+            string(&mut ours, text);
+            assert_eq!(ours, serde_json::to_vec(text).unwrap(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn pointers_escape_tilde_and_slash_as_jsonptr_does() {
+        let tokens = ["metadata", "labels", "ownerguard.io/owner~uid", "", "\"q\""];
+        let mut ours = Vec::new();
+        pointer(&mut ours, tokens);
+        let reference = jsonptr::PointerBuf::from_tokens(tokens);
+        assert_eq!(ours, serde_json::to_vec(&reference).unwrap());
+    }
+}
