@@ -95,6 +95,41 @@ mod tests {
         }
     }
 
+    use proptest::prelude::*;
+
+    /// Strings of the characters that matter to a writer: quotes,
+    /// backslashes, controls, DEL, `~` and `/`, non-ASCII, U+2028, astral;
+    /// or anything at all.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z\"\\\\/~\u{0}-\u{1f}\u{7f}\u{80}\u{e9}\u{2028}\u{2029}\u{feff}\u{1f600}01-]{0,24}",
+            any::<String>(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_string_is_written_as_serde_json_writes_it(text in text()) {
+            let mut ours = Vec::new();
+            string(&mut ours, &text);
+            prop_assert_eq!(&ours, &serde_json::to_vec(&text).unwrap());
+            prop_assert_eq!(serde_json::from_slice::<String>(&ours).unwrap(), text);
+        }
+
+        #[test]
+        fn any_pointer_is_written_as_jsonptr_writes_it(tokens in prop::collection::vec(text(), 0..5)) {
+            let mut ours = Vec::new();
+            pointer(&mut ours, tokens.iter().map(String::as_str));
+            let reference = jsonptr::PointerBuf::from_tokens(&tokens);
+            prop_assert_eq!(&ours, &serde_json::to_vec(&reference).unwrap());
+            let back: jsonptr::PointerBuf = serde_json::from_slice(&ours).unwrap();
+            let back: Vec<String> = back.tokens().map(|t| t.decoded().into_owned()).collect();
+            prop_assert_eq!(back, tokens);
+        }
+    }
+
     #[test]
     fn pointers_escape_tilde_and_slash_as_jsonptr_does() {
         let tokens = ["metadata", "labels", "ownerguard.io/owner~uid", "", "\"q\""];

@@ -402,4 +402,136 @@ mod tests {
             json!({"a/owner-pod": "w-1", "a/owner-uid": "u-1"})
         );
     }
+
+    mod any_text {
+        use base64::Engine;
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::admission::{AdmissionResponse, ReviewVersion, Status};
+
+        /// Names, uids, keys and values of every character class a JSON
+        /// string or a JSON Pointer escapes, or anything at all.
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-z\"\\\\/~\u{0}-\u{1f}\u{7f}\u{e9}\u{2028}\u{2029}\u{1f600}01-]{0,12}",
+                Just("-".to_string()),
+                Just(String::new()),
+                any::<String>(),
+            ]
+        }
+
+        fn entries() -> impl Strategy<Value = Vec<(String, String)>> {
+            prop::collection::vec((text(), text()), 0..4)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
+
+            /// The patch, inside the answer as the API server reads it (the
+            /// answer decoded by serde_json, its patch base64-decoded and
+            /// applied by json-patch), sets exactly what was asked, whatever
+            /// the characters of the names, keys and values.
+            #[test]
+            fn the_answer_applies_as_planned(
+                name in text(),
+                uid in text(),
+                labels in entries(),
+                annotations in entries(),
+                template_labels in entries(),
+                has_labels: bool,
+                has_references: bool,
+                review_uid in text(),
+                message in text(),
+                warnings in prop::collection::vec(text(), 0..3),
+                audit in entries(),
+            ) {
+                let meta = ObjectMeta {
+                    labels: has_labels.then(BTreeMap::new),
+                    owner_references: has_references.then(Vec::new),
+                    ..Default::default()
+                };
+                let mut patch = MetadataPatch::default();
+                for (key, value) in &labels {
+                    patch.add_label(&meta, key, value);
+                }
+                for (key, value) in &annotations {
+                    patch.add_annotation(&meta, key, value);
+                }
+                let claim = template(TemplatePath::VolumeClaimTemplate(0), None);
+                for (key, value) in &template_labels {
+                    patch.add_template_label(&claim, key, value);
+                }
+                patch.add_owner_reference(&meta, &name, &uid);
+
+                let response = AdmissionResponse {
+                    uid: review_uid.clone(),
+                    allowed: true,
+                    status: Some(Status { status: "Success", message: message.clone(), reason: "", code: 200 }),
+                    patch: (!patch.is_empty()).then(|| patch.to_json()),
+                    audit_annotations: audit.iter().cloned().collect(),
+                    warnings: warnings.clone(),
+                };
+                let answer: Value =
+                    serde_json::from_slice(&response.to_review_json(ReviewVersion::V1)).unwrap();
+                let response_of = &answer["response"];
+                prop_assert_eq!(&response_of["uid"], &json!(review_uid));
+                prop_assert_eq!(&response_of["status"]["message"], &json!(message));
+                if warnings.is_empty() {
+                    prop_assert!(response_of.get("warnings").is_none());
+                } else {
+                    prop_assert_eq!(&response_of["warnings"], &json!(warnings));
+                }
+                let audit: BTreeMap<String, String> = audit.into_iter().collect();
+                if audit.is_empty() {
+                    prop_assert!(response_of.get("auditAnnotations").is_none());
+                } else {
+                    prop_assert_eq!(&response_of["auditAnnotations"], &json!(audit));
+                }
+                let encoded = response_of["patch"].as_str().unwrap();
+                let decoded = base64::engine::general_purpose::STANDARD.decode(encoded).unwrap();
+                prop_assert_eq!(&decoded, &patch.to_json());
+                let operations: Patch = serde_json::from_slice(&decoded).unwrap();
+
+                let mut object = json!({
+                    "metadata": {"name": "x"},
+                    "spec": {"volumeClaimTemplates": [{"metadata": {"name": "c"}}]},
+                });
+                if has_labels {
+                    object["metadata"]["labels"] = json!({});
+                }
+                if has_references {
+                    object["metadata"]["ownerReferences"] = json!([]);
+                }
+                json_patch::patch(&mut object, &operations).unwrap();
+
+                let expected = |entries: &[(String, String)]| -> BTreeMap<String, String> {
+                    entries.iter().cloned().collect()
+                };
+                let read = |value: &Value| -> Option<BTreeMap<String, String>> {
+                    serde_json::from_value(value.clone()).ok()
+                };
+                let labels_now = read(&object["metadata"]["labels"]);
+                if has_labels || !labels.is_empty() {
+                    prop_assert_eq!(labels_now, Some(expected(&labels)));
+                } else {
+                    prop_assert_eq!(labels_now, None);
+                }
+                if !annotations.is_empty() {
+                    prop_assert_eq!(read(&object["metadata"]["annotations"]), Some(expected(&annotations)));
+                }
+                if !template_labels.is_empty() {
+                    prop_assert_eq!(
+                        read(&object["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"]),
+                        Some(expected(&template_labels))
+                    );
+                }
+                prop_assert_eq!(
+                    &object["metadata"]["ownerReferences"],
+                    &json!([{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid,
+                             "controller": false, "blockOwnerDeletion": false}])
+                );
+            }
+        }
+    }
 }
