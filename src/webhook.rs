@@ -183,7 +183,7 @@ impl Webhook {
     /// earlier pass looked up, decide.
     async fn decide_once(
         &self,
-        request: &crate::admission::AdmissionRequest,
+        request: &crate::admission::AdmissionRequest<'_>,
         webhook: WebhookKind,
         policy: &Policy,
         deadline: Instant,

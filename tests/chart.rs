@@ -631,7 +631,7 @@ fn the_cel_cases_read_pod_like_kinds_as_ownerguard_does() {
 
 fn means_pod(kind: &str) -> bool {
     ownerguard::admission::OwnerReference {
-        kind: kind.to_string(),
+        kind: kind.into(),
         ..Default::default()
     }
     .means_pod()

@@ -14,12 +14,14 @@ mod lenient;
 mod object;
 mod response;
 mod template;
+mod text;
 pub mod write;
 
 pub use error::DecodeError;
 pub use object::{ObjectHead, ObjectMeta, OwnerReference};
 pub use response::{AdmissionResponse, Status};
 pub use template::{PodSpecAt, Template, TemplateMeta, TemplatePath};
+pub use text::Text;
 
 use std::collections::BTreeMap;
 
@@ -48,23 +50,24 @@ impl ReviewVersion {
 
 /// An incoming `AdmissionReview`, as far as ownerguard reads it.
 #[derive(Debug, Deserialize)]
-struct ReviewEnvelope {
-    #[serde(rename = "apiVersion", default)]
-    api_version: Option<String>,
-    #[serde(default)]
-    kind: Option<String>,
-    #[serde(default)]
-    request: Option<AdmissionRequest>,
+struct ReviewEnvelope<'a> {
+    #[serde(rename = "apiVersion", default, borrow)]
+    api_version: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    kind: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    request: Option<AdmissionRequest<'a>>,
 }
 
-/// A decoded review: its version and its request.
+/// A decoded review: its version and its request, whose text is borrowed
+/// from the body.
 #[derive(Debug)]
-pub struct Review {
+pub struct Review<'a> {
     pub version: ReviewVersion,
-    pub request: AdmissionRequest,
+    pub request: AdmissionRequest<'a>,
 }
 
-impl Review {
+impl<'a> Review<'a> {
     /// Decode an `AdmissionReview` from JSON.
     ///
     /// A review with no `apiVersion` but `kind: AdmissionReview` is taken as
@@ -75,11 +78,11 @@ impl Review {
     ///
     /// [`DecodeError`] when the body is not JSON, not an `AdmissionReview`
     /// of a known version, or has no `request`.
-    pub fn from_json(body: &[u8]) -> Result<Self, DecodeError> {
+    pub fn from_json(body: &'a [u8]) -> Result<Self, DecodeError> {
         Self::from_envelope(json::from_slice(body)?)
     }
 
-    fn from_envelope(envelope: ReviewEnvelope) -> Result<Self, DecodeError> {
+    fn from_envelope(envelope: ReviewEnvelope<'a>) -> Result<Self, DecodeError> {
         let version = match (envelope.api_version.as_deref(), envelope.kind.as_deref()) {
             (_, Some(kind)) if kind != "AdmissionReview" => {
                 return Err(DecodeError::NotAReview(format!("kind '{kind}'")));
@@ -101,59 +104,59 @@ impl Review {
     }
 }
 
-/// `AdmissionRequest`: the fields the decision reads.
+/// `AdmissionRequest`: the fields the decision reads, their text borrowed
+/// from the body.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-pub struct AdmissionRequest {
+pub struct AdmissionRequest<'a> {
     /// Fresh per call; echoed in the response. Not the object's uid.
-    #[serde(default)]
-    pub uid: String,
-    #[serde(default)]
-    pub kind: GroupVersionKind,
-    #[serde(default)]
-    pub resource: GroupVersionResource,
-    #[serde(default)]
-    pub sub_resource: Option<String>,
-    #[serde(default)]
-    pub name: Option<String>,
+    #[serde(default, borrow)]
+    pub uid: Text<'a>,
+    #[serde(default, borrow)]
+    pub kind: GroupVersionKind<'a>,
+    #[serde(default, borrow)]
+    pub resource: GroupVersionResource<'a>,
+    #[serde(default, borrow)]
+    pub sub_resource: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub name: Option<Text<'a>>,
     /// Absent for cluster-scoped objects.
-    #[serde(default)]
-    pub namespace: Option<String>,
+    #[serde(default, borrow)]
+    pub namespace: Option<Text<'a>>,
     pub operation: Operation,
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub user_info: UserInfo,
-    #[serde(default)]
-    pub object: Option<ObjectHead>,
-    #[serde(default)]
-    pub old_object: Option<ObjectHead>,
+    #[serde(default, borrow, deserialize_with = "null_as_default")]
+    pub user_info: UserInfo<'a>,
+    #[serde(default, borrow)]
+    pub object: Option<ObjectHead<'a>>,
+    #[serde(default, borrow)]
+    pub old_object: Option<ObjectHead<'a>>,
     #[serde(default)]
     pub dry_run: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default, Serialize, PartialEq, Eq)]
-pub struct GroupVersionKind {
-    #[serde(default)]
-    pub group: String,
-    #[serde(default)]
-    pub version: String,
-    #[serde(default)]
-    pub kind: String,
+pub struct GroupVersionKind<'a> {
+    #[serde(default, borrow)]
+    pub group: Text<'a>,
+    #[serde(default, borrow)]
+    pub version: Text<'a>,
+    #[serde(default, borrow)]
+    pub kind: Text<'a>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default, Serialize, PartialEq, Eq)]
-pub struct GroupVersionResource {
-    #[serde(default)]
-    pub group: String,
-    #[serde(default)]
-    pub version: String,
-    #[serde(default)]
-    pub resource: String,
+pub struct GroupVersionResource<'a> {
+    #[serde(default, borrow)]
+    pub group: Text<'a>,
+    #[serde(default, borrow)]
+    pub version: Text<'a>,
+    #[serde(default, borrow)]
+    pub resource: Text<'a>,
 }
 
 /// The operation under review. Anything else than the four the API server
 /// knows is kept as it came, and allowed unchanged.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(from = "String")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Operation {
     Create,
     Update,
@@ -162,15 +165,21 @@ pub enum Operation {
     Other(String),
 }
 
-impl From<String> for Operation {
-    fn from(value: String) -> Self {
-        match value.as_str() {
+impl From<&str> for Operation {
+    fn from(value: &str) -> Self {
+        match value {
             "CREATE" => Self::Create,
             "UPDATE" => Self::Update,
             "DELETE" => Self::Delete,
             "CONNECT" => Self::Connect,
-            _ => Self::Other(value),
+            _ => Self::Other(value.to_string()),
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for Operation {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Text::deserialize(deserializer).map(|text| Self::from(text.as_str()))
     }
 }
 
@@ -193,21 +202,23 @@ impl Default for Operation {
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
-pub struct UserInfo {
-    #[serde(default)]
-    pub username: String,
+pub struct UserInfo<'a> {
+    #[serde(default, borrow)]
+    pub username: Text<'a>,
     /// Only the pod identity of a pod-bound token ([`EXTRA_POD_NAME`],
     /// [`EXTRA_POD_UID`]): the decision reads no other key, and the rest
     /// (credential id, node name and uid...) are skipped undecoded.
-    #[serde(default, deserialize_with = "pod_identity")]
-    pub extra: BTreeMap<String, Vec<String>>,
+    #[serde(default, borrow = "'a", deserialize_with = "pod_identity")]
+    pub extra: BTreeMap<&'static str, Vec<Text<'a>>>,
 }
 
 /// `userInfo.extra`, keeping only the keys of the pod identity; `null`
 /// reads as empty. A kept key whose value is no list of strings is a
 /// malformed review, as before; the last of a repeated key wins, as in
 /// Go's decoder.
-fn pod_identity<'de, D>(deserializer: D) -> Result<BTreeMap<String, Vec<String>>, D::Error>
+fn pod_identity<'de: 'a, 'a, D>(
+    deserializer: D,
+) -> Result<BTreeMap<&'static str, Vec<Text<'a>>>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {
@@ -235,7 +246,7 @@ where
     struct Visitor;
 
     impl<'de> serde::de::Visitor<'de> for Visitor {
-        type Value = BTreeMap<String, Vec<String>>;
+        type Value = BTreeMap<&'static str, Vec<Text<'de>>>;
 
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a map of lists of strings, or null")
@@ -264,7 +275,7 @@ where
             while let Some(Key(key)) = map.next_key::<Key>()? {
                 match key {
                     Some(key) => {
-                        kept.insert(key.to_string(), map.next_value::<Vec<String>>()?);
+                        kept.insert(key, map.next_value::<Vec<Text<'de>>>()?);
                     }
                     None => {
                         map.next_value::<serde::de::IgnoredAny>()?;
@@ -289,9 +300,10 @@ mod tests {
 
     use super::*;
 
-    /// `value` decoded by the server's decoder, from its JSON text.
-    fn decoded<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
-        json::from_slice(&serde_json::to_vec(&value).unwrap()).unwrap()
+    /// `value` decoded by the server's decoder, from its JSON text (kept
+    /// for the test's life: the decoded value borrows it).
+    fn decoded<T: serde::Deserialize<'static>>(value: serde_json::Value) -> T {
+        json::from_slice(Vec::leak(serde_json::to_vec(&value).unwrap())).unwrap()
     }
 
     #[test]
@@ -360,9 +372,9 @@ mod tests {
     #[test]
     fn only_the_pod_identity_of_extra_is_kept() {
         let review = |extra: &str| {
-            Review::from_json(format!(
+            Review::from_json(String::leak(format!(
                 r#"{{"kind":"AdmissionReview","request":{{"operation":"CREATE","userInfo":{{"extra":{extra}}}}}}}"#
-            ).as_bytes())
+            )).as_bytes())
         };
         let kept = review(
             r#"{"authentication.kubernetes.io/credential-id":["JTI=1"],"authentication.kubernetes.io/pod-name":["w-0"],"other":{"not":"a list"},"authentication.kubernetes.io/pod-uid":["u-1"]}"#,
@@ -374,8 +386,8 @@ mod tests {
         assert_eq!(
             kept,
             BTreeMap::from([
-                (EXTRA_POD_NAME.to_string(), vec!["w-0".to_string()]),
-                (EXTRA_POD_UID.to_string(), vec!["u-1".to_string()]),
+                (EXTRA_POD_NAME, vec![Text::from("w-0")]),
+                (EXTRA_POD_UID, vec![Text::from("u-1")]),
             ])
         );
         // A key written with escapes is still the key.
@@ -417,7 +429,10 @@ mod tests {
     #[test]
     fn templates_of_another_shape_are_not_pod_templates() {
         let head = |spec: &str| -> ObjectHead {
-            json::from_str(&format!(r#"{{"metadata": {{}}, "spec": {spec}}}"#)).unwrap()
+            json::from_str(String::leak(format!(
+                r#"{{"metadata": {{}}, "spec": {spec}}}"#
+            )))
+            .unwrap()
         };
         for spec in [
             r#""a string""#,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use super::Text;
 use super::lenient::{Shaped, lenient, null_as_default, strings};
 use super::template::{PodSpecAt, SpecHead, Template, TemplatePath};
 use crate::k8s::names::{is_core_v1, reads_as_any};
@@ -12,19 +13,19 @@ use crate::k8s::names::{is_core_v1, reads_as_any};
 /// The head of an object: enough to decide, nothing of its spec.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-pub struct ObjectHead {
-    #[serde(default)]
-    pub api_version: Option<String>,
-    #[serde(default)]
-    pub kind: Option<String>,
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub metadata: ObjectMeta,
+pub struct ObjectHead<'a> {
+    #[serde(default, borrow)]
+    pub api_version: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub kind: Option<Text<'a>>,
+    #[serde(default, borrow, deserialize_with = "null_as_default")]
+    pub metadata: ObjectMeta<'a>,
     /// Only the templates of the spec (rule 12), when it has any.
     #[serde(default, deserialize_with = "lenient")]
     pub spec: Option<SpecHead>,
 }
 
-impl ObjectHead {
+impl ObjectHead<'_> {
     /// Every template the object carries (SPEC §3 rule 12), with where it
     /// is, in document order:
     ///
@@ -149,43 +150,43 @@ impl ObjectHead {
 
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-pub struct ObjectMeta {
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub generate_name: Option<String>,
-    #[serde(default)]
-    pub namespace: Option<String>,
+pub struct ObjectMeta<'a> {
+    #[serde(default, borrow)]
+    pub name: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub generate_name: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pub namespace: Option<Text<'a>>,
     /// `None` and `{}` differ for a patch: the first needs the map created.
-    #[serde(default)]
-    pub labels: Option<BTreeMap<String, String>>,
-    #[serde(default)]
-    pub annotations: Option<BTreeMap<String, String>>,
+    #[serde(default, borrow)]
+    pub labels: Option<BTreeMap<Text<'a>, Text<'a>>>,
+    #[serde(default, borrow)]
+    pub annotations: Option<BTreeMap<Text<'a>, Text<'a>>>,
     /// Kept in order: a patch addresses entries by index.
-    #[serde(default)]
-    pub owner_references: Option<Vec<OwnerReference>>,
+    #[serde(default, borrow)]
+    pub owner_references: Option<Vec<OwnerReference<'a>>>,
 }
 
 /// An `ownerReference` as the client wrote it. Mutating webhooks run before
 /// the API server validates the object, so every field may be missing.
 #[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
-pub struct OwnerReference {
-    #[serde(default)]
-    pub api_version: String,
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default)]
-    pub name: String,
-    #[serde(default)]
-    pub uid: String,
+pub struct OwnerReference<'a> {
+    #[serde(default, borrow)]
+    pub api_version: Text<'a>,
+    #[serde(default, borrow)]
+    pub kind: Text<'a>,
+    #[serde(default, borrow)]
+    pub name: Text<'a>,
+    #[serde(default, borrow)]
+    pub uid: Text<'a>,
     #[serde(default)]
     pub controller: Option<bool>,
     #[serde(default)]
     pub block_owner_deletion: Option<bool>,
 }
 
-impl OwnerReference {
+impl OwnerReference<'_> {
     /// Whether this reference is a core/v1 Pod reference as the garbage
     /// collector resolves one: kind exactly `Pod`, apiVersion `v1` (or
     /// `/v1`, which the collector parses as `v1`: [`is_core_v1`]). The
@@ -250,7 +251,7 @@ mod tests {
 
     fn means_pod(kind: &str) -> bool {
         OwnerReference {
-            kind: kind.to_string(),
+            kind: kind.into(),
             ..OwnerReference::default()
         }
         .means_pod()

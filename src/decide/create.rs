@@ -31,11 +31,11 @@ pub(super) struct Work {
     copy: bool,
 }
 
-pub(super) fn plan(
-    request: &AdmissionRequest,
+pub(super) fn plan<'a>(
+    request: &AdmissionRequest<'a>,
     webhook: WebhookKind,
     policy: &Policy,
-) -> Result<Option<Checks>, Denial> {
+) -> Result<Option<Checks<'a>>, Denial> {
     let (object, head) = object_of(request, &policy.labels)?;
     let meta = &head.metadata;
     let labels = &policy.labels;
@@ -177,12 +177,12 @@ pub(super) fn plan(
 /// its annotation, no uid label), and a reference already there, leave it
 /// unchanged; so does every other question of ownership, which is the
 /// Service's, judged when it was made.
-pub(super) fn copy_plan(
-    meta: &ObjectMeta,
+pub(super) fn copy_plan<'a>(
+    meta: &ObjectMeta<'_>,
     at: Subject,
     webhook: WebhookKind,
     policy: &Policy,
-) -> Option<Checks> {
+) -> Option<Checks<'a>> {
     let owner = label_owner(meta, &at, None, policy.requester_policy(webhook))
         .ok()
         .flatten()?;

@@ -60,24 +60,24 @@ pub struct LookupNeed {
 
 /// What is left to decide once the pods are looked up.
 #[derive(Debug)]
-pub struct Checks {
+pub struct Checks<'a> {
     pub at: Subject,
     lookups: Vec<LookupNeed>,
-    work: Work,
+    work: Work<'a>,
     /// Which webhook decides: `/validate-all` takes a finished owner as
     /// the collector does.
     webhook: WebhookKind,
 }
 
 #[derive(Debug)]
-enum Work {
+enum Work<'a> {
     Create(create::Work),
     /// Boxed: an UPDATE carries the new object's metadata to put back what
     /// it left out.
-    Update(Box<update::Work>),
+    Update(Box<update::Work<'a>>),
 }
 
-impl Checks {
+impl Checks<'_> {
     /// The namespace every lookup is made in.
     pub fn namespace(&self) -> &str {
         &self.at.namespace
@@ -160,11 +160,11 @@ pub fn object_name(request: &AdmissionRequest) -> ObjectName {
 /// # Errors
 ///
 /// The [`Denial`] of any rule that fails before a lookup.
-pub fn plan(
-    request: &AdmissionRequest,
+pub fn plan<'a>(
+    request: &AdmissionRequest<'a>,
     webhook: WebhookKind,
     policy: &Policy,
-) -> Result<Option<Checks>, Denial> {
+) -> Result<Option<Checks<'a>>, Denial> {
     let planned = match request.operation {
         Operation::Create => create::plan(request, webhook, policy)?,
         Operation::Update => update::plan(request, webhook, policy)?,
@@ -197,7 +197,7 @@ pub fn plan(
 /// or labels removed; an owner that could not be checked (unless
 /// `fail_open`).
 pub fn decide(
-    checks: Checks,
+    checks: Checks<'_>,
     lookups: &HashMap<String, Lookup>,
     policy: &Policy,
 ) -> Result<Allowed, Denial> {
@@ -291,16 +291,16 @@ fn first_declared_owner(meta: &ObjectMeta, labels: &OwnerLabels) -> String {
             references(meta)
                 .iter()
                 .find(|r| r.means_pod())
-                .map(|r| r.name.clone())
+                .map(|r| r.name.to_string())
         })
         .unwrap_or_default()
 }
 
 /// The object under review and how messages name it.
-fn object_of<'a>(
-    request: &'a AdmissionRequest,
+fn object_of<'r, 'a>(
+    request: &'r AdmissionRequest<'a>,
     labels: &OwnerLabels,
-) -> Result<(ObjectName, &'a ObjectHead), Denial> {
+) -> Result<(ObjectName, &'r ObjectHead<'a>), Denial> {
     let object = object_name(request);
     match &request.object {
         Some(head) => Ok((object, head)),
@@ -314,7 +314,11 @@ fn object_of<'a>(
             Err(Denial::MissingObject {
                 at: Subject {
                     object,
-                    namespace: request.namespace.clone().unwrap_or_default(),
+                    namespace: request
+                        .namespace
+                        .as_deref()
+                        .map(str::to_string)
+                        .unwrap_or_default(),
                     owner: None,
                 },
                 owner,
@@ -367,7 +371,7 @@ fn check_reference_count(meta: &ObjectMeta, at: &Subject, policy: &Policy) -> Re
     if count > policy.max_pod_references {
         return Err(Denial::TooManyReferences {
             at: at.clone(),
-            owner: pods.map(|r| r.name.clone()).next().unwrap_or_default(),
+            owner: pods.map(|r| r.name.to_string()).next().unwrap_or_default(),
             count,
             limit: policy.max_pod_references,
         });

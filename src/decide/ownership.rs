@@ -63,7 +63,7 @@ pub(super) fn keeps_pod_uid(
 }
 
 /// What identifies a reference: apiVersion, kind, name and uid.
-pub(super) fn tuple(reference: &OwnerReference) -> (&str, &str, &str, &str) {
+pub(super) fn tuple<'r>(reference: &'r OwnerReference<'_>) -> (&'r str, &'r str, &'r str, &'r str) {
     (
         &reference.api_version,
         &reference.kind,
@@ -246,8 +246,8 @@ pub(super) fn owners_of_record(
         .iter()
         .filter(|r| r.means_pod() && !r.name.is_empty())
         .map(|r| NamedOwner {
-            name: r.name.clone(),
-            uid: Some(r.uid.clone()).filter(|uid| !uid.is_empty()),
+            name: r.name.to_string(),
+            uid: Some(r.uid.to_string()).filter(|uid| !uid.is_empty()),
         });
     by_label.into_iter().chain(by_reference).collect()
 }

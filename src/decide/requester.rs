@@ -2,7 +2,7 @@
 //! service accounts that may declare other pods (delegates), and what
 //! the requester check does.
 
-use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID, UserInfo};
+use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID, Text, UserInfo};
 use crate::k8s::names::is_pod_name;
 
 /// `--requester-check`: what to do when a pod-bound requester declares
@@ -120,7 +120,7 @@ impl Requester {
     }
 }
 
-fn only(values: &[String]) -> Result<&str, &'static str> {
+fn only<'v>(values: &'v [Text<'_>]) -> Result<&'v str, &'static str> {
     match values {
         [value] if !value.is_empty() => Ok(value),
         [_] => Err("an empty value"),

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::admission::{ObjectMeta, OwnerReference};
+use crate::admission::{ObjectMeta, OwnerReference, Text};
 use crate::decide::denial::{Denial, SameName};
 use crate::decide::requester::{Delegate, Requester, RequesterCheck};
 use crate::decide::subject::{Shown, Subject};
@@ -265,10 +265,10 @@ pub fn reference_owners(
             return Err(Denial::InexactPodReference {
                 at: at.clone(),
                 owner: object_owner,
-                reference: reference.name.clone(),
+                reference: reference.name.to_string(),
                 index,
-                api_version: reference.api_version.clone(),
-                kind: reference.kind.clone(),
+                api_version: reference.api_version.to_string(),
+                kind: reference.kind.to_string(),
             });
         }
         let missing = if reference.name.is_empty() {
@@ -290,13 +290,13 @@ pub fn reference_owners(
             return Err(Denial::InvalidReferenceName {
                 at: at.clone(),
                 owner: object_owner,
-                reference: reference.name.clone(),
+                reference: reference.name.to_string(),
                 index,
             });
         }
         claims.push(Claim {
-            name: reference.name.clone(),
-            uid: reference.uid.clone(),
+            name: reference.name.to_string(),
+            uid: reference.uid.to_string(),
             origin: Origin::Reference(index),
         });
     }
@@ -349,9 +349,9 @@ pub fn reference_owners(
                 at: at.clone(),
                 owner: name.to_string(),
                 index,
-                api_version: reference.api_version.clone(),
-                kind: reference.kind.clone(),
-                name: reference.name.clone(),
+                api_version: reference.api_version.to_string(),
+                kind: reference.kind.to_string(),
+                name: reference.name.to_string(),
             });
         }
     }
@@ -359,17 +359,17 @@ pub fn reference_owners(
 }
 
 /// The value of label `key`, if set.
-pub fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.labels.as_ref()?.get(key).map(String::as_str)
+pub fn label<'a>(meta: &'a ObjectMeta<'_>, key: &str) -> Option<&'a str> {
+    meta.labels.as_ref()?.get(key).map(Text::as_str)
 }
 
 /// The value of annotation `key`, if set.
-pub fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations.as_ref()?.get(key).map(String::as_str)
+pub fn annotation<'a>(meta: &'a ObjectMeta<'_>, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(Text::as_str)
 }
 
 /// The object's `ownerReferences`, empty when absent.
-pub fn references(meta: &ObjectMeta) -> &[OwnerReference] {
+pub fn references<'r, 'a>(meta: &'r ObjectMeta<'a>) -> &'r [OwnerReference<'a>] {
     meta.owner_references.as_deref().unwrap_or_default()
 }
 

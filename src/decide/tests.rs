@@ -17,13 +17,21 @@ const NS: &str = "agents";
 
 /// A request (or any part of one) decoded by the server's own decoder,
 /// from the JSON text of `value`.
-fn decoded<T: serde::de::DeserializeOwned>(
+///
+/// The request borrows its text, as the server's does; a test's text is
+/// small and kept for the test binary's life.
+fn decoded<T: serde::Deserialize<'static>>(
     value: Value,
 ) -> Result<T, crate::admission::DecodeError> {
-    crate::admission::json::from_slice(&serde_json::to_vec(&value).expect("a value writes"))
+    let text: &'static [u8] = Vec::leak(serde_json::to_vec(&value).expect("a value writes"));
+    crate::admission::json::from_slice(text)
 }
 
-fn request(operation: &str, object: Value, old: Option<Value>) -> (AdmissionRequest, Value) {
+fn request(
+    operation: &str,
+    object: Value,
+    old: Option<Value>,
+) -> (AdmissionRequest<'static>, Value) {
     let review = json!({
         "uid": "req-1",
         "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
@@ -37,7 +45,7 @@ fn request(operation: &str, object: Value, old: Option<Value>) -> (AdmissionRequ
     (decoded(review.clone()).unwrap(), review)
 }
 
-fn from_pod(mut review: Value, name: &str, uid: &str) -> AdmissionRequest {
+fn from_pod(mut review: Value, name: &str, uid: &str) -> AdmissionRequest<'static> {
     review["userInfo"] = json!({
         "username": format!("system:serviceaccount:{NS}:worker"),
         "extra": {EXTRA_POD_NAME: [name], EXTRA_POD_UID: [uid]},
@@ -645,12 +653,12 @@ fn validate(request: &AdmissionRequest, pods: HashMap<String, Lookup>) -> Result
     run(request, WebhookKind::Validate, &Policy::default(), pods)
 }
 
-fn as_user(mut review: Value, username: &str) -> AdmissionRequest {
+fn as_user(mut review: Value, username: &str) -> AdmissionRequest<'static> {
     review["userInfo"] = json!({"username": username});
     decoded(review).unwrap()
 }
 
-fn with_extras(mut review: Value, username: &str, extra: Value) -> AdmissionRequest {
+fn with_extras(mut review: Value, username: &str, extra: Value) -> AdmissionRequest<'static> {
     review["userInfo"] = json!({"username": username, "extra": extra});
     decoded(review).unwrap()
 }
@@ -1867,7 +1875,7 @@ fn rule_11_the_lookup_metric_counts_a_finished_owner_as_finished() {
 // worker's object, nor adopts an orphaned one.
 
 /// An UPDATE from pod `name` (uid `uid`) of `old` into `new`.
-fn update_from_pod(new: Value, old: Value, name: &str, uid: &str) -> AdmissionRequest {
+fn update_from_pod(new: Value, old: Value, name: &str, uid: &str) -> AdmissionRequest<'static> {
     let (_, review) = request("UPDATE", new, Some(old));
     from_pod(review, name, uid)
 }
@@ -2208,7 +2216,7 @@ fn update_requester_check_warn_off_and_delegates() {
 // collector cannot resolve to a live pod.
 
 /// A claim the ephemeral-volume controller makes for pod w-1.
-fn ephemeral_claim(reference: Value) -> AdmissionRequest {
+fn ephemeral_claim(reference: Value) -> AdmissionRequest<'static> {
     let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": "w-1-scratch", "namespace": NS, "ownerReferences": [reference]}});
     let (_, review) = request("CREATE", claim, None);
@@ -3072,7 +3080,12 @@ fn a_name_with_control_characters_is_shown_escaped_in_every_message() {
 }
 
 /// A CREATE of `kind` in `group` by `user`, labelled `labels`.
-fn create_as(group: &str, kind: &str, user: &str, labels: Value) -> (AdmissionRequest, Value) {
+fn create_as(
+    group: &str,
+    kind: &str,
+    user: &str,
+    labels: Value,
+) -> (AdmissionRequest<'static>, Value) {
     let mut object = object(labels, None);
     object["kind"] = json!(kind);
     let (_, mut review) = request("CREATE", object.clone(), None);

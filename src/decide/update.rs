@@ -37,7 +37,7 @@ use super::ownership::{
 
 /// What an UPDATE leaves to the lookups.
 #[derive(Debug)]
-pub(super) struct Work {
+pub(super) struct Work<'a> {
     /// Pod references the update adds: each must be a running pod.
     claims: Vec<Claim>,
     /// The controller reference a controller adds to a claim of a pod it
@@ -52,14 +52,14 @@ pub(super) struct Work {
     warnings: Vec<String>,
     mutate: bool,
     /// The new object's metadata, for putting back what it left out.
-    meta: ObjectMeta,
+    meta: ObjectMeta<'a>,
     /// The owner the old object's labels name.
     owner: Option<OwnerOfRecord>,
     /// The name the old object's owner label gives, even one no pod can
     /// have: the audit annotation names no other pod.
     label_owner: Option<String>,
     /// Pod references the update removes: allowed once their pod is gone.
-    removed: Vec<Removed>,
+    removed: Vec<Removed<'a>>,
     /// The owner label key, when the update removes the owner label.
     label_removed: Option<String>,
     /// The uid label or name annotation the update leaves out while
@@ -74,18 +74,18 @@ pub(super) struct Work {
 }
 
 #[derive(Debug)]
-struct Removed {
-    reference: OwnerReference,
+struct Removed<'a> {
+    reference: OwnerReference<'a>,
     /// It is the owner's reference, the owner label stays, and this is
     /// `/mutate`: put it back if the owner runs.
     restorable: bool,
 }
 
-pub(super) fn plan(
-    request: &AdmissionRequest,
+pub(super) fn plan<'a>(
+    request: &AdmissionRequest<'a>,
     webhook: WebhookKind,
     policy: &Policy,
-) -> Result<Option<Checks>, Denial> {
+) -> Result<Option<Checks<'a>>, Denial> {
     let labels = &policy.labels;
     // The collector removing references (orphaning, or stripping dangling
     // ones) is recognised before any other check, limits, namespace and
@@ -453,8 +453,8 @@ pub(super) fn plan(
             .iter()
             .filter(|r| is_pod_name(&r.reference.name))
             .map(|r| LookupNeed {
-                name: r.reference.name.clone(),
-                uid: r.reference.uid.clone(),
+                name: r.reference.name.to_string(),
+                uid: r.reference.uid.to_string(),
                 fresh: r.restorable,
             }),
     );
@@ -494,7 +494,7 @@ pub(super) fn plan(
     }))
 }
 
-pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch, Denial> {
+pub(super) fn decide(work: Work<'_>, judge: &mut Judge<'_>) -> Result<MetadataPatch, Denial> {
     judge.require_owners(&work.claims, work.warnings)?;
     judge.require_owners(&work.template_claims, Vec::new())?;
     work.retention_claims
@@ -513,7 +513,7 @@ pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch,
         if !removed.restorable {
             return Err(Denial::OwnerReferenceRemoved {
                 at: judge.at.clone(),
-                owner: reference.name.clone(),
+                owner: reference.name.to_string(),
             });
         }
         patch.restore_owner_reference(&work.meta, reference);
@@ -572,10 +572,10 @@ pub(super) fn decide(work: Work, judge: &mut Judge<'_>) -> Result<MetadataPatch,
 fn reference_changed(at: Subject, before: &OwnerReference, after: &OwnerReference) -> Denial {
     Denial::OwnerReferenceChanged {
         at,
-        owner: before.name.clone(),
-        api_version: after.api_version.clone(),
-        kind: after.kind.clone(),
-        name: after.name.clone(),
+        owner: before.name.to_string(),
+        api_version: after.api_version.to_string(),
+        kind: after.kind.to_string(),
+        name: after.name.to_string(),
     }
 }
 

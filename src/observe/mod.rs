@@ -51,7 +51,7 @@ pub enum Outcome<'a> {
 /// A review decided: the request, what was looked up, the answer.
 #[derive(Debug)]
 pub struct Answered<'a> {
-    pub request: &'a AdmissionRequest,
+    pub request: &'a AdmissionRequest<'a>,
     /// The namespace every lookup was made in.
     pub namespace: &'a str,
     /// What was asked of the owner lookup, and what it answered, by pod

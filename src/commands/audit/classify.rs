@@ -128,7 +128,9 @@ pub fn classify(
     // As if the owner pod itself sent the object now: a name alone gets
     // its uid from the pod that runs under it, as on a real CREATE.
     let requester = pods.get(namespace, &owner).map(|pod| (&owner, &pod.uid));
-    let request = request_of(meta, kind, requester);
+    let request_text = request_of(meta, kind, requester);
+    let request: AdmissionRequest =
+        crate::admission::json::from_str(&request_text).unwrap_or_default();
     // Who made the object is not the audit's question.
     let policy = Policy {
         requester_check: decide::RequesterCheck::Off,
@@ -374,19 +376,15 @@ fn is_exact_pod(api_version: &str, kind: &str) -> bool {
 /// Whether a reference's kind means a pod, as the webhook reads it.
 fn means_pod(kind: &str) -> bool {
     crate::admission::OwnerReference {
-        kind: kind.to_string(),
+        kind: kind.into(),
         ..Default::default()
     }
     .means_pod()
 }
 
 /// The CREATE the webhook would have been sent for this object, from
-/// `requester` when its owner pod runs.
-fn request_of(
-    meta: &ObjectMeta,
-    kind: Kind<'_>,
-    requester: Option<(&String, &String)>,
-) -> AdmissionRequest {
+/// `requester` when its owner pod runs, as the JSON text the decoder reads.
+fn request_of(meta: &ObjectMeta, kind: Kind<'_>, requester: Option<(&String, &String)>) -> String {
     let namespace = meta.namespace.clone().unwrap_or_default();
     let api_version = if kind.group.is_empty() {
         kind.version.to_string()
@@ -412,10 +410,7 @@ fn request_of(
     });
     // Built from a valid object's metadata: it decodes. A failure would
     // read as an empty request, judged as no owner.
-    serde_json::to_vec(&request)
-        .ok()
-        .and_then(|text| crate::admission::json::from_slice(&text).ok())
-        .unwrap_or_default()
+    request.to_string()
 }
 
 /// How long ago the object was created.

@@ -16,12 +16,12 @@ fn at() -> Subject {
     }
 }
 
-fn meta(labels: &[(&str, &str)]) -> ObjectMeta {
+fn meta(labels: &[(&str, &str)]) -> ObjectMeta<'static> {
     ObjectMeta {
         labels: Some(
             labels
                 .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .map(|(k, v)| (k.to_string().into(), v.to_string().into()))
                 .collect(),
         ),
         ..Default::default()
@@ -45,12 +45,19 @@ fn policy(labels: &OwnerLabels) -> RequesterPolicy<'_> {
     }
 }
 
-fn user(username: &str, extra: &[(&str, &[&str])]) -> UserInfo {
+fn user(username: &str, extra: &[(&str, &[&str])]) -> UserInfo<'static> {
     UserInfo {
-        username: username.into(),
+        username: username.to_string().into(),
         extra: extra
             .iter()
-            .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+            .map(|(k, v)| {
+                // The decoder keeps the identity's two keys only.
+                let key = [EXTRA_POD_NAME, EXTRA_POD_UID]
+                    .into_iter()
+                    .find(|known| known == k)
+                    .expect("a key of the pod identity");
+                (key, v.iter().map(|s| s.to_string().into()).collect())
+            })
             .collect::<BTreeMap<_, _>>(),
     }
 }
@@ -184,8 +191,8 @@ fn the_name_annotation_beside_a_name_may_only_restate_it() {
         ("ownerguard.io/owner-uid", "u"),
     ]);
     m.annotations = Some(BTreeMap::from([(
-        labels.pod_name.clone(),
-        "w-2".to_string(),
+        labels.pod_name.clone().into(),
+        "w-2".into(),
     )]));
     let err = label_owner(&m, &at(), None, policy(&labels)).unwrap_err();
     assert!(
@@ -195,8 +202,8 @@ fn the_name_annotation_beside_a_name_may_only_restate_it() {
     // The same pod twice is one owner: a ReplicaSet made from a `Self`
     // Deployment's annotations and a template labelled by the name.
     m.annotations = Some(BTreeMap::from([(
-        labels.pod_name.clone(),
-        "w-1".to_string(),
+        labels.pod_name.clone().into(),
+        "w-1".into(),
     )]));
     let owner = label_owner(&m, &at(), None, policy(&labels))
         .unwrap()
