@@ -5,12 +5,16 @@
 #
 #   callgrind  instruction counts (valgrind --tool=callgrind), collected only
 #              while the timed reviews run (instrumentation off at start,
-#              then callgrind_control -i on/off around them):
-#              they repeat from run to run on a noisy machine. Instructions
-#              per review, ownerguard's and the ceiling's (examples/ceiling.rs,
-#              the same way), the top functions of ownerguard by inclusive
-#              and by self cost, and self cost grouped by what it is (TLS,
-#              JSON, logging, allocation, patch, HTTP, runtime).
+#              then callgrind_control -i on/off around them, the counts of
+#              each regime dumped apart): they repeat from run to run on a
+#              noisy machine. Instructions per review, ownerguard's and the
+#              ceiling's (examples/ceiling.rs, the same way), in two
+#              regimes: one keep-alive connection answering one review at a
+#              time (an API server with little traffic) and 16 connections
+#              (bench/load.sh's); the log in the chart's format (json). Then
+#              the top functions of ownerguard at 16 connections by
+#              inclusive and by self cost, and self cost grouped by what it
+#              is (TLS, JSON, logging, allocation, patch, HTTP, runtime).
 #   perf       cpu-clock samples (software event: this VM has no hardware
 #              counters) at full speed, one core, 16 connections: the top
 #              functions by self samples and the same grouping, kernel
@@ -31,7 +35,7 @@ out_dir="${PROFILE_OUT:-$TARGET/profile}"
 mkdir -p "$out_dir"
 
 bench_init
-bench_build review_load
+bench_build review_load ceiling
 inventory="$(bench_inventory 150000 names json)"
 body="$BENCH_DIR/review-create-3k.json"
 og_expect=('"allowed":true' '"patch":')
@@ -66,21 +70,22 @@ categorize() {
     }'
 }
 
-# callgrind_reviews NAME PID ADDR CA EXPECT...: warm PID's server, then
-# open the client's connections (handshakes), switch instrumentation on,
-# run the reviews, switch it off; prints how many were answered. The count
-# is of reviews on open keep-alive connections, as the API server reuses
-# them.
+# callgrind_reviews NAME PID ADDR CA CONNECTIONS EXPECT...: warm PID's
+# server, then open the client's CONNECTIONS connections (handshakes),
+# switch instrumentation on, run the reviews, switch it off and dump the
+# counts (a file of their own, callgrind's next part); prints how many were
+# answered. The count is of reviews on open keep-alive connections, as the
+# API server reuses them.
 callgrind_reviews() {
-  local name=$1 pid=$2 addr=$3 ca=$4
-  shift 4
+  local name=$1 pid=$2 addr=$3 ca=$4 connections=$5
+  shift 5
   local expect=() e
   for e in "$@"; do expect+=(--expect "$e"); done
   "$RELEASE/examples/review_load" --addr "$addr" --ca "$ca" --body "$body" \
-    --connections 16 --seconds 3 "${expect[@]}" >/dev/null 2>>"$BENCH_WORK/client.log" || die "warm-up of $name failed"
-  local out="$BENCH_WORK/callgrind-$name.out" log="$BENCH_WORK/callgrind-$name.log"
+    --connections "$connections" --seconds 3 "${expect[@]}" >/dev/null 2>>"$BENCH_WORK/client.log" || die "warm-up of $name failed"
+  local out="$BENCH_WORK/callgrind-$name-$connections.out" log="$BENCH_WORK/callgrind-$name-$connections.log"
   "$RELEASE/examples/review_load" --addr "$addr" --ca "$ca" --body "$body" \
-    --connections 16 --seconds "$seconds" --hold 3 "${expect[@]}" >"$out" 2>"$log" &
+    --connections "$connections" --seconds "$seconds" --hold 3 "${expect[@]}" >"$out" 2>"$log" &
   local client=$!
   BENCH_PIDS+=("$client")
   for _ in $(seq 1 200); do
@@ -88,13 +93,20 @@ callgrind_reviews() {
     sleep 0.05
   done
   grep -q '^connected' "$log" || die "the client of $name did not connect within 10 s"
+  callgrind_control -z "$pid" >/dev/null
   callgrind_control -i on "$pid" >/dev/null
   wait "$client" || die "load on $name failed: $(tail -n 3 "$log")"
   callgrind_control -i off "$pid" >/dev/null
+  callgrind_control -d "$name-$connections" "$pid" >/dev/null
   local result
   result="$(tail -n 1 "$out")"
   [[ "$(jq .errors <<<"$result")" == 0 ]] || die "errors on $name under callgrind: $(tail -n 3 "$log")"
   jq .answers <<<"$result"
+}
+
+# The callgrind part whose dump is named DUMP (callgrind_control -d DUMP).
+callgrind_part() {
+  grep -l "^desc: Trigger: .*dump $2\$" "$1".* 2>/dev/null | sed -n 1p
 }
 
 # Instructions counted in a callgrind output file.
@@ -102,6 +114,9 @@ callgrind_total() {
   callgrind_annotate --threshold=100 "$1" 2>/dev/null |
     awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }'
 }
+
+# The connection counts of the two regimes.
+REGIMES=(1 16)
 
 run_callgrind() {
   command -v valgrind >/dev/null || die "valgrind is not installed (apt-get install valgrind)"
@@ -111,8 +126,11 @@ run_callgrind() {
   OG_WRAPPER="valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$cg" \
     OG_START_TIMEOUT=900 og_start callgrind "" --pods "$inventory" || die "ownerguard did not start under valgrind"
   wait_ready "$OG_METRICS" 900
-  local certs="$OG_DIR/certs" answers
-  answers=$(callgrind_reviews ownerguard "$OG_PID" "$OG_ADDR" "$certs/ca.crt" "${og_expect[@]}")
+  local certs="$OG_DIR/certs" c
+  declare -A answers ceiling_answers
+  for c in "${REGIMES[@]}"; do
+    answers[$c]=$(callgrind_reviews ownerguard "$OG_PID" "$OG_ADDR" "$certs/ca.crt" "$c" "${og_expect[@]}")
+  done
   stop_pid "$OG_PID"
 
   # The ceiling the same way, with the same certificate: its instructions
@@ -127,27 +145,37 @@ run_callgrind() {
     [[ -s "$BENCH_WORK/ceiling.out" ]] && break
     sleep 0.05
   done
-  local ceiling_addr ceiling_answers
+  local ceiling_addr
   ceiling_addr="$(jq -r .addr "$BENCH_WORK/ceiling.out")" || die "the ceiling did not start under valgrind"
-  ceiling_answers=$(callgrind_reviews ceiling "$ceiling" "$ceiling_addr" "$certs/ca.crt" "${ceiling_expect[@]}")
+  for c in "${REGIMES[@]}"; do
+    ceiling_answers[$c]=$(callgrind_reviews ceiling "$ceiling" "$ceiling_addr" "$certs/ca.crt" "$c" "${ceiling_expect[@]}")
+  done
   stop_pid "$ceiling"
-  local ceiling_total
-  ceiling_total=$(callgrind_total "$(find "$out_dir" -name 'callgrind-ceiling.out*' -printf '%s %p\n' | sort -rn | sed -n 1p | cut -d' ' -f2-)")
+  echo
+  echo "callgrind: instructions per review in user space (all threads, handshakes excluded, log json):"
+  echo
+  echo "| connections | ownerguard | the ceiling | ratio | reviews counted (ownerguard / ceiling) |"
+  echo "|---|---|---|---|---|"
+  local og_part ceiling_part og_per ceiling_per
+  for c in "${REGIMES[@]}"; do
+    og_part="$(callgrind_part "$cg" "ownerguard-$c")"
+    ceiling_part="$(callgrind_part "$cg_ceiling" "ceiling-$c")"
+    [[ -n "$og_part" && -n "$ceiling_part" ]] || die "callgrind wrote no dump for $c connections"
+    og_per=$(awk -v t="$(callgrind_total "$og_part")" -v a="${answers[$c]}" 'BEGIN { printf "%.0f", t / a }')
+    ceiling_per=$(awk -v t="$(callgrind_total "$ceiling_part")" -v a="${ceiling_answers[$c]}" 'BEGIN { printf "%.0f", t / a }')
+    printf '| %s | %s | %s | %sx |  %s / %s |\n' "$c" "$og_per" "$ceiling_per" \
+      "$(awk -v a="$og_per" -v b="$ceiling_per" 'BEGIN { printf "%.2f", a / b }')" "${answers[$c]}" "${ceiling_answers[$c]}"
+  done
+  echo
+  echo "(the kernel's share, TCP and system calls, is not counted: see perf)"
   local file
-  file="$(find "$out_dir" -name 'callgrind.out*' -printf '%s %p\n' | sort -rn | sed -n 1p | cut -d' ' -f2-)"
+  file="$(callgrind_part "$cg" "ownerguard-16")"
   callgrind_annotate --inclusive=yes "$file" >"$out_dir/callgrind-inclusive.txt" 2>/dev/null
   callgrind_annotate --threshold=100 "$file" >"$out_dir/callgrind-self.txt" 2>/dev/null
   local total
   total=$(awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }' "$out_dir/callgrind-self.txt")
   echo
-  local per_review ceiling_per_review
-  per_review=$(awk -v t="$total" -v a="$answers" 'BEGIN { printf "%.0f", t / a }')
-  ceiling_per_review=$(awk -v t="$ceiling_total" -v a="$ceiling_answers" 'BEGIN { printf "%.0f", t / a }')
-  echo "callgrind: instructions per review in user space (all threads, handshakes excluded):"
-  echo "ownerguard $per_review ($answers reviews), the ceiling $ceiling_per_review ($ceiling_answers reviews):"
-  echo "the ceiling's count is $(awk -v a="$ceiling_per_review" -v b="$per_review" 'BEGIN { printf "%.2f", a / b }') of ownerguard's (the kernel's share, TCP and system calls, is not counted: see perf)"
-  echo
-  echo "top 45 by inclusive cost (share of all instructions while collecting; the first are the runtime's and hyper's frames around everything):"
+  echo "ownerguard at 16 connections, top 45 by inclusive cost (share of all instructions while collecting; the first are the runtime's and hyper's frames around everything):"
   echo
   echo "| share | function |"
   echo "|---|---|"

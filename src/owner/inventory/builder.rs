@@ -1,8 +1,6 @@
 //! The index an inventory is decoded into, pod by pod: what a pod is
 //! read for ([`Item`]), and the checks each pod passes as it comes.
 
-use std::collections::HashMap;
-
 use serde::Deserialize;
 
 use super::{Inventory, InventoryError};
@@ -17,7 +15,7 @@ pub(super) struct Builder {
     pub(super) path: String,
     /// The document being read (1-based), for `document N` of an error.
     pub(super) document: usize,
-    pods: HashMap<(String, String), ObservedPod>,
+    pods: super::Pods,
     /// Pods seen, for the `pod #N` of an error.
     count: usize,
     /// The first error, which stops the decoding.
@@ -29,7 +27,7 @@ impl Builder {
         Self {
             path: path.to_string(),
             document: 1,
-            pods: HashMap::new(),
+            pods: super::Pods::default(),
             count: 0,
             error: None,
         }
@@ -75,7 +73,8 @@ impl Builder {
         }
         let finished = phase.as_deref().and_then(Finished::from_phase);
         self.pods.insert(
-            (namespace, name),
+            namespace,
+            name,
             ObservedPod {
                 uid,
                 terminating: meta.deletion_timestamp.is_some(),

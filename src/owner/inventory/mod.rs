@@ -71,7 +71,7 @@ pub struct InventoryPod {
 /// Pods by (namespace, name).
 #[derive(Debug, Default, Clone)]
 pub struct Inventory {
-    pods: HashMap<(String, String), ObservedPod>,
+    pods: Pods,
 }
 
 impl Inventory {
@@ -135,16 +135,16 @@ impl Inventory {
     /// An inventory of these pods (tests, `review --as-pod`).
     pub fn from_pods(pods: impl IntoIterator<Item = InventoryPod>) -> Self {
         Self {
-            pods: pods
-                .into_iter()
-                .map(|p| ((p.namespace, p.name), p.pod))
-                .collect(),
+            pods: pods.into_iter().fold(Pods::default(), |mut all, p| {
+                all.insert(p.namespace, p.name, p.pod);
+                all
+            }),
         }
     }
 
     /// This inventory with `pod` added (or replacing one of its name).
     pub fn with(mut self, pod: InventoryPod) -> Self {
-        self.pods.insert((pod.namespace, pod.name), pod.pod);
+        self.pods.insert(pod.namespace, pod.name, pod.pod);
         self
     }
 
@@ -157,10 +157,41 @@ impl Inventory {
     }
 
     pub fn get(&self, namespace: &str, name: &str) -> Option<&ObservedPod> {
-        // A tuple key of owned strings cannot be borrowed as (&str, &str);
-        // the inventory is small and off the production path (the cluster
-        // source has its own index), so one allocation per lookup is fine.
-        self.pods.get(&(namespace.to_string(), name.to_string()))
+        self.pods.get(namespace, name)
+    }
+}
+
+/// Pods by namespace, then name: a lookup borrows both, with no
+/// allocation (it is on the path of every review `serve --pods` answers,
+/// the benchmarks' source). foldhash, as the cluster's index: the names
+/// are the operator's own file, not an attacker's.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(super) struct Pods {
+    by_namespace: HashMap<String, HashMap<String, ObservedPod, FoldHash>, FoldHash>,
+    len: usize,
+}
+
+type FoldHash = foldhash::fast::RandomState;
+
+impl Pods {
+    /// Add `pod` (or replace the one of its name).
+    pub(super) fn insert(&mut self, namespace: String, name: String, pod: ObservedPod) {
+        let names = self.by_namespace.entry(namespace).or_default();
+        if names.insert(name, pod).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Option<&ObservedPod> {
+        self.by_namespace.get(namespace)?.get(name)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
