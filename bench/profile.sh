@@ -93,11 +93,11 @@ callgrind_reviews() {
     sleep 0.05
   done
   grep -q '^connected' "$log" || die "the client of $name did not connect within 10 s"
-  callgrind_control -z "$pid" >/dev/null
-  callgrind_control -i on "$pid" >/dev/null
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  callgrind_control -i on "$pid" >/dev/null 2>&1
   wait "$client" || die "load on $name failed: $(tail -n 3 "$log")"
-  callgrind_control -i off "$pid" >/dev/null
-  callgrind_control -d "$name-$connections" "$pid" >/dev/null
+  callgrind_control -i off "$pid" >/dev/null 2>&1
+  callgrind_control -d "$name-$connections" "$pid" >/dev/null 2>&1
   local result
   result="$(tail -n 1 "$out")"
   [[ "$(jq .errors <<<"$result")" == 0 ]] || die "errors on $name under callgrind: $(tail -n 3 "$log")"

@@ -20,7 +20,7 @@ use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_log::NormalizeEvent;
 use tracing_subscriber::fmt::format::{Format, Json, Writer};
-use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+use tracing_subscriber::fmt::time::SystemTime;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -66,9 +66,9 @@ where
         // target in fields; tracing-subscriber reads it the same way.
         let normalized = event.normalized_metadata();
         let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
-        writer.write_str("{\"timestamp\":\"")?;
-        SystemTime.format_time(&mut writer)?;
-        write!(writer, "\",\"level\":\"{}\"", meta.level())?;
+        let mut head = [0u8; 64];
+        let head = timestamp_and_level(&mut head, std::time::SystemTime::now(), meta.level());
+        writer.write_str(head)?;
         let mut fields = Fields {
             writer: &mut writer,
             result: Ok(()),
@@ -91,13 +91,153 @@ impl<W: Write> Fields<'_, W> {
     fn entry(&mut self, field: &Field, value: impl FnOnce(&mut W) -> fmt::Result) {
         if self.result.is_ok() {
             self.result = (|| {
-                self.writer.write_char(',')?;
-                write_str(self.writer, field.name())?;
-                self.writer.write_char(':')?;
+                let name = field.name();
+                // A field's name is almost always an identifier: `,"name":`
+                // in one write, not five.
+                let mut key = [0u8; 48];
+                match plain_key(&mut key, name) {
+                    Some(key) => self.writer.write_str(key)?,
+                    None => {
+                        self.writer.write_char(',')?;
+                        write_str(self.writer, name)?;
+                        self.writer.write_char(':')?;
+                    }
+                }
                 value(self.writer)
             })();
         }
     }
+}
+
+/// `,"name":` written into `buffer`, when `name` is short and needs no
+/// escape.
+fn plain_key<'b>(buffer: &'b mut [u8; 48], name: &str) -> Option<&'b str> {
+    let bytes = name.as_bytes();
+    if bytes.len() > buffer.len() - 4 || plain_prefix(bytes) != bytes.len() {
+        return None;
+    }
+    buffer[0] = b',';
+    buffer[1] = b'"';
+    buffer[2..2 + bytes.len()].copy_from_slice(bytes);
+    buffer[2 + bytes.len()] = b'"';
+    buffer[3 + bytes.len()] = b':';
+    std::str::from_utf8(&buffer[..4 + bytes.len()]).ok()
+}
+
+/// `{"timestamp":"<RFC 3339, microseconds, UTC>","level":"<LEVEL>"` into
+/// `buffer`: tracing-subscriber's `SystemTime` format (its `DateTime`),
+/// digits written directly instead of through `write!` with padding.
+fn timestamp_and_level<'b>(
+    buffer: &'b mut [u8; 64],
+    now: std::time::SystemTime,
+    level: &tracing::Level,
+) -> &'b str {
+    let since = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, of_day) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    let mut out = Digits {
+        buffer: &mut buffer[..],
+        at: 0,
+    };
+    out.text(b"{\"timestamp\":\"");
+    out.number(year, 4);
+    out.text(b"-");
+    out.number(month, 2);
+    out.text(b"-");
+    out.number(day, 2);
+    out.text(b"T");
+    out.number(of_day / 3600, 2);
+    out.text(b":");
+    out.number(of_day / 60 % 60, 2);
+    out.text(b":");
+    out.number(of_day % 60, 2);
+    out.text(b".");
+    out.number(u64::from(since.subsec_micros()), 6);
+    out.text(b"Z\",\"level\":\"");
+    out.text(level.as_str().as_bytes());
+    out.text(b"\"");
+    let at = out.at;
+    // Only ASCII was written.
+    std::str::from_utf8(&buffer[..at]).unwrap_or_default()
+}
+
+/// Bytes written into a fixed buffer, numbers zero-padded.
+struct Digits<'b> {
+    buffer: &'b mut [u8],
+    at: usize,
+}
+
+impl Digits<'_> {
+    fn text(&mut self, text: &[u8]) {
+        if let Some(slot) = self.buffer.get_mut(self.at..self.at + text.len()) {
+            slot.copy_from_slice(text);
+            self.at += text.len();
+        }
+    }
+
+    /// `value` in `width` digits, zero-padded (a wider value keeps all of
+    /// its digits, as `{:0width$}` does).
+    fn number(&mut self, value: u64, width: usize) {
+        let mut digits = [b'0'; 20];
+        let mut rest = value;
+        let mut used = 0;
+        while rest > 0 || used == 0 {
+            digits[19 - used] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            used += 1;
+        }
+        let shown = used.max(width).min(20);
+        self.text(&digits[20 - shown..]);
+    }
+}
+
+/// The proleptic Gregorian date of `days` after 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`, for dates from 1970 on).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// How many bytes of `bytes` come before the first that [`Escaped`] must
+/// look at: eight at a time while none is a quote, a backslash, below
+/// U+0020, DEL or outside ASCII.
+fn plain_prefix(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES << 7;
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(eight);
+        let zero = |v: u64| v.wrapping_sub(ONES) & !v;
+        let special = (x.wrapping_sub(ONES * 0x20) & !x)
+            | zero(x ^ (ONES * u64::from(b'"')))
+            | zero(x ^ (ONES * u64::from(b'\\')))
+            | zero(x ^ (ONES * 0x7f))
+            | x;
+        if special & HIGH != 0 {
+            break;
+        }
+        at += 8;
+    }
+    while let Some(&byte) = bytes.get(at) {
+        if !matches!(NEEDS_ESCAPE[usize::from(byte)], Escape::No) || byte >= 0x80 {
+            break;
+        }
+        at += 1;
+    }
+    at
 }
 
 impl<W: Write> Visit for Fields<'_, W> {
@@ -167,8 +307,13 @@ struct Escaped<'a, W: Write>(&'a mut W);
 impl<W: Write> Write for Escaped<'_, W> {
     fn write_str(&mut self, text: &str) -> fmt::Result {
         let bytes = text.as_bytes();
+        // Most text is plain ASCII: passed on whole, in one write.
+        let plain = plain_prefix(bytes);
+        if plain == bytes.len() {
+            return self.0.write_str(text);
+        }
         let mut start = 0;
-        for (at, &byte) in bytes.iter().enumerate() {
+        for (at, &byte) in bytes.iter().enumerate().skip(plain) {
             match NEEDS_ESCAPE[usize::from(byte)] {
                 Escape::No => continue,
                 Escape::Ascii => {
@@ -291,6 +436,91 @@ mod tests {
                 rest.to_string()
             })
             .collect()
+    }
+
+    /// The head of a line is tracing-subscriber's timestamp: held to the
+    /// `time` crate's calendar over four centuries of instants, leap days,
+    /// ends of months and years, and the microsecond cut.
+    #[test]
+    fn timestamps_are_written_as_tracing_subscriber_writes_them() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let mut instants: Vec<u64> = vec![
+            0,
+            951_782_399,    // 2000-02-28T23:59:59
+            951_868_800,    // 2000-03-01
+            1_709_164_800,  // 2024-02-29
+            1_735_689_599,  // 2024-12-31T23:59:59
+            4_107_542_400,  // 2100-03-01
+            13_569_465_599, // 2399-12-31T23:59:59
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            instants.push(seed % 13_569_465_600);
+        }
+        for (i, secs) in instants.into_iter().enumerate() {
+            let nanos = (i as u32).wrapping_mul(2_654_435_761) % 1_000_000_000;
+            let at = UNIX_EPOCH + Duration::new(secs, nanos);
+            let reference = time::OffsetDateTime::from_unix_timestamp(secs as i64).unwrap();
+            let expected = format!(
+                "{{\"timestamp\":\"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z\",\"level\":\"INFO\"",
+                reference.year(),
+                reference.month() as u8,
+                reference.day(),
+                reference.hour(),
+                reference.minute(),
+                reference.second(),
+                nanos / 1_000
+            );
+            let mut buffer = [0u8; 64];
+            assert_eq!(
+                timestamp_and_level(&mut buffer, at, &tracing::Level::INFO),
+                expected
+            );
+        }
+        // And the shape of tracing-subscriber's own, now.
+        let mut theirs = String::new();
+        tracing_subscriber::fmt::time::FormatTime::format_time(
+            &SystemTime,
+            &mut Writer::new(&mut theirs),
+        )
+        .unwrap();
+        let mut buffer = [0u8; 64];
+        let ours = timestamp_and_level(
+            &mut buffer,
+            std::time::SystemTime::now(),
+            &tracing::Level::WARN,
+        );
+        assert_eq!(
+            ours.len(),
+            "{\"timestamp\":\"".len() + theirs.len() + "\",\"level\":\"WARN\"".len()
+        );
+        assert_eq!(ours[14..18], theirs[..4]);
+    }
+
+    #[test]
+    fn the_plain_prefix_stops_where_a_byte_by_byte_look_stops() {
+        let alphabet = [
+            "a", "Z", " ", "~", "\"", "\\", "\u{1}", "\u{7f}", "é", "\u{2028}", "0",
+        ];
+        let mut seed = 7u64;
+        for _ in 0..5_000 {
+            let mut text = String::new();
+            for _ in 0..(seed % 40) {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                // Mostly plain, sometimes not.
+                let pick = (seed >> 33) as usize % 64;
+                text.push_str(alphabet.get(pick).copied().unwrap_or("x"));
+            }
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let expected = text
+                .bytes()
+                .position(|b| !matches!(NEEDS_ESCAPE[usize::from(b)], Escape::No) || b >= 0x80)
+                .unwrap_or(text.len());
+            assert_eq!(plain_prefix(text.as_bytes()), expected, "{text:?}");
+        }
     }
 
     #[test]

@@ -80,12 +80,12 @@ fn log_decision(
         })
         .unwrap_or("");
     info!(
-        uid = %request.uid,
+        uid = request.uid.as_str(),
         webhook,
         operation = request.operation.as_str(),
         namespace = request.namespace.as_deref().unwrap_or(""),
-        kind = %object.kind,
-        name = %name,
+        kind = object.kind.as_str(),
+        name = name.as_str(),
         owner,
         mode = decision_mode,
         result = answered.result(),
