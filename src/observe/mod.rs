@@ -9,6 +9,7 @@ pub mod events;
 pub mod fixture;
 mod json_lines;
 mod log;
+mod log_writer;
 mod metrics;
 mod record;
 pub mod telemetry;

@@ -2,7 +2,7 @@
 //! `review` command's answer), as text or JSON. `OWNERGUARD_LOG` (or
 //! `RUST_LOG`) overrides the level, with `tracing-subscriber`'s syntax.
 //!
-//! Lines are written by a thread of their own (`tracing-appender`), not by
+//! Lines are written by a thread of their own (`log_writer`), not by
 //! the task that logs them: `serve` logs a line per decision, and a
 //! `write(2)` to standard error can wait (a container runtime's full pipe,
 //! a disk's writeback throttling) while it holds stderr's lock, so a slow
@@ -12,11 +12,11 @@
 
 use std::io::{BufWriter, IsTerminal};
 
-use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::JsonFields;
 
 use super::json_lines::JsonLines;
+use super::log_writer::{self, WriterGuard};
 use super::text_fields::EscapedFields;
 
 /// How log lines are written: `--log-format` (the flag is in
@@ -37,25 +37,22 @@ const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 /// Keeps the writer thread; dropping it writes out what is queued.
 #[must_use = "dropping the guard stops the log writer"]
 pub struct LogGuard {
-    _writer: WorkerGuard,
+    _writer: WriterGuard,
 }
 
 pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
     let filter = EnvFilter::try_from_env("OWNERGUARD_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(default_level));
-    let (writer, guard) = NonBlockingBuilder::default()
-        .lossy(false)
-        .buffered_lines_limit(QUEUED_LINES)
-        .thread_name("ownerguard-log")
-        // Buffered: the writer thread writes what it has taken off the queue
-        // in one `write(2)` and flushes once the queue is empty, instead of
-        // a system call a line. A line is never split: BufWriter writes
-        // whole buffers of whole lines, and a line over its size directly.
-        .finish(BufWriter::with_capacity(
-            WRITE_BUFFER_BYTES,
-            std::io::stderr(),
-        ));
+    // Buffered: the writer thread writes what it has taken off the queue
+    // in one `write(2)` and flushes once the queue is empty, instead of a
+    // system call a line. A line is never split: BufWriter writes whole
+    // buffers of whole lines, and a line over its size directly.
+    let (writer, guard) = log_writer::spawn(
+        "ownerguard-log",
+        BufWriter::with_capacity(WRITE_BUFFER_BYTES, std::io::stderr()),
+        QUEUED_LINES,
+    );
     // Colours only for a person at a terminal, never into a log collector.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

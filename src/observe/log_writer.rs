@@ -1,0 +1,248 @@
+//! The log's writer thread: lines are handed over on a bounded queue and
+//! written by a thread of their own, so a slow `write(2)` never holds a
+//! review (see `telemetry`).
+//!
+//! Why not tracing-appender's: its thread blocks on the queue, so every
+//! line after a pause wakes it (a futex wake on the review's thread) and
+//! is written alone, and its channel spins and yields before it blocks. At
+//! one keep-alive connection, one review at a time (an API server with
+//! little traffic), that thread took 16 % of the core's time for some
+//! 4,200 lines a second (`perf record`, docs/performance.md). This one
+//! polls instead while lines keep coming: it sleeps [`POLL`], takes
+//! everything queued, writes it in one buffered write, and only after
+//! [`QUIET_POLLS`] empty polls in a row blocks until the next line (one
+//! wake per quiet spell). A review never waits on it but when the queue
+//! is full, and then it waits for room: no line is ever dropped (the
+//! decision log is an audit trail).
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long the thread sleeps between two looks at the queue while lines
+/// come: a line reaches the log at most this late.
+pub const POLL: Duration = Duration::from_millis(5);
+
+/// Empty looks in a row (a second of quiet) before the thread blocks
+/// until the next line instead of polling.
+pub const QUIET_POLLS: u32 = 200;
+
+/// The handle every logging thread writes through: a line is one write.
+#[derive(Clone)]
+pub struct LogWriter {
+    lines: SyncSender<Vec<u8>>,
+}
+
+/// Keeps the thread; dropping it writes out what is queued and stops it.
+pub struct WriterGuard {
+    lines: SyncSender<Vec<u8>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A writer thread named `name` writing into `out`, with room for
+/// `capacity` lines.
+///
+/// # Panics
+///
+/// If the thread cannot be spawned (the process is out of threads at
+/// start): logging is set up first, before any work.
+pub fn spawn<W: Write + Send + 'static>(
+    name: &str,
+    out: W,
+    capacity: usize,
+) -> (LogWriter, WriterGuard) {
+    let (lines, queue) = sync_channel(capacity.max(1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn({
+            let stop = stop.clone();
+            move || write_lines(&queue, out, &stop)
+        })
+        .expect("the log writer thread starts");
+    (
+        LogWriter {
+            lines: lines.clone(),
+        },
+        WriterGuard {
+            lines,
+            stop,
+            thread: Some(thread),
+        },
+    )
+}
+
+/// The thread: take what is queued, write it, flush; sleep while lines
+/// come, block once quiet; on stop, write out the rest.
+fn write_lines(queue: &Receiver<Vec<u8>>, mut out: impl Write, stop: &AtomicBool) {
+    let mut quiet = 0u32;
+    loop {
+        let mut wrote = false;
+        let mut gone = false;
+        loop {
+            match queue.try_recv() {
+                Ok(line) => {
+                    // A write error (a closed stderr) loses the line; there
+                    // is nowhere else to say so.
+                    let _ = out.write_all(&line);
+                    wrote = true;
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    gone = true;
+                    break;
+                }
+            }
+        }
+        if wrote {
+            let _ = out.flush();
+            quiet = 0;
+        }
+        if gone || stop.load(Ordering::Acquire) && !wrote {
+            let _ = out.flush();
+            return;
+        }
+        if quiet >= QUIET_POLLS {
+            // Quiet: wait for the next line (or the guard's wake-up, an
+            // empty one) without polling.
+            match queue.recv() {
+                Ok(line) => {
+                    let _ = out.write_all(&line);
+                    quiet = 0;
+                    continue;
+                }
+                Err(_) => {
+                    let _ = out.flush();
+                    return;
+                }
+            }
+        }
+        quiet += 1;
+        std::thread::sleep(POLL);
+    }
+}
+
+impl Write for LogWriter {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        if !line.is_empty() {
+            // Blocks only while the queue is full: no line is dropped.
+            self.lines
+                .send(line.to_vec())
+                .map_err(|_| std::io::Error::other("the log writer has stopped"))?;
+        }
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogWriter;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+impl Drop for WriterGuard {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // Wakes a thread blocked on a quiet queue; an empty line is
+        // written as nothing.
+        let _ = self.lines.send(Vec::new());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// What the thread wrote, and how many writes it took.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<(Vec<u8>, usize)>>, Duration);
+
+    impl Write for Sink {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            std::thread::sleep(self.1);
+            let mut sink = self.0.lock().unwrap();
+            sink.0.extend_from_slice(bytes);
+            sink.1 += 1;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn every_line_is_written_in_order_by_the_time_the_guard_is_dropped() {
+        let sink = Sink::default();
+        let (writer, guard) = spawn("test-log", sink.clone(), 8);
+        let writers: Vec<_> = (0..4)
+            .map(|t| {
+                let mut writer = writer.clone();
+                std::thread::spawn(move || {
+                    for i in 0..500 {
+                        writer.write_all(format!("{t} {i}\n").as_bytes()).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        drop(guard);
+        let text = String::from_utf8(sink.0.lock().unwrap().0.clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2000);
+        // Each logging thread's lines come out in the order it wrote them.
+        for t in 0..4 {
+            let own: Vec<&str> = lines
+                .iter()
+                .copied()
+                .filter(|l| l.starts_with(&format!("{t} ")))
+                .collect();
+            let expected: Vec<String> = (0..500).map(|i| format!("{t} {i}")).collect();
+            assert_eq!(own, expected);
+        }
+    }
+
+    #[test]
+    fn a_full_queue_makes_the_writer_wait_and_loses_nothing() {
+        // A slow output (a full pipe) and room for two lines: the
+        // logging thread waits for room instead of dropping.
+        let sink = Sink(Arc::default(), Duration::from_millis(2));
+        let (mut writer, guard) = spawn("test-log", sink.clone(), 2);
+        for i in 0..50 {
+            writer.write_all(format!("{i}\n").as_bytes()).unwrap();
+        }
+        drop(guard);
+        let text = String::from_utf8(sink.0.lock().unwrap().0.clone()).unwrap();
+        let expected: String = (0..50).map(|i| format!("{i}\n")).collect();
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn a_quiet_writer_blocks_and_still_stops_when_dropped() {
+        let sink = Sink::default();
+        let (mut writer, guard) = spawn("test-log", sink.clone(), 4);
+        writer.write_all(b"first\n").unwrap();
+        // Long enough for the thread to go quiet and block.
+        std::thread::sleep(POLL * (QUIET_POLLS + 20));
+        writer.write_all(b"after the quiet\n").unwrap();
+        drop(guard);
+        let text = String::from_utf8(sink.0.lock().unwrap().0.clone()).unwrap();
+        assert_eq!(text, "first\nafter the quiet\n");
+    }
+}
