@@ -36,10 +36,16 @@ pub struct LogWriter {
     lines: SyncSender<Vec<u8>>,
 }
 
+/// How long dropping the guard waits for the queue to be written out: a
+/// stderr that never drains (a reader that stopped) must not hold the
+/// process's exit forever.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
 /// Keeps the thread; dropping it writes out what is queued and stops it.
 pub struct WriterGuard {
     lines: SyncSender<Vec<u8>>,
     stop: Arc<AtomicBool>,
+    done: Receiver<()>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -57,11 +63,15 @@ pub fn spawn<W: Write + Send + 'static>(
 ) -> (LogWriter, WriterGuard) {
     let (lines, queue) = sync_channel(capacity.max(1));
     let stop = Arc::new(AtomicBool::new(false));
+    let (finished, done) = sync_channel(1);
     let thread = std::thread::Builder::new()
         .name(name.to_string())
         .spawn({
             let stop = stop.clone();
-            move || write_lines(&queue, out, &stop)
+            move || {
+                write_lines(&queue, out, &stop);
+                let _ = finished.send(());
+            }
         })
         .expect("the log writer thread starts");
     (
@@ -71,20 +81,30 @@ pub fn spawn<W: Write + Send + 'static>(
         WriterGuard {
             lines,
             stop,
+            done,
             thread: Some(thread),
         },
     )
 }
 
 /// The thread: take what is queued, write it, flush; sleep while lines
-/// come, block once quiet; on stop, write out the rest.
+/// come, block once quiet; once stopped, write out the rest.
+///
+/// The stop is read before the queue is drained, so every line sent
+/// before the guard was dropped is seen by that drain; the guard's empty
+/// line (no real line is empty) wakes a thread blocked on a quiet queue
+/// and, being behind every line sent before it, stops it as well.
 fn write_lines(queue: &Receiver<Vec<u8>>, mut out: impl Write, stop: &AtomicBool) {
     let mut quiet = 0u32;
+    let mut received: Option<Vec<u8>> = None;
     loop {
+        let stopping = stop.load(Ordering::Acquire);
         let mut wrote = false;
-        let mut gone = false;
+        let mut ended = false;
+        let mut next = received.take().map_or_else(|| queue.try_recv(), Ok);
         loop {
-            match queue.try_recv() {
+            match next {
+                Ok(line) if line.is_empty() => ended = true,
                 Ok(line) => {
                     // A write error (a closed stderr) loses the line; there
                     // is nowhere else to say so.
@@ -93,25 +113,27 @@ fn write_lines(queue: &Receiver<Vec<u8>>, mut out: impl Write, stop: &AtomicBool
                 }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
-                    gone = true;
+                    ended = true;
                     break;
                 }
             }
+            next = queue.try_recv();
         }
         if wrote {
             let _ = out.flush();
             quiet = 0;
         }
-        if gone || stop.load(Ordering::Acquire) && !wrote {
+        if ended || stopping {
             let _ = out.flush();
             return;
         }
         if quiet >= QUIET_POLLS {
-            // Quiet: wait for the next line (or the guard's wake-up, an
-            // empty one) without polling.
+            // Quiet: wait for the next line (or the guard's empty one)
+            // without polling; it is written, and flushed, by the drain
+            // above.
             match queue.recv() {
                 Ok(line) => {
-                    let _ = out.write_all(&line);
+                    received = Some(line);
                     quiet = 0;
                     continue;
                 }
@@ -153,10 +175,14 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
 impl Drop for WriterGuard {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // Wakes a thread blocked on a quiet queue; an empty line is
-        // written as nothing.
-        let _ = self.lines.send(Vec::new());
-        if let Some(thread) = self.thread.take() {
+        // Wakes a thread blocked on a quiet queue (then the queue is
+        // empty, so there is room); a full queue means it is not blocked
+        // and will see the stop.
+        let _ = self.lines.try_send(Vec::new());
+        // Bounded: a stderr that never drains leaves the thread behind.
+        if self.done.recv_timeout(SHUTDOWN_WAIT).is_ok()
+            && let Some(thread) = self.thread.take()
+        {
             let _ = thread.join();
         }
     }
@@ -231,6 +257,26 @@ mod tests {
         let text = String::from_utf8(sink.0.lock().unwrap().0.clone()).unwrap();
         let expected: String = (0..50).map(|i| format!("{i}\n")).collect();
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn a_line_after_a_quiet_spell_is_flushed_without_waiting_for_the_next() {
+        // Buffered as in production (a BufWriter over stderr).
+        let sink = Sink::default();
+        let (mut writer, guard) = spawn(
+            "test-log",
+            std::io::BufWriter::with_capacity(64 * 1024, sink.clone()),
+            4,
+        );
+        std::thread::sleep(POLL * (QUIET_POLLS + 20));
+        writer.write_all(b"after the quiet\n").unwrap();
+        let mut waited = Duration::ZERO;
+        while sink.0.lock().unwrap().0.is_empty() && waited < Duration::from_secs(2) {
+            std::thread::sleep(POLL);
+            waited += POLL;
+        }
+        assert_eq!(sink.0.lock().unwrap().0, b"after the quiet\n");
+        drop(guard);
     }
 
     #[test]
