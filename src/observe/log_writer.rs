@@ -148,6 +148,38 @@ fn write_lines(queue: &Receiver<Vec<u8>>, mut out: impl Write, stop: &AtomicBool
     }
 }
 
+/// An output whose writes wait out `WouldBlock` instead of failing:
+/// stderr may be a pipe that something else sharing it (a supervisor, a
+/// runtime's shim, a shell) has set non-blocking, and `write_all` would
+/// take its `EAGAIN` as an error and lose the line. A refused write is
+/// tried again after [`RETRY`]: a full pipe delays lines, and then the
+/// queue fills and the logging threads wait, as with a blocking pipe.
+pub struct Patient<W>(pub W);
+
+/// How long a write refused with `WouldBlock` waits before it is tried
+/// again.
+pub const RETRY: Duration = Duration::from_millis(1);
+
+impl<W: Write> Write for Patient<W> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        loop {
+            match self.0.write(bytes) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(RETRY),
+                written => return written,
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        loop {
+            match self.0.flush() {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(RETRY),
+                flushed => return flushed,
+            }
+        }
+    }
+}
+
 impl Write for LogWriter {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
         if !line.is_empty() {
@@ -277,6 +309,38 @@ mod tests {
         }
         assert_eq!(sink.0.lock().unwrap().0, b"after the quiet\n");
         drop(guard);
+    }
+
+    /// A non-blocking pipe that is full every other time it is written.
+    struct Refusing(Sink, bool);
+
+    impl Write for Refusing {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.1 = !self.1;
+            if self.1 {
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            // Part of it, as a pipe with little room takes.
+            let part = bytes.len().min(7);
+            self.0.write(&bytes[..part])
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_non_blocking_output_that_refuses_writes_loses_no_line() {
+        let sink = Sink::default();
+        let out = std::io::BufWriter::with_capacity(64, Patient(Refusing(sink.clone(), false)));
+        let (mut writer, guard) = spawn("test-log", out, 4);
+        for i in 0..200 {
+            writer.write_all(format!("line {i}\n").as_bytes()).unwrap();
+        }
+        drop(guard);
+        let text = String::from_utf8(sink.0.lock().unwrap().0.clone()).unwrap();
+        let expected: String = (0..200).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(text, expected);
     }
 
     #[test]

@@ -47,10 +47,11 @@ pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
     // Buffered: the writer thread writes what it has taken off the queue
     // in one `write(2)` and flushes once the queue is empty, instead of a
     // system call a line. A line is never split: BufWriter writes whole
-    // buffers of whole lines, and a line over its size directly.
+    // buffers of whole lines, and a line over its size directly. Patient:
+    // a non-blocking stderr's `EAGAIN` delays a line instead of losing it.
     let (writer, guard) = log_writer::spawn(
         "ownerguard-log",
-        BufWriter::with_capacity(WRITE_BUFFER_BYTES, std::io::stderr()),
+        BufWriter::with_capacity(WRITE_BUFFER_BYTES, log_writer::Patient(std::io::stderr())),
         QUEUED_LINES,
     );
     // Colours only for a person at a terminal, never into a log collector.
