@@ -502,6 +502,33 @@ mod tests {
     }
 
     #[test]
+    fn claim_templates_share_the_selector_instead_of_a_copy_each() {
+        // 2,000 selector labels and 2,000 claim templates: a copy of the
+        // selector in each would be 4 million map entries from a 140 KB
+        // body (an attacker's StatefulSet reaches the mutating webhook
+        // before the API server validates it).
+        let match_labels: serde_json::Map<String, serde_json::Value> = (0..2000)
+            .map(|i| (format!("k{i}"), serde_json::Value::from("")))
+            .collect();
+        let claims: Vec<serde_json::Value> = (0..2000)
+            .map(|i| serde_json::json!({"metadata": {"name": format!("c{i}")}}))
+            .collect();
+        let head: ObjectHead = decoded(serde_json::json!({
+            "metadata": {},
+            "spec": {"selector": {"matchLabels": match_labels}, "volumeClaimTemplates": claims},
+        }));
+        let templates = head.templates();
+        assert_eq!(templates.len(), 2000);
+        assert_eq!(templates[0].added_labels.len(), 2000);
+        assert!(
+            templates
+                .iter()
+                .all(|t| std::sync::Arc::ptr_eq(&t.added_labels, &templates[0].added_labels))
+        );
+        assert_eq!(templates[1999].label("k1999"), Some(""));
+    }
+
+    #[test]
     fn spec_metadata_is_a_template_of_a_resource_claim_template_only() {
         let object = |api_version: &str, kind: &str| -> ObjectHead {
             decoded(serde_json::json!({

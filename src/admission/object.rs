@@ -2,6 +2,7 @@
 //! `ownerReferences`, and where its templates are.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -71,17 +72,18 @@ impl ObjectHead<'_> {
             ),
         ]
         .into_iter()
-        .filter_map(|(path, raw)| Template::new(path, raw?, BTreeMap::new()))
+        .filter_map(|(path, raw)| Template::new(path, raw?, Arc::default()))
         .collect();
 
         // A StatefulSet's claims take the selector's labels over the
         // template's (statefulset controller, getPersistentVolumeClaims).
-        let selector = spec
-            .selector
-            .as_ref()
-            .and_then(|s| strings(&s.match_labels))
-            .flatten()
-            .unwrap_or_default();
+        let selector: Arc<BTreeMap<String, String>> = Arc::new(
+            spec.selector
+                .as_ref()
+                .and_then(|s| strings(&s.match_labels))
+                .flatten()
+                .unwrap_or_default(),
+        );
         let text = |v: &Option<Shaped<String>>| v.as_ref().and_then(|v| v.0.clone());
         for (index, claim) in spec.volume_claim_templates.iter().flatten().enumerate() {
             let raw = claim.as_ref().and_then(|c| c.metadata.as_ref());
@@ -121,7 +123,7 @@ impl ObjectHead<'_> {
                     Template::new(
                         TemplatePath::EphemeralVolume(at, index),
                         raw,
-                        BTreeMap::new(),
+                        Arc::default(),
                     )
                     .map(|t| t.keyed(name.clone()))
                 }));
@@ -130,7 +132,7 @@ impl ObjectHead<'_> {
 
         if self.is_resource_claim_template() {
             templates.extend(spec.metadata.as_ref().and_then(|raw| {
-                Template::new(TemplatePath::ResourceClaimTemplate, raw, BTreeMap::new())
+                Template::new(TemplatePath::ResourceClaimTemplate, raw, Arc::default())
             }));
         }
         templates

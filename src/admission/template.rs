@@ -2,6 +2,7 @@
 //! metadata a controller copies from each.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -15,8 +16,10 @@ pub struct Template {
     /// Its own labels and annotations, as written.
     pub meta: TemplateMeta,
     /// Labels the controller sets on what it makes besides the template's
-    /// own, over them: a StatefulSet's `spec.selector.matchLabels`.
-    pub added_labels: BTreeMap<String, String>,
+    /// own, over them: a StatefulSet's `spec.selector.matchLabels`, shared
+    /// by all its claim templates (a copy each would make the memory of a
+    /// review the product of two of its lists' lengths).
+    pub added_labels: Arc<BTreeMap<String, String>>,
     /// What names a template of a list, whatever its index: the volume's
     /// name for an ephemeral volume's claim template, the claim template's
     /// own name for a StatefulSet's. An update that inserts a volume in
@@ -28,7 +31,7 @@ impl Template {
     pub(super) fn new(
         path: TemplatePath,
         raw: &RawTemplateMeta,
-        added_labels: BTreeMap<String, String>,
+        added_labels: Arc<BTreeMap<String, String>>,
     ) -> Option<Self> {
         Some(Self {
             path,
@@ -78,7 +81,7 @@ impl Template {
 }
 
 /// Where a template's metadata is in the object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TemplatePath {
     /// `spec.template`
     PodTemplate,
@@ -95,7 +98,7 @@ pub enum TemplatePath {
 }
 
 /// Which pod spec of the object holds an ephemeral volume.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PodSpecAt {
     /// `spec` (a Pod)
     Object,

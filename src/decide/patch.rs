@@ -11,6 +11,8 @@
 //! list it appends with `-`, which leaves the indices of other operations
 //! valid.
 
+use std::collections::HashSet;
+
 use crate::admission::write;
 use crate::admission::{ObjectMeta, OwnerReference, Template};
 
@@ -21,8 +23,9 @@ pub struct MetadataPatch {
     /// of the list.
     operations: Vec<u8>,
     /// Maps and lists this patch creates (their pointers, as written), so
-    /// that a second entry goes into them instead of replacing them.
-    created: Vec<Vec<u8>>,
+    /// that a second entry goes into them instead of replacing them. A set:
+    /// an object may have thousands of templates, each a map created.
+    created: HashSet<Vec<u8>>,
 }
 
 impl MetadataPatch {
@@ -145,7 +148,7 @@ impl MetadataPatch {
     fn remember_created<'a>(&mut self, path: impl IntoIterator<Item = &'a str>) {
         let mut written = Vec::new();
         write::pointer(&mut written, path);
-        self.created.push(written);
+        self.created.insert(written);
     }
 
     /// Append the operations of `other`, which was built on the same
@@ -334,7 +337,7 @@ mod tests {
                 }),
                 annotations: None,
             },
-            added_labels: BTreeMap::new(),
+            added_labels: std::sync::Arc::default(),
             key: None,
         }
     }

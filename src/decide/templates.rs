@@ -20,7 +20,9 @@
 //!   selector's `matchLabels` over them, and its annotations;
 //! - ephemeral and DRA claims: the template's labels and annotations.
 
-use crate::admission::{ObjectHead, Template, TemplatePath};
+use std::collections::HashMap;
+
+use crate::admission::{ObjectHead, PodSpecAt, Template, TemplatePath};
 use crate::decide::denial::Denial;
 use crate::decide::patch::MetadataPatch;
 use crate::decide::resolve::{OwnerLabels, REQUESTING_POD, annotation, label};
@@ -77,31 +79,26 @@ pub(super) fn complete(
 ) -> Result<Vec<String>, Denial> {
     let mutate = webhook.mutates();
     let old_templates = old.map(ObjectHead::templates).unwrap_or_default();
+    let was = OldTemplates::new(&old_templates);
     let mut declared = Vec::new();
-    let owner_keys = |template: &Template| {
-        (
-            template.label(&labels.pod).map(str::to_string),
-            template.label(&labels.uid).map(str::to_string),
-            template.annotation(&labels.pod_name).map(str::to_string),
-        )
-    };
     let templates = head.templates();
     check_defaulted_job_labels(&templates, &old_templates, at, owner, labels)?;
     for template in &templates {
         let Some(value) = template.label(&labels.pod) else {
             continue;
         };
-        let unchanged = old_templates
+        let befores = was.of(template);
+        let unchanged = befores
             .iter()
-            .any(|before| template.is(before) && owner_keys(before) == owner_keys(template));
+            .any(|before| owner_keys(before, labels) == owner_keys(template, labels));
         if unchanged {
             continue;
         }
         check(template, value, at, owner, labels)?;
-        let before = old_templates.iter().find(|b| template.is(b));
+        let before = befores.first().copied();
         let uid_left_out = before.is_some_and(|before| {
-            let (pod, uid, name) = owner_keys(before);
-            let (pod_now, uid_now, name_now) = owner_keys(template);
+            let (pod, uid, name) = owner_keys(before, labels);
+            let (pod_now, uid_now, name_now) = owner_keys(template, labels);
             pod == pod_now && name == name_now && uid.is_some() && uid_now.is_none()
         });
         if !uid_left_out && let Some(uid) = template.label(&labels.uid).or(owner.uid) {
@@ -139,6 +136,69 @@ pub(super) fn complete(
     declared.sort();
     declared.dedup();
     Ok(declared)
+}
+
+/// A template's owner keys: the owner label, the uid label and the name
+/// annotation of what is made from it.
+fn owner_keys<'t>(
+    template: &'t Template,
+    labels: &OwnerLabels,
+) -> (Option<&'t str>, Option<&'t str>, Option<&'t str>) {
+    (
+        template.label(&labels.pod),
+        template.label(&labels.uid),
+        template.annotation(&labels.pod_name),
+    )
+}
+
+/// The old object's templates, found as [`Template::is`] finds them but
+/// by a map instead of a scan: an object may carry thousands of claim
+/// templates, and a scan of the old ones for each new one would make a
+/// review's time the square of that.
+struct OldTemplates<'t> {
+    /// Templates in document order by their path.
+    by_path: HashMap<TemplatePath, Vec<&'t Template>>,
+    /// Templates of a list that have a key, by the list's kind (`None`: a
+    /// StatefulSet's claim templates; a pod spec's ephemeral volumes) and
+    /// the key.
+    by_key: HashMap<(Option<PodSpecAt>, &'t str), Vec<&'t Template>>,
+}
+
+impl<'t> OldTemplates<'t> {
+    fn new(templates: &'t [Template]) -> Self {
+        let mut by_path: HashMap<_, Vec<_>> = HashMap::new();
+        let mut by_key: HashMap<_, Vec<_>> = HashMap::new();
+        for template in templates {
+            by_path.entry(template.path).or_default().push(template);
+            if let (Some(list), Some(key)) = (list_of(template.path), template.key.as_deref()) {
+                by_key.entry((list, key)).or_default().push(template);
+            }
+        }
+        Self { by_path, by_key }
+    }
+
+    /// Every old template that `template` is ([`Template::is`]), in
+    /// document order. (One lifetime for both borrows: the map's keys
+    /// borrow as long as the key looked up.)
+    fn of<'a>(&'a self, template: &'a Template) -> &'a [&'t Template] {
+        let found = match (list_of(template.path), template.key.as_deref()) {
+            (Some(list), Some(key)) => self.by_key.get(&(list, key)),
+            _ => self.by_path.get(&template.path),
+        };
+        found.map_or(&[], Vec::as_slice)
+    }
+}
+
+/// The list a template keyed by name is in: `Some(None)` for a
+/// StatefulSet's claim templates, `Some(Some(at))` for the ephemeral
+/// volumes of the pod spec at `at`; `None` for a template that is no list
+/// entry.
+fn list_of(path: TemplatePath) -> Option<Option<PodSpecAt>> {
+    match path {
+        TemplatePath::VolumeClaimTemplate(_) => Some(None),
+        TemplatePath::EphemeralVolume(at, _) => Some(Some(at)),
+        _ => None,
+    }
 }
 
 /// A template that carries the owner label must declare `owner`: by its
@@ -257,5 +317,57 @@ fn name_the_carrier(
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::admission::TemplateMeta;
+
+    fn template() -> impl Strategy<Value = Template> {
+        let at = prop_oneof![
+            Just(PodSpecAt::Object),
+            Just(PodSpecAt::PodTemplate),
+            Just(PodSpecAt::JobTemplatePodTemplate),
+        ];
+        let path = prop_oneof![
+            Just(TemplatePath::PodTemplate),
+            Just(TemplatePath::JobTemplate),
+            Just(TemplatePath::JobTemplatePodTemplate),
+            Just(TemplatePath::ResourceClaimTemplate),
+            (0..4usize).prop_map(TemplatePath::VolumeClaimTemplate),
+            (at, 0..4usize).prop_map(|(at, i)| TemplatePath::EphemeralVolume(at, i)),
+        ];
+        let key = proptest::option::of(prop_oneof![Just("a"), Just("b"), Just("c")]);
+        (path, key).prop_map(|(path, key)| Template {
+            path,
+            meta: TemplateMeta::default(),
+            added_labels: Default::default(),
+            key: key.map(str::to_string),
+        })
+    }
+
+    proptest! {
+        /// The map finds exactly what `Template::is` finds, in order.
+        #[test]
+        fn old_templates_finds_what_is_finds(
+            old in proptest::collection::vec(template(), 0..12),
+            new in proptest::collection::vec(template(), 0..12),
+        ) {
+            let was = OldTemplates::new(&old);
+            for template in &new {
+                let found: Vec<*const Template> =
+                    was.of(template).iter().map(|t| *t as *const Template).collect();
+                let scanned: Vec<*const Template> = old
+                    .iter()
+                    .filter(|before| template.is(before))
+                    .map(|t| t as *const Template)
+                    .collect();
+                prop_assert_eq!(found, scanned, "{:?}", template);
+            }
+        }
     }
 }

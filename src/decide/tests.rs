@@ -2490,6 +2490,55 @@ fn rule_12_statefulset_claim_templates_get_the_uid_label_even_labelled_by_the_se
 }
 
 #[test]
+fn rule_12_thousands_of_claim_templates_are_completed_and_restored() {
+    // 3,000 claim templates labelled through the selector: each gets its
+    // uid label on CREATE, and an UPDATE that leaves every one out (a
+    // replace of the original manifest), in the reverse order, gets each
+    // put back. Each old template is found by a map, not by a scan of the
+    // old list for each new one, and each labels map the patch creates is
+    // remembered in a set: both were quadratic, minutes of one core for a
+    // body well under the API server's limit.
+    const CLAIMS: usize = 3000;
+    let owner = json!({"ownerguard.io/owner-pod": "w-1"});
+    let claims: Vec<Value> = (0..CLAIMS)
+        .map(|i| json!({"metadata": {"name": format!("c{i}")}, "spec": claim_spec()}))
+        .collect();
+    let set = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": NS, "labels": owner},
+        "spec": {
+            "selector": {"matchLabels": {"app": "db", "ownerguard.io/owner-pod": "w-1"}},
+            "template": {"metadata": {"labels": {"app": "db", "ownerguard.io/owner-pod": "w-1"}}},
+            "volumeClaimTemplates": claims,
+        },
+    });
+    let uid_label = json!({"ownerguard.io/owner-uid": "uid-1"});
+    let created = created_by_worker(&set);
+    let labels_of = |object: &Value| -> Vec<Value> {
+        object["spec"]["volumeClaimTemplates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|claim| claim["metadata"]["labels"].clone())
+            .collect()
+    };
+    assert_eq!(labels_of(&created), vec![uid_label.clone(); CLAIMS]);
+
+    let mut replaced = created.clone();
+    let mut claims: Vec<Value> = (0..CLAIMS)
+        .map(|i| json!({"metadata": {"name": format!("c{i}")}, "spec": claim_spec()}))
+        .collect();
+    claims.reverse();
+    replaced["spec"]["volumeClaimTemplates"] = json!(claims);
+    let (req, _) = request("UPDATE", replaced.clone(), Some(created));
+    let allowed = mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
+    assert_eq!(
+        labels_of(&patched(&replaced, &allowed)),
+        vec![uid_label; CLAIMS]
+    );
+}
+
+#[test]
 fn rule_12_ephemeral_claim_templates_of_a_pod_and_of_a_job_template_get_the_uid_label() {
     let ephemeral = |labels: Value| {
         json!([

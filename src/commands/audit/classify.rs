@@ -129,8 +129,23 @@ pub fn classify(
     // its uid from the pod that runs under it, as on a real CREATE.
     let requester = pods.get(namespace, &owner).map(|pod| (&owner, &pod.uid));
     let request_text = request_of(meta, kind, requester);
-    let request: AdmissionRequest =
-        crate::admission::json::from_str(&request_text).unwrap_or_default();
+    let request: AdmissionRequest = match crate::admission::json::from_str(&request_text) {
+        Ok(request) => request,
+        // Written by serde_json from metadata the API server served, so it
+        // decodes; were it ever refused, the object is told as a finding,
+        // never passed over as one with no owner.
+        Err(error) => {
+            return Some(Finding {
+                state: State::Malformed,
+                owner,
+                age: age(meta, now),
+                detail: format!(
+                    "its metadata cannot be judged as the webhook reads a request ({error}): inspect it by hand"
+                ),
+                patch: None,
+            });
+        }
+    };
     // Who made the object is not the audit's question.
     let policy = Policy {
         requester_check: decide::RequesterCheck::Off,
@@ -408,8 +423,8 @@ fn request_of(meta: &ObjectMeta, kind: Kind<'_>, requester: Option<(&String, &St
         "userInfo": user_info,
         "object": {"apiVersion": api_version, "kind": kind.kind, "metadata": meta},
     });
-    // Built from a valid object's metadata: it decodes. A failure would
-    // read as an empty request, judged as no owner.
+    // Built from a valid object's metadata: it decodes (a failure is
+    // told as a malformed finding by `classify`).
     request.to_string()
 }
 
