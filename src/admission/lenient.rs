@@ -215,10 +215,93 @@ where
     deserializer.deserialize_any(Visitor(std::marker::PhantomData))
 }
 
+/// The most entries ownerguard reads of a pod spec's `volumes` or a
+/// StatefulSet's `volumeClaimTemplates`: an object with more is refused
+/// 400 (`too-many-entries`). Mutating webhooks see an object before the
+/// API server validates it, and a 3 MiB body of `{},` would otherwise
+/// decode into a million entries of some hundred bytes each. No pod comes
+/// near it.
+pub const MAX_LIST_ENTRIES: usize = 10_000;
+
+/// The most `ownerReferences` ownerguard reads of an object: more than
+/// etcd's 1.5 MiB can hold of the smallest valid ones (about 14 bytes each
+/// in protobuf: some 110,000), so no stored object is refused, and the
+/// most a review's references can take is about 14 MB.
+pub const MAX_REFERENCES: usize = 131_072;
+
+/// [`capped_list`] of [`MAX_REFERENCES`] entries.
+pub(super) fn capped_references<'de, D, T>(deserializer: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    capped_list(deserializer, MAX_REFERENCES)
+}
+
+/// `Option<Vec<T>>` from a JSON list or `null`, keeping at most one entry
+/// over `max` (so that the review is refused) and checking the rest
+/// without keeping it.
+fn capped_list<'de, D, T>(deserializer: D, max: usize) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Entries<T>(usize, std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Entries<T> {
+        type Value = Vec<T>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a sequence")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut entries = Vec::new();
+            while entries.len() <= self.0 {
+                match seq.next_element::<T>()? {
+                    Some(entry) => entries.push(entry),
+                    None => return Ok(entries),
+                }
+            }
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok(entries)
+        }
+    }
+
+    struct Capped<T>(usize, std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Capped<T> {
+        type Value = Option<Vec<T>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a sequence or null")
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D2: serde::Deserializer<'de>>(
+            self,
+            deserializer: D2,
+        ) -> Result<Self::Value, D2::Error> {
+            deserializer
+                .deserialize_seq(Entries(self.0, std::marker::PhantomData))
+                .map(Some)
+        }
+    }
+
+    deserializer.deserialize_option(Capped(max, std::marker::PhantomData))
+}
+
 /// A field read only when it is a JSON list, each entry as [`lenient`]
 /// reads it: an entry of another shape is a hole, so that the indices stay
 /// those of the list as sent. Anything else reads as absent. Nothing is
-/// buffered.
+/// buffered; at most one entry over [`MAX_LIST_ENTRIES`] is kept.
 pub(super) fn lenient_list<'de, D, T>(deserializer: D) -> Result<Option<Vec<Option<T>>>, D::Error>
 where
     D: serde::Deserializer<'de>,
@@ -247,9 +330,15 @@ where
             mut seq: A,
         ) -> Result<Self::Value, A::Error> {
             let mut entries = Vec::new();
-            while let Some(Entry(entry)) = seq.next_element::<Entry<T>>()? {
-                entries.push(entry);
+            while entries.len() <= MAX_LIST_ENTRIES {
+                match seq.next_element::<Entry<T>>()? {
+                    Some(Entry(entry)) => entries.push(entry),
+                    None => return Ok(Some(entries)),
+                }
             }
+            // One over the bound, kept so that the review is refused
+            // (`ObjectHead::overlong_list`); the rest is checked, not kept.
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
             Ok(Some(entries))
         }
 

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::Text;
-use super::lenient::{Shaped, lenient, null_as_default, strings};
-use super::template::{PodSpecAt, SpecHead, Template, TemplatePath};
-use crate::k8s::names::{is_core_v1, reads_as_any};
+use super::lenient::{
+    MAX_LIST_ENTRIES, MAX_REFERENCES, Shaped, capped_references, lenient, null_as_default, strings,
+};
+use super::template::{PodSpecAt, SpecHead, Template, TemplateHead, TemplatePath};
+use crate::k8s::names::{is_core_v1, readings, reads_as_one_of};
 
 /// The head of an object: enough to decide, nothing of its spec.
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -27,6 +29,45 @@ pub struct ObjectHead<'a> {
 }
 
 impl ObjectHead<'_> {
+    /// The field of the first list ownerguard reads that holds more
+    /// entries than it keeps ([`MAX_REFERENCES`], [`MAX_LIST_ENTRIES`]),
+    /// and that bound: the review is refused, since what is past the bound
+    /// was not kept, so not judged.
+    pub fn overlong_list(&self) -> Option<(&'static str, usize)> {
+        let over = |len: Option<usize>| len.is_some_and(|len| len > MAX_LIST_ENTRIES);
+        let references = self.metadata.owner_references.as_ref().map_or(0, Vec::len);
+        if references > MAX_REFERENCES {
+            return Some(("metadata.ownerReferences", MAX_REFERENCES));
+        }
+        let spec = self.spec.as_ref()?;
+        let pod = spec.template.as_ref();
+        let pod_of_job = spec
+            .job_template
+            .as_ref()
+            .and_then(|j| j.spec.as_ref())
+            .and_then(|s| s.template.as_ref());
+        let volumes_of = |t: Option<&TemplateHead>| {
+            t.and_then(|t| t.spec.as_ref())
+                .and_then(|s| s.volumes.as_ref())
+                .map(Vec::len)
+        };
+        [
+            (
+                "spec.volumeClaimTemplates",
+                spec.volume_claim_templates.as_ref().map(Vec::len),
+            ),
+            ("spec.volumes", spec.volumes.as_ref().map(Vec::len)),
+            ("spec.template.spec.volumes", volumes_of(pod)),
+            (
+                "spec.jobTemplate.spec.template.spec.volumes",
+                volumes_of(pod_of_job),
+            ),
+        ]
+        .into_iter()
+        .find(|(_, len)| over(*len))
+        .map(|(field, _)| (field, MAX_LIST_ENTRIES))
+    }
+
     /// Every template the object carries (SPEC §3 rule 12), with where it
     /// is, in document order:
     ///
@@ -164,8 +205,9 @@ pub struct ObjectMeta<'a> {
     pub labels: Option<BTreeMap<Text<'a>, Text<'a>>>,
     #[serde(default, borrow)]
     pub annotations: Option<BTreeMap<Text<'a>, Text<'a>>>,
-    /// Kept in order: a patch addresses entries by index.
-    #[serde(default, borrow)]
+    /// Kept in order: a patch addresses entries by index. At most one
+    /// over [`MAX_REFERENCES`] (then the review is refused).
+    #[serde(default, borrow, deserialize_with = "capped_references")]
     pub owner_references: Option<Vec<OwnerReference<'a>>>,
 }
 
@@ -199,7 +241,7 @@ impl OwnerReference<'_> {
 
     /// Whether this reference means a pod: its kind reads as `Pod` or
     /// `Pods` to a person, in any case, with invisible characters or
-    /// Unicode confusables ([`reads_as_any`]: `pod`, `POD`, `Pod\u{200b}`,
+    /// Unicode confusables ([`crate::k8s::names::reads_as`]: `pod`, `POD`, `Pod\u{200b}`,
     /// Cyrillic `Роd`...), or it is not ASCII at all. Whatever its
     /// apiVersion: those that are not exactly [`Self::is_pod`] are
     /// references the collector cannot resolve, and so never deletes the
@@ -220,8 +262,11 @@ impl OwnerReference<'_> {
     /// letters (`ᴾᵒᵈ`, `ⓟⓞⓓ`, `🅟🅞🅓`) as they are. The chart's CEL sends
     /// every kind outside ASCII, a superset.
     pub fn means_pod(&self) -> bool {
-        reads_as_any(&self.kind, &["pod", "pods"])
-            || (!self.kind.is_ascii() && !servable_kind(&self.kind))
+        // Read once for every reference of every review: an object may
+        // carry thousands of references, each read on several passes.
+        static POD: std::sync::LazyLock<Vec<String>> =
+            std::sync::LazyLock::new(|| readings(&["pod", "pods"]));
+        reads_as_one_of(&self.kind, &POD) || (!self.kind.is_ascii() && !servable_kind(&self.kind))
     }
 }
 

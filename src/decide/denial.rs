@@ -378,6 +378,22 @@ pub enum Denial {
         limit: usize,
     },
 
+    /// A list ownerguard reads (references, volumes, claim templates) with
+    /// more entries than it keeps of one: what is past the bound would go
+    /// unjudged.
+    #[error(
+        "{at}: its {field} holds more than {limit} entries, more than ownerguard reads of one object \
+         (its owner pod: {}): no object Kubernetes makes comes near that, so remove the entries it \
+         does not need", OwnerShown(.owner)
+    )]
+    TooManyEntries {
+        at: Subject,
+        /// The owner the object declares, if any.
+        owner: Option<String>,
+        field: String,
+        limit: usize,
+    },
+
     /// A template (pod, Job, claim, ResourceClaim) declares another owner
     /// than its object: what a controller makes from it would belong to
     /// another worker, or be refused.
@@ -557,6 +573,7 @@ impl Denial {
             | Self::ContradictingReference { .. }
             | Self::ConflictingUid { .. }
             | Self::TooManyReferences { .. }
+            | Self::TooManyEntries { .. }
             | Self::TemplateOwnerMismatch { .. }
             | Self::TemplateUidUnknown { .. }
             | Self::MissingOldObject { .. }
@@ -613,6 +630,7 @@ impl Denial {
             Self::ContradictingReference { .. } => "contradicting-reference",
             Self::ConflictingUid { .. } => "conflicting-uid",
             Self::TooManyReferences { .. } => "too-many-references",
+            Self::TooManyEntries { .. } => "too-many-entries",
             Self::TemplateOwnerMismatch { .. } => "template-owner-mismatch",
             Self::TemplateUidUnknown { .. } => "template-uid-unknown",
             Self::OwnerLabelChanged { .. } => "owner-label-changed",
@@ -659,5 +677,17 @@ impl fmt::Display for SameName {
                 " (by name only: the object records no uid for it, so it cannot be told to be this pod)"
             }
         })
+    }
+}
+
+/// A declared owner in a message, or that none is named.
+struct OwnerShown<'a>(&'a Option<String>);
+
+impl std::fmt::Display for OwnerShown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(owner) => write!(f, "'{}'", Shown(owner)),
+            None => f.write_str("none named"),
+        }
     }
 }

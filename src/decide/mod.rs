@@ -165,6 +165,14 @@ pub fn plan<'a>(
     webhook: WebhookKind,
     policy: &Policy,
 ) -> Result<Option<Checks<'a>>, Denial> {
+    // The collector's own UPDATE is never refused (rules 14 and 16): an
+    // object stored with more volumes than the bound must still lose its
+    // references (no stored object has more references than theirs).
+    let collector =
+        request.operation == Operation::Update && is_garbage_collector(&request.user_info.username);
+    if matches!(request.operation, Operation::Create | Operation::Update) && !collector {
+        refuse_overlong_lists(request, &policy.labels)?;
+    }
     let planned = match request.operation {
         Operation::Create => create::plan(request, webhook, policy)?,
         Operation::Update => update::plan(request, webhook, policy)?,
@@ -184,6 +192,35 @@ pub fn plan<'a>(
         });
     }
     Ok(Some(checks))
+}
+
+/// A list past its bound ([`ObjectHead::overlong_list`]) in the object or
+/// the old one: only that many entries were kept, so the rest cannot be
+/// judged (400, before anything else).
+fn refuse_overlong_lists(request: &AdmissionRequest, labels: &OwnerLabels) -> Result<(), Denial> {
+    let heads = [request.object.as_ref(), request.old_object.as_ref()];
+    let Some((field, limit)) = heads
+        .into_iter()
+        .flatten()
+        .find_map(ObjectHead::overlong_list)
+    else {
+        return Ok(());
+    };
+    let owner = heads
+        .into_iter()
+        .flatten()
+        .map(|head| first_declared_owner(&head.metadata, labels))
+        .find(|owner| !owner.is_empty());
+    Err(Denial::TooManyEntries {
+        owner,
+        at: Subject {
+            object: object_name(request),
+            namespace: request.namespace.as_deref().unwrap_or_default().to_string(),
+            owner: None,
+        },
+        field: field.to_string(),
+        limit,
+    })
 }
 
 /// Judge the pods looked up for `checks`.

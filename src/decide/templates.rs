@@ -20,7 +20,7 @@
 //!   selector's `matchLabels` over them, and its annotations;
 //! - ephemeral and DRA claims: the template's labels and annotations.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::admission::{ObjectHead, PodSpecAt, Template, TemplatePath};
 use crate::decide::denial::Denial;
@@ -79,7 +79,7 @@ pub(super) fn complete(
 ) -> Result<Vec<String>, Denial> {
     let mutate = webhook.mutates();
     let old_templates = old.map(ObjectHead::templates).unwrap_or_default();
-    let was = OldTemplates::new(&old_templates);
+    let was = OldTemplates::new(&old_templates, labels);
     let mut declared = Vec::new();
     let templates = head.templates();
     check_defaulted_job_labels(&templates, &old_templates, at, owner, labels)?;
@@ -87,15 +87,13 @@ pub(super) fn complete(
         let Some(value) = template.label(&labels.pod) else {
             continue;
         };
-        let befores = was.of(template);
-        let unchanged = befores
-            .iter()
-            .any(|before| owner_keys(before, labels) == owner_keys(template, labels));
+        let same = was.of(template);
+        let unchanged = same.is_some_and(|same| same.keys.contains(&owner_keys(template, labels)));
         if unchanged {
             continue;
         }
         check(template, value, at, owner, labels)?;
-        let before = befores.first().copied();
+        let before = same.map(|same| same.first);
         let uid_left_out = before.is_some_and(|before| {
             let (pod, uid, name) = owner_keys(before, labels);
             let (pod_now, uid_now, name_now) = owner_keys(template, labels);
@@ -151,41 +149,68 @@ fn owner_keys<'t>(
     )
 }
 
+/// A template's owner keys, as [`owner_keys`] reads them.
+type OwnerKeys<'t> = (Option<&'t str>, Option<&'t str>, Option<&'t str>);
+
 /// The old object's templates, found as [`Template::is`] finds them but
 /// by a map instead of a scan: an object may carry thousands of claim
-/// templates, and a scan of the old ones for each new one would make a
-/// review's time the square of that.
+/// templates, under one name or many, and a scan of the old ones for each
+/// new one would make a review's time the square of that.
 struct OldTemplates<'t> {
-    /// Templates in document order by their path.
-    by_path: HashMap<TemplatePath, Vec<&'t Template>>,
+    /// Templates by their path.
+    by_path: HashMap<TemplatePath, Same<'t>>,
     /// Templates of a list that have a key, by the list's kind (`None`: a
     /// StatefulSet's claim templates; a pod spec's ephemeral volumes) and
     /// the key.
-    by_key: HashMap<(Option<PodSpecAt>, &'t str), Vec<&'t Template>>,
+    by_key: HashMap<(Option<PodSpecAt>, &'t str), Same<'t>>,
+}
+
+/// The old templates that one new template is: the first of them in
+/// document order, and the owner keys any of them had.
+struct Same<'t> {
+    first: &'t Template,
+    keys: HashSet<OwnerKeys<'t>>,
+}
+
+impl<'t> Same<'t> {
+    /// `template` added to the templates of `key`.
+    fn add<K: Eq + std::hash::Hash>(
+        map: &mut HashMap<K, Self>,
+        key: K,
+        template: &'t Template,
+        labels: &OwnerLabels,
+    ) {
+        map.entry(key)
+            .or_insert_with(|| Same {
+                first: template,
+                keys: HashSet::new(),
+            })
+            .keys
+            .insert(owner_keys(template, labels));
+    }
 }
 
 impl<'t> OldTemplates<'t> {
-    fn new(templates: &'t [Template]) -> Self {
-        let mut by_path: HashMap<_, Vec<_>> = HashMap::new();
-        let mut by_key: HashMap<_, Vec<_>> = HashMap::new();
+    fn new(templates: &'t [Template], labels: &OwnerLabels) -> Self {
+        let mut by_path = HashMap::new();
+        let mut by_key = HashMap::new();
         for template in templates {
-            by_path.entry(template.path).or_default().push(template);
+            Same::add(&mut by_path, template.path, template, labels);
             if let (Some(list), Some(key)) = (list_of(template.path), template.key.as_deref()) {
-                by_key.entry((list, key)).or_default().push(template);
+                Same::add(&mut by_key, (list, key), template, labels);
             }
         }
         Self { by_path, by_key }
     }
 
-    /// Every old template that `template` is ([`Template::is`]), in
-    /// document order. (One lifetime for both borrows: the map's keys
-    /// borrow as long as the key looked up.)
-    fn of<'a>(&'a self, template: &'a Template) -> &'a [&'t Template] {
-        let found = match (list_of(template.path), template.key.as_deref()) {
+    /// The old templates that `template` is ([`Template::is`]). (One
+    /// lifetime for both borrows: the map's keys borrow as long as the key
+    /// looked up.)
+    fn of<'a>(&'a self, template: &'a Template) -> Option<&'a Same<'t>> {
+        match (list_of(template.path), template.key.as_deref()) {
             (Some(list), Some(key)) => self.by_key.get(&(list, key)),
             _ => self.by_path.get(&template.path),
-        };
-        found.map_or(&[], Vec::as_slice)
+        }
     }
 }
 
@@ -342,31 +367,50 @@ mod tests {
             (at, 0..4usize).prop_map(|(at, i)| TemplatePath::EphemeralVolume(at, i)),
         ];
         let key = proptest::option::of(prop_oneof![Just("a"), Just("b"), Just("c")]);
-        (path, key).prop_map(|(path, key)| Template {
-            path,
-            meta: TemplateMeta::default(),
-            added_labels: Default::default(),
-            key: key.map(str::to_string),
+        // The owner label (a name, `Self` or none) and the uid label.
+        let owner = proptest::option::of(prop_oneof![Just("w-1"), Just("w-2"), Just("Self")]);
+        let uid = proptest::option::of(prop_oneof![Just("u-1"), Just("u-2")]);
+        (path, key, owner, uid).prop_map(|(path, key, owner, uid)| {
+            let labels = OwnerLabels::default();
+            let mut map = std::collections::BTreeMap::new();
+            map.extend(owner.map(|v| (labels.pod.clone(), v.to_string())));
+            map.extend(uid.map(|v| (labels.uid.clone(), v.to_string())));
+            Template {
+                path,
+                meta: TemplateMeta {
+                    labels: Some(map),
+                    annotations: None,
+                },
+                added_labels: Default::default(),
+                key: key.map(str::to_string),
+            }
         })
     }
 
     proptest! {
-        /// The map finds exactly what `Template::is` finds, in order.
+        /// The map finds what `Template::is` finds: the first old template
+        /// a new one is, and whether any of them had its owner keys.
         #[test]
         fn old_templates_finds_what_is_finds(
             old in proptest::collection::vec(template(), 0..12),
             new in proptest::collection::vec(template(), 0..12),
         ) {
-            let was = OldTemplates::new(&old);
+            let labels = OwnerLabels::default();
+            let was = OldTemplates::new(&old, &labels);
             for template in &new {
-                let found: Vec<*const Template> =
-                    was.of(template).iter().map(|t| *t as *const Template).collect();
-                let scanned: Vec<*const Template> = old
+                let same = was.of(template);
+                let first = same.map(|same| same.first as *const Template);
+                let scanned = old
                     .iter()
-                    .filter(|before| template.is(before))
-                    .map(|t| t as *const Template)
-                    .collect();
-                prop_assert_eq!(found, scanned, "{:?}", template);
+                    .find(|before| template.is(before))
+                    .map(|t| t as *const Template);
+                prop_assert_eq!(first, scanned, "{:?}", template);
+                let unchanged = same
+                    .is_some_and(|same| same.keys.contains(&owner_keys(template, &labels)));
+                let any = old.iter().any(|before| {
+                    template.is(before) && owner_keys(before, &labels) == owner_keys(template, &labels)
+                });
+                prop_assert_eq!(unchanged, any, "{:?}", template);
             }
         }
     }

@@ -1429,6 +1429,12 @@ fn every_denial_names_object_namespace_owner_and_fix() {
             count: 40,
             limit: 32,
         },
+        Denial::TooManyEntries {
+            at: at.clone(),
+            owner: Some(owner.clone()),
+            field: "metadata.ownerReferences".into(),
+            limit: 10_000,
+        },
         Denial::TemplateOwnerMismatch {
             at: at.clone(),
             owner: owner.clone(),
@@ -1524,6 +1530,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::ContradictingReference { .. }
         | Denial::ConflictingUid { .. }
         | Denial::TooManyReferences { .. }
+        | Denial::TooManyEntries { .. }
         | Denial::TemplateOwnerMismatch { .. }
         | Denial::TemplateUidUnknown { .. }
         | Denial::OwnerLabelChanged { .. }
@@ -1538,7 +1545,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::OwnerLabelOmitted { .. } => true,
         Denial::ClusterScoped { .. } => false,
     };
-    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 37);
+    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 38);
     for denial in denials {
         let message = denial.to_string();
         assert!(message.contains("Job 'step-7'"), "no object: {message}");
@@ -2536,6 +2543,91 @@ fn rule_12_thousands_of_claim_templates_are_completed_and_restored() {
         labels_of(&patched(&replaced, &allowed)),
         vec![uid_label; CLAIMS]
     );
+}
+
+#[test]
+fn rule_10_a_list_past_the_bound_is_refused_400_and_not_kept_whole() {
+    use crate::admission::{MAX_LIST_ENTRIES, MAX_REFERENCES};
+    // An unvalidated object's ownerReferences: {} entries, a Pod reference
+    // to a pod that is gone past the bound. Its entries past the bound are
+    // not kept, so the review is refused, by every webhook, labelled or not.
+    let mut references = vec![json!({}); MAX_REFERENCES + 50];
+    references.push(pod_reference("gone", "uid-gone", Some(false)));
+    let unlabelled = object(json!({}), Some(json!(references)));
+    let (req, _) = request("CREATE", unlabelled, None);
+    assert_eq!(
+        req.object
+            .as_ref()
+            .unwrap()
+            .metadata
+            .owner_references
+            .as_ref()
+            .unwrap()
+            .len(),
+        MAX_REFERENCES + 1
+    );
+    for webhook in [
+        WebhookKind::Mutate,
+        WebhookKind::Validate,
+        WebhookKind::ValidateAll,
+    ] {
+        let err = run(&req, webhook, &Policy::default(), HashMap::new()).unwrap_err();
+        assert_eq!(err.code(), 400, "{webhook:?}: {err}");
+        assert_eq!(err.rule(), "too-many-entries");
+        assert!(
+            err.to_string()
+                .contains("metadata.ownerReferences holds more than 131072 entries"),
+            "{err}"
+        );
+    }
+    // At the bound: judged as any other.
+    let at_bound = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!(vec![
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "u"});
+            MAX_LIST_ENTRIES
+        ])),
+    );
+    let (req, _) = request("CREATE", at_bound, None);
+    mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
+
+    // A pod template's volumes, and an UPDATE whose old object had too
+    // many claim templates.
+    let mut job = job(json!({"app": "a"}));
+    job["spec"]["template"]["spec"] = json!({"volumes": vec![json!(0); MAX_LIST_ENTRIES + 1]});
+    let (req, _) = request("CREATE", job, None);
+    let err = mutate(&req, HashMap::new()).unwrap_err();
+    assert!(
+        err.to_string().contains("spec.template.spec.volumes"),
+        "{err}"
+    );
+    let set = |claims: usize| {
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "db", "namespace": NS, "labels": owner_labels("w-1", "uid-1")},
+            "spec": {"volumeClaimTemplates": vec![json!({}); claims]}})
+    };
+    let (req, _) = request("UPDATE", set(1), Some(set(MAX_LIST_ENTRIES + 1)));
+    let err = mutate(&req, HashMap::new()).unwrap_err();
+    assert!(
+        err.to_string().contains("spec.volumeClaimTemplates"),
+        "{err}"
+    );
+
+    // The collector's UPDATE that removes the reference of an object
+    // stored with that many claim templates is not refused: its sync
+    // must never stall.
+    let stored = |references: Value| {
+        let mut set = set(MAX_LIST_ENTRIES + 1);
+        set["metadata"]["ownerReferences"] = references;
+        set
+    };
+    let (_, review) = request(
+        "UPDATE",
+        stored(json!([])),
+        Some(stored(json!([pod_reference("w-1", "uid-1", Some(false))]))),
+    );
+    let req = as_user(review, GARBAGE_COLLECTOR);
+    mutate(&req, HashMap::new()).unwrap();
 }
 
 #[test]

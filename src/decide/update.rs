@@ -390,12 +390,16 @@ pub(super) fn plan<'a>(
                 .map(|(index, _)| index),
         )
         .collect();
+    // By tuple, as a set: a scan of the old references for each new one
+    // would be quadratic in an old object's references (uncapped when
+    // they are unchanged).
+    let old_blocking: HashSet<(&str, &str, &str, &str)> = old_references
+        .iter()
+        .filter(|before| before.block_owner_deletion == Some(true))
+        .map(tuple)
+        .collect();
     for (index, reference) in new_references.iter().enumerate() {
-        let was_blocking = || {
-            old_references.iter().any(|before| {
-                tuple(before) == tuple(reference) && before.block_owner_deletion == Some(true)
-            })
-        };
+        let was_blocking = || old_blocking.contains(&tuple(reference));
         if reference.means_pod()
             && reference.block_owner_deletion == Some(true)
             && !handled.contains(&index)

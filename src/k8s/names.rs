@@ -81,10 +81,24 @@ pub fn reads_as(text: &str, word: &str) -> bool {
 /// Whether a person reads `text` as any of `words`: [`reads_as`], with
 /// `text` read once.
 pub fn reads_as_any(text: &str, words: &[&str]) -> bool {
+    reads_as_one_of(text, &readings(words))
+}
+
+/// How `words` read ([`reads_as`]), to compare many texts with them
+/// through [`reads_as_one_of`] without reading the words again each time.
+pub fn readings(words: &[&str]) -> Vec<String> {
     // The skeleton of each word asked here is the word itself; reading it
     // the same way keeps the comparison right for any other.
-    let targets: Vec<String> = words.iter().map(|word| read(word, true)).collect();
-    let matches = |reading: String| targets.contains(&reading);
+    words.iter().map(|word| read(word, true)).collect()
+}
+
+/// Whether `text` reads as one of the `readings` of [`readings`].
+pub fn reads_as_one_of(text: &str, readings: &[String]) -> bool {
+    if text.is_empty() {
+        // Reads as nothing, which no word does.
+        return readings.iter().any(String::is_empty);
+    }
+    let matches = |reading: String| readings.contains(&reading);
     matches(read(text, true)) || matches(read(text, false))
 }
 

@@ -337,6 +337,7 @@ fn state_of(denial: &Denial, referenced: bool) -> State {
         | Denial::MalformedReference { .. }
         | Denial::InvalidReferenceName { .. }
         | Denial::TooManyReferences { .. }
+        | Denial::TooManyEntries { .. }
         | Denial::TemplateOwnerMismatch { .. }
         | Denial::TemplateUidUnknown { .. } => State::Malformed,
         // Not made for a CREATE decided from the pods listed (the requester
