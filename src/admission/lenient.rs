@@ -223,10 +223,19 @@ where
 /// near it.
 pub const MAX_LIST_ENTRIES: usize = 10_000;
 
+/// The most volumes a pod template may give the pods made from it, its
+/// StatefulSet's claim templates counted (each becomes a volume of every
+/// pod): 2,000 under [`MAX_LIST_ENTRIES`], room for the volumes admission
+/// adds to a pod a controller makes, so that no workload admitted makes
+/// pods that are refused.
+pub const MAX_TEMPLATE_VOLUMES: usize = 8_000;
+
 /// The most `ownerReferences` ownerguard reads of an object: more than
-/// etcd's 1.5 MiB can hold of the smallest valid ones (about 14 bytes each
-/// in protobuf: some 110,000), so no stored object is refused, and the
-/// most a review's references can take is about 14 MB.
+/// etcd's default request limit of 1.5 MiB can hold of the smallest valid
+/// ones (about 14 bytes each in protobuf: some 110,000), and the most a
+/// review's references can take is about 14 MB. A store with a larger
+/// limit could hold an object with more: its updates are refused (but for
+/// the collector's removals).
 pub const MAX_REFERENCES: usize = 131_072;
 
 /// [`capped_list`] of [`MAX_REFERENCES`] entries.

@@ -18,7 +18,7 @@ mod text;
 pub mod write;
 
 pub use error::DecodeError;
-pub use lenient::{MAX_LIST_ENTRIES, MAX_REFERENCES};
+pub use lenient::{MAX_LIST_ENTRIES, MAX_REFERENCES, MAX_TEMPLATE_VOLUMES};
 pub use object::{ObjectHead, ObjectMeta, OwnerReference};
 pub use response::{AdmissionResponse, Status};
 pub use template::{PodSpecAt, Template, TemplateMeta, TemplatePath};

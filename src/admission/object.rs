@@ -8,7 +8,8 @@ use serde::Deserialize;
 
 use super::Text;
 use super::lenient::{
-    MAX_LIST_ENTRIES, MAX_REFERENCES, Shaped, capped_references, lenient, null_as_default, strings,
+    MAX_LIST_ENTRIES, MAX_REFERENCES, MAX_TEMPLATE_VOLUMES, Shaped, capped_references, lenient,
+    null_as_default, strings,
 };
 use super::template::{PodSpecAt, SpecHead, Template, TemplateHead, TemplatePath};
 use crate::k8s::names::{is_core_v1, readings, reads_as_one_of};
@@ -29,43 +30,56 @@ pub struct ObjectHead<'a> {
 }
 
 impl ObjectHead<'_> {
-    /// The field of the first list ownerguard reads that holds more
-    /// entries than it keeps ([`MAX_REFERENCES`], [`MAX_LIST_ENTRIES`]),
-    /// and that bound: the review is refused, since what is past the bound
-    /// was not kept, so not judged.
-    pub fn overlong_list(&self) -> Option<(&'static str, usize)> {
-        let over = |len: Option<usize>| len.is_some_and(|len| len > MAX_LIST_ENTRIES);
+    /// `metadata.ownerReferences` and its bound, when the object holds
+    /// more references than ownerguard keeps ([`MAX_REFERENCES`]): the
+    /// review is refused, since what is past the bound was not kept, so
+    /// not judged.
+    pub fn overlong_references(&self) -> Option<(&'static str, usize)> {
         let references = self.metadata.owner_references.as_ref().map_or(0, Vec::len);
-        if references > MAX_REFERENCES {
-            return Some(("metadata.ownerReferences", MAX_REFERENCES));
-        }
+        (references > MAX_REFERENCES).then_some(("metadata.ownerReferences", MAX_REFERENCES))
+    }
+
+    /// The first list of volumes or claim templates past its bound, and
+    /// that bound: a pod spec's own `volumes` past [`MAX_LIST_ENTRIES`]; a
+    /// pod template's volumes with a StatefulSet's claim templates (each
+    /// becomes a volume of the pods made) past [`MAX_TEMPLATE_VOLUMES`],
+    /// which leaves room for what admission adds to the pods a controller
+    /// makes (the service account's volume, an injector's), so that no
+    /// workload admitted makes pods that are refused.
+    pub fn overlong_volumes(&self) -> Option<(&'static str, usize)> {
         let spec = self.spec.as_ref()?;
-        let pod = spec.template.as_ref();
-        let pod_of_job = spec
-            .job_template
-            .as_ref()
-            .and_then(|j| j.spec.as_ref())
-            .and_then(|s| s.template.as_ref());
+        let len = |list: Option<usize>| list.unwrap_or(0);
         let volumes_of = |t: Option<&TemplateHead>| {
             t.and_then(|t| t.spec.as_ref())
                 .and_then(|s| s.volumes.as_ref())
                 .map(Vec::len)
         };
+        let pod_of_job = spec
+            .job_template
+            .as_ref()
+            .and_then(|j| j.spec.as_ref())
+            .and_then(|s| s.template.as_ref());
         [
             (
-                "spec.volumeClaimTemplates",
-                spec.volume_claim_templates.as_ref().map(Vec::len),
+                "spec.volumes",
+                len(spec.volumes.as_ref().map(Vec::len)),
+                MAX_LIST_ENTRIES,
             ),
-            ("spec.volumes", spec.volumes.as_ref().map(Vec::len)),
-            ("spec.template.spec.volumes", volumes_of(pod)),
+            (
+                "spec.template.spec.volumes with spec.volumeClaimTemplates",
+                len(volumes_of(spec.template.as_ref()))
+                    + len(spec.volume_claim_templates.as_ref().map(Vec::len)),
+                MAX_TEMPLATE_VOLUMES,
+            ),
             (
                 "spec.jobTemplate.spec.template.spec.volumes",
-                volumes_of(pod_of_job),
+                len(volumes_of(pod_of_job)),
+                MAX_TEMPLATE_VOLUMES,
             ),
         ]
         .into_iter()
-        .find(|(_, len)| over(*len))
-        .map(|(field, _)| (field, MAX_LIST_ENTRIES))
+        .find(|(_, len, bound)| len > bound)
+        .map(|(field, _, bound)| (field, bound))
     }
 
     /// Every template the object carries (SPEC §3 rule 12), with where it

@@ -383,8 +383,8 @@ pub enum Denial {
     /// unjudged.
     #[error(
         "{at}: its {field} holds more than {limit} entries, more than ownerguard reads of one object \
-         (its owner pod: {}): no object Kubernetes makes comes near that, so remove the entries it \
-         does not need", OwnerShown(.owner)
+         (its owner pod: {}): remove the entries it does not need, or split it into several \
+         objects", OwnerShown(.owner)
     )]
     TooManyEntries {
         at: Subject,

@@ -165,13 +165,12 @@ pub fn plan<'a>(
     webhook: WebhookKind,
     policy: &Policy,
 ) -> Result<Option<Checks<'a>>, Denial> {
-    // The collector's own UPDATE is never refused (rules 14 and 16): an
-    // object stored with more volumes than the bound must still lose its
-    // references (no stored object has more references than theirs).
-    let collector =
-        request.operation == Operation::Update && is_garbage_collector(&request.user_info.username);
-    if matches!(request.operation, Operation::Create | Operation::Update) && !collector {
-        refuse_overlong_lists(request, &policy.labels)?;
+    // The collector's removals are never refused (rules 14 and 16): an
+    // object stored past a bound must still lose its references.
+    if matches!(request.operation, Operation::Create | Operation::Update)
+        && !ownership::is_collectors_removal(request, &policy.labels)
+    {
+        refuse_overlong_lists(request, webhook, &policy.labels)?;
     }
     let planned = match request.operation {
         Operation::Create => create::plan(request, webhook, policy)?,
@@ -194,16 +193,37 @@ pub fn plan<'a>(
     Ok(Some(checks))
 }
 
-/// A list past its bound ([`ObjectHead::overlong_list`]) in the object or
-/// the old one: only that many entries were kept, so the rest cannot be
-/// judged (400, before anything else).
-fn refuse_overlong_lists(request: &AdmissionRequest, labels: &OwnerLabels) -> Result<(), Denial> {
+/// A list past its bound: only that many entries were kept, so the rest
+/// cannot be judged (400, before anything else). The references of the
+/// object and of the old one, for every webhook: each judges references.
+/// The volumes and claim templates of the object, only where its templates
+/// are judged (an owner label on the object or the old one, not on
+/// `/validate-all`); an old object's are not bounded, so that one stored
+/// with more can still be shrunk (a template whose old self was not kept
+/// is judged as new).
+fn refuse_overlong_lists(
+    request: &AdmissionRequest,
+    webhook: WebhookKind,
+    labels: &OwnerLabels,
+) -> Result<(), Denial> {
     let heads = [request.object.as_ref(), request.old_object.as_ref()];
-    let Some((field, limit)) = heads
+    let labelled = heads
         .into_iter()
         .flatten()
-        .find_map(ObjectHead::overlong_list)
-    else {
+        .any(|head| label(&head.metadata, &labels.pod).is_some());
+    let templates_judged = labelled && webhook != WebhookKind::ValidateAll;
+    let over = heads
+        .into_iter()
+        .flatten()
+        .find_map(ObjectHead::overlong_references)
+        .or_else(|| {
+            request
+                .object
+                .as_ref()
+                .filter(|_| templates_judged)
+                .and_then(ObjectHead::overlong_volumes)
+        });
+    let Some((field, limit)) = over else {
         return Ok(());
     };
     let owner = heads

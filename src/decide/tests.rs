@@ -2547,7 +2547,7 @@ fn rule_12_thousands_of_claim_templates_are_completed_and_restored() {
 
 #[test]
 fn rule_10_a_list_past_the_bound_is_refused_400_and_not_kept_whole() {
-    use crate::admission::{MAX_LIST_ENTRIES, MAX_REFERENCES};
+    use crate::admission::{MAX_LIST_ENTRIES, MAX_REFERENCES, MAX_TEMPLATE_VOLUMES};
     // An unvalidated object's ownerReferences: {} entries, a Pod reference
     // to a pod that is gone past the bound. Its entries past the bound are
     // not kept, so the review is refused, by every webhook, labelled or not.
@@ -2591,41 +2591,83 @@ fn rule_10_a_list_past_the_bound_is_refused_400_and_not_kept_whole() {
     let (req, _) = request("CREATE", at_bound, None);
     mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
 
-    // A pod template's volumes, and an UPDATE whose old object had too
-    // many claim templates.
+    // A pod template's volumes (a labelled Job), past the bound of what a
+    // template may give its pods.
     let mut job = job(json!({"app": "a"}));
-    job["spec"]["template"]["spec"] = json!({"volumes": vec![json!(0); MAX_LIST_ENTRIES + 1]});
+    job["spec"]["template"]["spec"] = json!({"volumes": vec![json!(0); MAX_TEMPLATE_VOLUMES + 1]});
     let (req, _) = request("CREATE", job, None);
     let err = mutate(&req, HashMap::new()).unwrap_err();
     assert!(
         err.to_string().contains("spec.template.spec.volumes"),
         "{err}"
     );
-    let set = |claims: usize| {
+    // A StatefulSet's pods get a volume a claim template besides the
+    // template's: the two count together, under the pod's own bound, so
+    // that its pods (with what admission adds) are never refused.
+    let set = |volumes: usize, claims: usize| {
         json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": {"name": "db", "namespace": NS, "labels": owner_labels("w-1", "uid-1")},
-            "spec": {"volumeClaimTemplates": vec![json!({}); claims]}})
+        "metadata": {"name": "db", "namespace": NS, "labels": owner_labels("w-1", "uid-1")},
+        "spec": {
+            "template": {"spec": {"volumes": vec![json!({"name": "v", "emptyDir": {}}); volumes]}},
+            "volumeClaimTemplates": vec![json!({}); claims],
+        }})
     };
-    let (req, _) = request("UPDATE", set(1), Some(set(MAX_LIST_ENTRIES + 1)));
+    let (req, _) = request("CREATE", set(4_000, 4_001), None);
     let err = mutate(&req, HashMap::new()).unwrap_err();
     assert!(
-        err.to_string().contains("spec.volumeClaimTemplates"),
+        err.to_string().contains(
+            "spec.template.spec.volumes with spec.volumeClaimTemplates holds more than 8000"
+        ),
+        "{err}"
+    );
+    // A pod's own volumes: the pod's bound.
+    let pod = |volumes: usize| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "agent-1", "namespace": NS, "labels": owner_labels("w-1", "uid-1")},
+            "spec": {"volumes": vec![json!({"name": "v", "emptyDir": {}}); volumes]}})
+    };
+    let (req, _) = request("CREATE", pod(MAX_LIST_ENTRIES), None);
+    mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
+    let (req, _) = request("CREATE", pod(MAX_LIST_ENTRIES + 1), None);
+    let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("spec.volumes holds more than 10000"),
         "{err}"
     );
 
-    // The collector's UPDATE that removes the reference of an object
-    // stored with that many claim templates is not refused: its sync
-    // must never stall.
-    let stored = |references: Value| {
-        let mut set = set(MAX_LIST_ENTRIES + 1);
-        set["metadata"]["ownerReferences"] = references;
-        set
-    };
-    let (_, review) = request(
-        "UPDATE",
-        stored(json!([])),
-        Some(stored(json!([pod_reference("w-1", "uid-1", Some(false))]))),
-    );
+    // Not where templates are not judged: an unlabelled pod's Pod
+    // reference on /validate-all is judged as the collector resolves it.
+    let mut unlabelled = pod(MAX_LIST_ENTRIES + 1);
+    unlabelled["metadata"]["labels"] = json!({});
+    unlabelled["metadata"]["ownerReferences"] = json!([pod_reference("w-1", "uid-1", Some(false))]);
+    let (req, _) = request("CREATE", unlabelled, None);
+    run(
+        &req,
+        WebhookKind::ValidateAll,
+        &Policy::default(),
+        running(&[("w-1", "uid-1")]),
+    )
+    .unwrap();
+    // Nor the old object's volumes: one stored with more may be shrunk.
+    let mut stored = set(0, MAX_LIST_ENTRIES + 1);
+    stored["metadata"]["ownerReferences"] = json!([pod_reference("w-1", "uid-1", Some(false))]);
+    let mut shrunk = set(0, 1);
+    shrunk["metadata"]["ownerReferences"] = stored["metadata"]["ownerReferences"].clone();
+    let (req, _) = request("UPDATE", shrunk, Some(stored.clone()));
+    if let Err(err) = mutate(&req, running(&[("w-1", "uid-1")])) {
+        assert_ne!(err.rule(), "too-many-entries", "{err}");
+    }
+    // Nor the collector's removal of the reference of an object stored
+    // with more: its sync must never stall.
+    let mut bare = stored.clone();
+    bare["metadata"]["ownerReferences"] = json!([]);
+    stored["spec"]["template"]["spec"]["volumes"] = json!(vec![
+        json!({"name": "v", "emptyDir": {}});
+        MAX_LIST_ENTRIES + 1
+    ]);
+    bare["spec"] = stored["spec"].clone();
+    let (_, review) = request("UPDATE", bare, Some(stored));
     let req = as_user(review, GARBAGE_COLLECTOR);
     mutate(&req, HashMap::new()).unwrap();
 }

@@ -51,6 +51,10 @@ pub fn result_label(response: &AdmissionResponse) -> &'static str {
 /// the longest any object name can be once the API server validates it.
 const NAME_MAX: usize = 253;
 
+/// The longest owner logged whole: `namespace/name/uid` of valid ones
+/// (63, 253 and 36 bytes) with room to spare.
+const OWNER_MAX: usize = 512;
+
 /// The longest detail logged whole: a refusal, or the refusals a mode
 /// softened, each a sentence with its names cut to 64 characters.
 const DETAIL_MAX: usize = 16 * 1024;
@@ -78,7 +82,8 @@ fn log_decision(
     let object = decide::object_name(request);
     // The name and the owner reach `/mutate` before the API server
     // validates them: a 3 MiB name would make a line of up to 18 MiB
-    // (escaped), held in the log's queue. Any valid one is logged whole.
+    // (escaped), held in the log's queue. Any valid one is logged whole
+    // (the owner is `namespace/name/uid`).
     let name = bounded(&object.name, NAME_MAX);
     let name = if object.generated {
         format!("{name}*")
@@ -89,7 +94,7 @@ fn log_decision(
         .audit_annotations
         .get("owner")
         .map_or("", String::as_str);
-    let owner = bounded(owner, NAME_MAX);
+    let owner = bounded(owner, OWNER_MAX);
     // `detail`, not `message`: tracing's JSON writes the event's own text
     // under `message`, and a second key of that name would hide it.
     // A warned decision's detail is what enforce would have refused.
