@@ -311,7 +311,43 @@ pub fn respond_in_mode(
             response.warnings = warnings;
         }
     }
+    response.warnings = within_warning_budget(std::mem::take(&mut response.warnings));
     response
+}
+
+/// The most characters of warnings the API server passes on for a
+/// request (`truncateAtTotalRunes`, k8s.io/apiserver
+/// pkg/endpoints/filters/warning.go): past it, it cuts every warning to 256
+/// characters and logs an error.
+pub const WARNING_BUDGET: usize = 4 * 1024;
+
+/// `warnings` kept in order while they fit in [`WARNING_BUDGET`], the
+/// last one kept saying how many more were left out: an update of an
+/// object with thousands of blocking references, or a refusal naming a
+/// long name in `warn`, would otherwise answer megabytes that the API
+/// server throws away.
+pub fn within_warning_budget(mut warnings: Vec<String>) -> Vec<String> {
+    let total: usize = warnings.iter().map(|w| w.chars().count()).sum();
+    if total <= WARNING_BUDGET {
+        return warnings;
+    }
+    let note = |left_out: usize| {
+        format!("ownerguard: {left_out} more warnings left out (the API server keeps 4 KiB)")
+    };
+    // Room for the note, whatever the count it says.
+    let room = WARNING_BUDGET - note(warnings.len()).chars().count();
+    let mut used = 0;
+    let kept = warnings
+        .iter()
+        .take_while(|w| {
+            used += w.chars().count();
+            used <= room
+        })
+        .count();
+    let left_out = warnings.len() - kept;
+    warnings.truncate(kept);
+    warnings.push(note(left_out));
+    warnings
 }
 
 /// `text` as warnings of at most 119 characters each, cut between words
@@ -382,5 +418,47 @@ pub fn respond(
             }),
             ..Default::default()
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chars(warnings: &[String]) -> usize {
+        warnings.iter().map(|w| w.chars().count()).sum()
+    }
+
+    #[test]
+    fn warnings_within_the_budget_are_answered_whole() {
+        let warnings = vec!["a".repeat(119); WARNING_BUDGET / 119];
+        assert_eq!(within_warning_budget(warnings.clone()), warnings);
+    }
+
+    #[test]
+    fn warnings_past_the_budget_end_with_how_many_were_left_out() {
+        // An update unblocking a thousand references, each a warning.
+        let allowed = Allowed {
+            warnings: (0..1000)
+                .map(|i| format!("ownerReference #{i} to pod 'w-{i}' had blockOwnerDeletion: true; set to false ({})", "é".repeat(40)))
+                .collect(),
+            ..Allowed::default()
+        };
+        let all = allowed.warnings.clone();
+        let response = respond_in_mode("u", Ok(allowed), WebhookKind::Mutate, Mode::Enforce, &[]);
+        let warnings = response.warnings;
+        assert!(chars(&warnings) <= WARNING_BUDGET, "{}", chars(&warnings));
+        let kept = warnings.len() - 1;
+        assert!(kept > 10, "{kept}");
+        assert_eq!(warnings[..kept], all[..kept]);
+        assert_eq!(
+            warnings[kept],
+            format!(
+                "ownerguard: {} more warnings left out (the API server keeps 4 KiB)",
+                1000 - kept
+            )
+        );
+        // Once within it, kept as it is.
+        assert_eq!(within_warning_budget(warnings.clone()), warnings);
     }
 }
