@@ -315,24 +315,31 @@ pub fn respond_in_mode(
     response
 }
 
-/// The most characters of warnings the API server passes on for a
-/// request (`truncateAtTotalRunes`, k8s.io/apiserver
-/// pkg/endpoints/filters/warning.go): past it, it cuts every warning to 256
-/// characters and logs an error.
-pub const WARNING_BUDGET: usize = 4 * 1024;
+/// The most characters of warnings one answer carries: half of the 4 KiB
+/// the API server passes on for a whole request (`truncateAtTotalRunes`,
+/// k8s.io/apiserver pkg/endpoints/filters/warning.go), which every webhook
+/// and admission plugin of the request shares; past those 4 KiB it drops
+/// the warnings that follow and logs an error.
+pub const WARNING_BUDGET: usize = 2 * 1024;
 
-/// `warnings` kept in order while they fit in [`WARNING_BUDGET`], the
-/// last one kept saying how many more were left out: an update of an
-/// object with thousands of blocking references, or a refusal naming a
-/// long name in `warn`, would otherwise answer megabytes that the API
-/// server throws away.
-pub fn within_warning_budget(mut warnings: Vec<String>) -> Vec<String> {
+/// `warnings` without repeats (the API server drops them too), kept in
+/// order while they fit in [`WARNING_BUDGET`], the last one kept saying
+/// how many more were left out: an update of an object with thousands of
+/// blocking references would otherwise answer megabytes of warnings that
+/// the API server throws away, and crowd out the other webhooks'.
+pub fn within_warning_budget(warnings: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut warnings: Vec<String> = warnings
+        .into_iter()
+        .filter(|w| seen.insert(w.clone()))
+        .collect();
     let total: usize = warnings.iter().map(|w| w.chars().count()).sum();
     if total <= WARNING_BUDGET {
         return warnings;
     }
     let note = |left_out: usize| {
-        format!("ownerguard: {left_out} more warnings left out (the API server keeps 4 KiB)")
+        let s = if left_out == 1 { "" } else { "s" };
+        format!("ownerguard: {left_out} more warning{s} left out (the API server keeps 4 KiB)")
     };
     // Room for the note, whatever the count it says.
     let room = WARNING_BUDGET - note(warnings.len()).chars().count();
@@ -431,8 +438,13 @@ mod tests {
 
     #[test]
     fn warnings_within_the_budget_are_answered_whole() {
-        let warnings = vec!["a".repeat(119); WARNING_BUDGET / 119];
+        let warnings: Vec<String> = (0..WARNING_BUDGET / 119)
+            .map(|i| format!("{i:03}{}", "a".repeat(116)))
+            .collect();
         assert_eq!(within_warning_budget(warnings.clone()), warnings);
+        // A repeat is said once, as the API server would.
+        let twice = vec!["same".to_string(), "other".to_string(), "same".to_string()];
+        assert_eq!(within_warning_budget(twice), ["same", "other"]);
     }
 
     #[test]

@@ -234,8 +234,9 @@ pub const MAX_TEMPLATE_VOLUMES: usize = 8_000;
 /// etcd's default request limit of 1.5 MiB can hold of the smallest valid
 /// ones (about 14 bytes each in protobuf: some 110,000), and the most a
 /// review's references can take is about 14 MB. A store with a larger
-/// limit could hold an object with more: its updates are refused (but for
-/// the collector's removals).
+/// limit could hold an object with more: its updates are refused, the
+/// collector's included (a removal cannot be told from an addition past
+/// the cut).
 pub const MAX_REFERENCES: usize = 131_072;
 
 /// [`capped_list`] of [`MAX_REFERENCES`] entries.
@@ -346,7 +347,7 @@ where
                 }
             }
             // One over the bound, kept so that the review is refused
-            // (`ObjectHead::overlong_list`); the rest is checked, not kept.
+            // (`ObjectHead::overlong_references`); the rest is checked, not kept.
             while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
             Ok(Some(entries))
         }

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::Text;
+#[cfg(doc)]
+use super::lenient::MAX_TEMPLATE_VOLUMES;
 use super::lenient::{
-    MAX_LIST_ENTRIES, MAX_REFERENCES, MAX_TEMPLATE_VOLUMES, Shaped, capped_references, lenient,
-    null_as_default, strings,
+    MAX_LIST_ENTRIES, MAX_REFERENCES, Shaped, capped_references, lenient, null_as_default, strings,
 };
 use super::template::{PodSpecAt, SpecHead, Template, TemplateHead, TemplatePath};
 use crate::k8s::names::{is_core_v1, readings, reads_as_one_of};
@@ -39,16 +40,58 @@ impl ObjectHead<'_> {
         (references > MAX_REFERENCES).then_some(("metadata.ownerReferences", MAX_REFERENCES))
     }
 
-    /// The first list of volumes or claim templates past its bound, and
-    /// that bound: a pod spec's own `volumes` past [`MAX_LIST_ENTRIES`]; a
-    /// pod template's volumes with a StatefulSet's claim templates (each
-    /// becomes a volume of the pods made) past [`MAX_TEMPLATE_VOLUMES`],
-    /// which leaves room for what admission adds to the pods a controller
-    /// makes (the service account's volume, an injector's), so that no
-    /// workload admitted makes pods that are refused.
-    pub fn overlong_volumes(&self) -> Option<(&'static str, usize)> {
+    /// The first list of volumes or claim templates that was cut at
+    /// [`MAX_LIST_ENTRIES`] (more entries than ownerguard keeps): what is
+    /// past the cut would go unjudged.
+    pub fn cut_volumes(&self) -> Option<&'static str> {
         let spec = self.spec.as_ref()?;
-        let len = |list: Option<usize>| list.unwrap_or(0);
+        let [template, job] = self.template_volume_lists();
+        [
+            ("spec.volumes", spec.volumes.as_ref().map(Vec::len)),
+            (
+                "spec.volumeClaimTemplates",
+                spec.volume_claim_templates.as_ref().map(Vec::len),
+            ),
+            ("spec.template.spec.volumes", template),
+            ("spec.jobTemplate.spec.template.spec.volumes", job),
+        ]
+        .into_iter()
+        .find(|(_, len)| len.is_some_and(|len| len > MAX_LIST_ENTRIES))
+        .map(|(field, _)| field)
+    }
+
+    /// How many volumes each pod template gives the pods made from it,
+    /// with the field it is read from: `spec.template`'s volumes with a
+    /// StatefulSet's claim templates (each becomes a volume of every pod),
+    /// and `spec.jobTemplate.spec.template`'s. Bounded by
+    /// [`MAX_TEMPLATE_VOLUMES`] where a person writes the template, so that
+    /// the pods a controller makes from it, with what admission adds to
+    /// them, stay under [`MAX_LIST_ENTRIES`].
+    pub fn template_volumes(&self) -> [(&'static str, usize); 2] {
+        let [template, job] = self.template_volume_lists();
+        let claims = self
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_claim_templates.as_ref())
+            .map_or(0, Vec::len);
+        [
+            (
+                "spec.template.spec.volumes with spec.volumeClaimTemplates",
+                template.unwrap_or(0) + claims,
+            ),
+            (
+                "spec.jobTemplate.spec.template.spec.volumes",
+                job.unwrap_or(0),
+            ),
+        ]
+    }
+
+    /// The lengths of the volume lists of `spec.template` and of
+    /// `spec.jobTemplate.spec.template`.
+    fn template_volume_lists(&self) -> [Option<usize>; 2] {
+        let Some(spec) = self.spec.as_ref() else {
+            return [None, None];
+        };
         let volumes_of = |t: Option<&TemplateHead>| {
             t.and_then(|t| t.spec.as_ref())
                 .and_then(|s| s.volumes.as_ref())
@@ -59,27 +102,7 @@ impl ObjectHead<'_> {
             .as_ref()
             .and_then(|j| j.spec.as_ref())
             .and_then(|s| s.template.as_ref());
-        [
-            (
-                "spec.volumes",
-                len(spec.volumes.as_ref().map(Vec::len)),
-                MAX_LIST_ENTRIES,
-            ),
-            (
-                "spec.template.spec.volumes with spec.volumeClaimTemplates",
-                len(volumes_of(spec.template.as_ref()))
-                    + len(spec.volume_claim_templates.as_ref().map(Vec::len)),
-                MAX_TEMPLATE_VOLUMES,
-            ),
-            (
-                "spec.jobTemplate.spec.template.spec.volumes",
-                len(volumes_of(pod_of_job)),
-                MAX_TEMPLATE_VOLUMES,
-            ),
-        ]
-        .into_iter()
-        .find(|(_, len, bound)| len > bound)
-        .map(|(field, _, bound)| (field, bound))
+        [volumes_of(spec.template.as_ref()), volumes_of(pod_of_job)]
     }
 
     /// Every template the object carries (SPEC §3 rule 12), with where it

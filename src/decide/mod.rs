@@ -165,12 +165,8 @@ pub fn plan<'a>(
     webhook: WebhookKind,
     policy: &Policy,
 ) -> Result<Option<Checks<'a>>, Denial> {
-    // The collector's removals are never refused (rules 14 and 16): an
-    // object stored past a bound must still lose its references.
-    if matches!(request.operation, Operation::Create | Operation::Update)
-        && !ownership::is_collectors_removal(request, &policy.labels)
-    {
-        refuse_overlong_lists(request, webhook, &policy.labels)?;
+    if matches!(request.operation, Operation::Create | Operation::Update) {
+        refuse_overlong_lists(request, &policy.labels)?;
     }
     let planned = match request.operation {
         Operation::Create => create::plan(request, webhook, policy)?,
@@ -193,36 +189,34 @@ pub fn plan<'a>(
     Ok(Some(checks))
 }
 
-/// A list past its bound: only that many entries were kept, so the rest
-/// cannot be judged (400, before anything else). The references of the
-/// object and of the old one, for every webhook: each judges references.
-/// The volumes and claim templates of the object, only where its templates
-/// are judged (an owner label on the object or the old one, not on
-/// `/validate-all`); an old object's are not bounded, so that one stored
-/// with more can still be shrunk (a template whose old self was not kept
-/// is judged as new).
-fn refuse_overlong_lists(
-    request: &AdmissionRequest,
-    webhook: WebhookKind,
-    labels: &OwnerLabels,
-) -> Result<(), Denial> {
+/// A list past its bound (SPEC §3 rule 10), 400 before anything else:
+///
+/// - `ownerReferences` cut at [`crate::admission::MAX_REFERENCES`], in
+///   the object or the old one, whoever asks: the rest cannot be judged,
+///   nor can a collector's removal be told from an addition past the cut
+///   (no object holds so many at etcd's default request limit);
+/// - then, but for the collector's removals (rules 14 and 16) and where
+///   templates are judged (the object carries the owner label), a list of
+///   volumes or claim templates of the object cut at
+///   [`crate::admission::MAX_LIST_ENTRIES`];
+/// - and a pod template giving its pods more than
+///   [`crate::admission::MAX_TEMPLATE_VOLUMES`], written by a person: on a
+///   CREATE, or an UPDATE that adds to them. A Kubernetes controller's
+///   requests (kube-system's service accounts, the controller manager) are
+///   never refused for it: they copy a template that was judged when it
+///   was written, or stored before this bound, and their sync must not
+///   stall.
+///
+/// An old object's volumes are not bounded, so that one stored with more
+/// can be shrunk (a template whose old self was not kept is judged as
+/// new).
+fn refuse_overlong_lists(request: &AdmissionRequest, labels: &OwnerLabels) -> Result<(), Denial> {
     let heads = [request.object.as_ref(), request.old_object.as_ref()];
-    let labelled = heads
-        .into_iter()
-        .flatten()
-        .any(|head| label(&head.metadata, &labels.pod).is_some());
-    let templates_judged = labelled && webhook != WebhookKind::ValidateAll;
     let over = heads
         .into_iter()
         .flatten()
         .find_map(ObjectHead::overlong_references)
-        .or_else(|| {
-            request
-                .object
-                .as_ref()
-                .filter(|_| templates_judged)
-                .and_then(ObjectHead::overlong_volumes)
-        });
+        .or_else(|| overlong_volumes(request, labels));
     let Some((field, limit)) = over else {
         return Ok(());
     };
@@ -241,6 +235,38 @@ fn refuse_overlong_lists(
         field: field.to_string(),
         limit,
     })
+}
+
+/// The volumes' part of [`refuse_overlong_lists`].
+fn overlong_volumes(
+    request: &AdmissionRequest,
+    labels: &OwnerLabels,
+) -> Option<(&'static str, usize)> {
+    let new = request.object.as_ref()?;
+    if label(&new.metadata, &labels.pod).is_none()
+        || ownership::is_collectors_removal(request, labels)
+    {
+        return None;
+    }
+    if let Some(field) = new.cut_volumes() {
+        return Some((field, crate::admission::MAX_LIST_ENTRIES));
+    }
+    let user = request.user_info.username.as_str();
+    if user.starts_with("system:serviceaccount:kube-system:") || user == CONTROLLER_MANAGER {
+        return None;
+    }
+    let before = request
+        .old_object
+        .as_ref()
+        .map(ObjectHead::template_volumes);
+    new.template_volumes()
+        .into_iter()
+        .enumerate()
+        .find(|&(i, (_, count))| {
+            count > crate::admission::MAX_TEMPLATE_VOLUMES
+                && before.is_none_or(|before| count > before[i].1)
+        })
+        .map(|(_, (field, _))| (field, crate::admission::MAX_TEMPLATE_VOLUMES))
 }
 
 /// Judge the pods looked up for `checks`.

@@ -2670,6 +2670,47 @@ fn rule_10_a_list_past_the_bound_is_refused_400_and_not_kept_whole() {
     let (_, review) = request("UPDATE", bare, Some(stored));
     let req = as_user(review, GARBAGE_COLLECTOR);
     mutate(&req, HashMap::new()).unwrap();
+
+    // A template stored with more volumes than a person may now write: a
+    // controller's update (a scale) and a person's that adds none pass;
+    // one that adds a volume is refused.
+    let mut replicas = set(MAX_TEMPLATE_VOLUMES + 500, 0);
+    replicas["kind"] = json!("ReplicaSet");
+    replicas["metadata"]["ownerReferences"] = json!([pod_reference("w-1", "uid-1", Some(false))]);
+    let mut scaled = replicas.clone();
+    scaled["spec"]["replicas"] = json!(3);
+    let (_, review) = request("UPDATE", scaled.clone(), Some(replicas.clone()));
+    let req = as_user(
+        review.clone(),
+        "system:serviceaccount:kube-system:replicaset-controller",
+    );
+    mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
+    let req = as_user(review, "alice");
+    mutate(&req, running(&[("w-1", "uid-1")])).unwrap();
+    let mut grown = replicas.clone();
+    grown["spec"]["template"]["spec"]["volumes"] = json!(vec![
+        json!({"name": "v", "emptyDir": {}});
+        MAX_TEMPLATE_VOLUMES + 501
+    ]);
+    let (req, _) = request("UPDATE", grown, Some(replicas));
+    let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert_eq!(err.rule(), "too-many-entries", "{err}");
+
+    // References cut in the old object: the collector's update too is
+    // refused, since a removal cannot be told from an addition past the
+    // cut (no object holds so many at etcd's default limit).
+    let many = |extra: usize| {
+        let mut references = vec![
+            json!({"apiVersion": "x/v1", "kind": "F", "name": "a", "uid": "u"});
+            MAX_REFERENCES + 1
+        ];
+        references.extend((0..extra).map(|_| pod_reference("w-1", "uid-1", Some(false))));
+        object(owner_labels("w-1", "uid-1"), Some(json!(references)))
+    };
+    let (_, review) = request("UPDATE", many(0), Some(many(1)));
+    let req = as_user(review, GARBAGE_COLLECTOR);
+    let err = mutate(&req, HashMap::new()).unwrap_err();
+    assert_eq!(err.rule(), "too-many-entries", "{err}");
 }
 
 #[test]
