@@ -248,6 +248,30 @@ where
     capped_list(deserializer, MAX_REFERENCES)
 }
 
+/// The entries of `seq`, each read as `E` and kept as `into` makes it, at
+/// most `max` and one more: the one over the bound is kept so that the
+/// review is refused (`ObjectHead::overlong_references`, `cut_volumes`);
+/// the rest is checked as JSON, not kept.
+fn kept_entries<'de, A, E, T>(
+    mut seq: A,
+    max: usize,
+    into: impl Fn(E) -> T,
+) -> Result<Vec<T>, A::Error>
+where
+    A: serde::de::SeqAccess<'de>,
+    E: Deserialize<'de>,
+{
+    let mut entries = Vec::new();
+    while entries.len() <= max {
+        match seq.next_element::<E>()? {
+            Some(entry) => entries.push(into(entry)),
+            None => return Ok(entries),
+        }
+    }
+    while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+    Ok(entries)
+}
+
 /// `Option<Vec<T>>` from a JSON list or `null`, keeping at most one entry
 /// over `max` (so that the review is refused) and checking the rest
 /// without keeping it.
@@ -265,16 +289,8 @@ where
             f.write_str("a sequence")
         }
 
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
-            let mut entries = Vec::new();
-            while entries.len() <= self.0 {
-                match seq.next_element::<T>()? {
-                    Some(entry) => entries.push(entry),
-                    None => return Ok(entries),
-                }
-            }
-            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-            Ok(entries)
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Vec<T>, A::Error> {
+            kept_entries(seq, self.0, |entry: T| entry)
         }
     }
 
@@ -335,21 +351,8 @@ where
             f.write_str("any JSON value")
         }
 
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(
-            self,
-            mut seq: A,
-        ) -> Result<Self::Value, A::Error> {
-            let mut entries = Vec::new();
-            while entries.len() <= MAX_LIST_ENTRIES {
-                match seq.next_element::<Entry<T>>()? {
-                    Some(Entry(entry)) => entries.push(entry),
-                    None => return Ok(Some(entries)),
-                }
-            }
-            // One over the bound, kept so that the review is refused
-            // (`ObjectHead::overlong_references`); the rest is checked, not kept.
-            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-            Ok(Some(entries))
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            kept_entries(seq, MAX_LIST_ENTRIES, |Entry(entry): Entry<T>| entry).map(Some)
         }
 
         fn visit_map<A: serde::de::MapAccess<'de>>(

@@ -138,10 +138,7 @@ pub(super) fn complete(
 
 /// A template's owner keys: the owner label, the uid label and the name
 /// annotation of what is made from it.
-fn owner_keys<'t>(
-    template: &'t Template,
-    labels: &OwnerLabels,
-) -> (Option<&'t str>, Option<&'t str>, Option<&'t str>) {
+fn owner_keys<'t>(template: &'t Template, labels: &OwnerLabels) -> OwnerKeys<'t> {
     (
         template.label(&labels.pod),
         template.label(&labels.uid),
@@ -149,7 +146,8 @@ fn owner_keys<'t>(
     )
 }
 
-/// A template's owner keys, as [`owner_keys`] reads them.
+/// A template's owner keys: its owner label, uid label and name
+/// annotation.
 type OwnerKeys<'t> = (Option<&'t str>, Option<&'t str>, Option<&'t str>);
 
 /// The old object's templates, found as [`Template::is`] finds them but

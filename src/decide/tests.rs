@@ -2433,6 +2433,20 @@ fn claim_spec() -> Value {
     json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}})
 }
 
+/// A StatefulSet of the worker `w-1`, its selector and pod template
+/// labelled for it, with `claims` as its claim templates.
+fn worker_statefulset(claims: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": NS, "labels": {"ownerguard.io/owner-pod": "w-1"}},
+        "spec": {
+            "selector": {"matchLabels": {"app": "db", "ownerguard.io/owner-pod": "w-1"}},
+            "template": {"metadata": {"labels": {"app": "db", "ownerguard.io/owner-pod": "w-1"}}},
+            "volumeClaimTemplates": claims,
+        },
+    })
+}
+
 /// A CREATE of `object` by the worker `w-1`, mutated; the patched object.
 fn created_by_worker(object: &Value) -> Value {
     let (_, review) = request("CREATE", object.clone(), None);
@@ -2458,20 +2472,12 @@ fn admitted_from_controller(object: &Value, controller: &str) -> Value {
 #[test]
 fn rule_12_statefulset_claim_templates_get_the_uid_label_even_labelled_by_the_selector() {
     let owner = json!({"ownerguard.io/owner-pod": "w-1"});
-    let set = json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "db", "namespace": NS, "labels": owner},
-        "spec": {
-            "selector": {"matchLabels": {"app": "db", "ownerguard.io/owner-pod": "w-1"}},
-            "template": {"metadata": {"labels": {"app": "db", "ownerguard.io/owner-pod": "w-1"}}},
-            "volumeClaimTemplates": [
-                {"metadata": {"name": "data", "labels": owner}, "spec": claim_spec()},
-                // Labelled by the selector only: its claims carry the owner
-                // label all the same (getPersistentVolumeClaims).
-                {"metadata": {"name": "logs"}, "spec": claim_spec()},
-            ],
-        },
-    });
+    let set = worker_statefulset(json!([
+        {"metadata": {"name": "data", "labels": owner}, "spec": claim_spec()},
+        // Labelled by the selector only: its claims carry the owner
+        // label all the same (getPersistentVolumeClaims).
+        {"metadata": {"name": "logs"}, "spec": claim_spec()},
+    ]));
     let result = created_by_worker(&set);
     let complete = |labels: Value| {
         let mut labels = labels;
@@ -2506,19 +2512,10 @@ fn rule_12_thousands_of_claim_templates_are_completed_and_restored() {
     // remembered in a set: both were quadratic, minutes of one core for a
     // body well under the API server's limit.
     const CLAIMS: usize = 3000;
-    let owner = json!({"ownerguard.io/owner-pod": "w-1"});
     let claims: Vec<Value> = (0..CLAIMS)
         .map(|i| json!({"metadata": {"name": format!("c{i}")}, "spec": claim_spec()}))
         .collect();
-    let set = json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "db", "namespace": NS, "labels": owner},
-        "spec": {
-            "selector": {"matchLabels": {"app": "db", "ownerguard.io/owner-pod": "w-1"}},
-            "template": {"metadata": {"labels": {"app": "db", "ownerguard.io/owner-pod": "w-1"}}},
-            "volumeClaimTemplates": claims,
-        },
-    });
+    let set = worker_statefulset(json!(claims));
     let uid_label = json!({"ownerguard.io/owner-uid": "uid-1"});
     let created = created_by_worker(&set);
     let labels_of = |object: &Value| -> Vec<Value> {
@@ -2532,9 +2529,7 @@ fn rule_12_thousands_of_claim_templates_are_completed_and_restored() {
     assert_eq!(labels_of(&created), vec![uid_label.clone(); CLAIMS]);
 
     let mut replaced = created.clone();
-    let mut claims: Vec<Value> = (0..CLAIMS)
-        .map(|i| json!({"metadata": {"name": format!("c{i}")}, "spec": claim_spec()}))
-        .collect();
+    let mut claims = claims;
     claims.reverse();
     replaced["spec"]["volumeClaimTemplates"] = json!(claims);
     let (req, _) = request("UPDATE", replaced.clone(), Some(created));

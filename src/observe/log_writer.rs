@@ -160,23 +160,26 @@ pub struct Patient<W>(pub W);
 /// again.
 pub const RETRY: Duration = Duration::from_millis(1);
 
-impl<W: Write> Write for Patient<W> {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+impl<W: Write> Patient<W> {
+    /// `call` on the output, tried again after [`RETRY`] while it would
+    /// block.
+    fn waiting<T>(&mut self, call: impl Fn(&mut W) -> std::io::Result<T>) -> std::io::Result<T> {
         loop {
-            match self.0.write(bytes) {
+            match call(&mut self.0) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(RETRY),
-                written => return written,
+                done => return done,
             }
         }
     }
+}
+
+impl<W: Write> Write for Patient<W> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.waiting(|out| out.write(bytes))
+    }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        loop {
-            match self.0.flush() {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(RETRY),
-                flushed => return flushed,
-            }
-        }
+        self.waiting(W::flush)
     }
 }
 
