@@ -485,11 +485,19 @@ enum Who {
     /// blockOwnerDeletion: true` references to a pod (SPEC §3 rule 13).
     EphemeralVolumeController,
     ResourceClaimController,
+    /// The statefulset controller's own service account.
+    StatefulSetController,
+    /// The user every controller shares without per-controller
+    /// credentials: the collector's shape goes unjudged under it, nothing
+    /// else (rule 16).
+    ControllerManager,
     /// Extras that are not one non-empty string each.
     Malformed(u8),
 }
 
-fn who() -> impl Strategy<Value = Who> {
+/// Boxed: the union's value tree, inlined in the creates' and updates'
+/// tuples, made debug builds' frames overflow a test thread's stack.
+fn who() -> BoxedStrategy<Who> {
     let pod = prop_oneof![
         4 => Just(("w-1".to_string(), U1.to_string())),
         2 => Just(("w-2".to_string(), U2.to_string())),
@@ -507,8 +515,11 @@ fn who() -> impl Strategy<Value = Who> {
         1 => Just(Who::Collector),
         1 => Just(Who::JobController),
         1 => Just(Who::EphemeralVolumeController),
+        1 => Just(Who::StatefulSetController),
+        1 => Just(Who::ControllerManager),
         2 => (0u8..6).prop_map(Who::Malformed),
     ]
+    .boxed()
 }
 
 impl Who {
@@ -538,6 +549,8 @@ impl Who {
             Who::ResourceClaimController => {
                 json!({"username": sa("kube-system", "resource-claim-controller")})
             }
+            Who::StatefulSetController => json!({"username": oracle::STATEFULSET_CONTROLLER_USER}),
+            Who::ControllerManager => json!({"username": oracle::CONTROLLER_MANAGER_USER}),
             Who::Malformed(k) => {
                 let (pn, pu) = (
                     "authentication.kubernetes.io/pod-name",
@@ -1121,6 +1134,72 @@ fn collector_updates() -> impl Strategy<Value = Case> {
         })
 }
 
+/// The statefulset controller's claim retention (rule 16): on a scale-down
+/// it adds the condemned pod as controller of the claim named after it,
+/// from its informer's cache, so the pod may by then be running, being
+/// deleted, finished, gone or recreated under another uid; the same update
+/// by others, on a claim not named after the pod, or beside a removal of
+/// the worker's own reference.
+fn retention_updates() -> impl Strategy<Value = Case> {
+    let condemned = prop_oneof![
+        Just(("w-2", U2)),
+        Just(("w-dead", U_DEAD)),
+        Just(("w-done", U_DONE)),
+        Just(("w-failed", U_FAILED)),
+        Just(("w-9", U_GONE)),
+        Just(("w-2", U_STALE)),
+    ];
+    let who = prop_oneof![
+        4 => Just(Who::StatefulSetController),
+        2 => Just(Who::ControllerManager),
+        1 => Just(Who::Person),
+        1 => Just(Who::Pod("w-1".into(), U1.into())),
+    ];
+    (
+        knobs(),
+        envelope(),
+        old_spec(),
+        condemned,
+        who,
+        any::<bool>(),
+        prop_oneof![6 => Just(true), 1 => Just(false)],
+        prop_oneof![6 => Just(false), 1 => Just(true)],
+    )
+        .prop_map(
+            |(knobs, envelope, old, (pod, uid), who, block, named_after, drop_owner)| {
+                let claim = |mut object: Value| {
+                    object["kind"] = json!("PersistentVolumeClaim");
+                    object["metadata"]["name"] = if named_after {
+                        json!(format!("data-{pod}"))
+                    } else {
+                        json!("data")
+                    };
+                    object
+                };
+                let old = claim(old.render(&knobs, &Shape::ConfigMap));
+                let mut new = old.clone();
+                let list = new["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .entry("ownerReferences")
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                    .unwrap();
+                if drop_owner {
+                    list.clear();
+                }
+                list.push(
+                    json!({"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid,
+                    "controller": true, "blockOwnerDeletion": block}),
+                );
+                Case {
+                    review: review(&envelope, "UPDATE", &Place::Agents, &who, new, old),
+                    knobs,
+                }
+            },
+        )
+}
+
 /// Creates the spec plainly allows: a real live pod, declared the way the
 /// README says, by itself, by a controller or by a person.
 fn sound_creates() -> impl Strategy<Value = Case> {
@@ -1584,6 +1663,59 @@ fn the_collectors_removals_are_never_denied_nor_restored() {
             for answer in answers {
                 if answer["response"]["allowed"] != true {
                     return Err(format!("the collector's removal is denied: {answer}"));
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn the_statefulset_controllers_retention_is_never_refused_for_its_pods_state() {
+    check(
+        "retention",
+        300,
+        retention_updates(),
+        true,
+        |case, answers| {
+            // Beyond the oracle: the controller's update of a claim owned
+            // by its running worker, adding only the condemned pod's
+            // reference, is allowed on every webhook whatever that pod's
+            // state, or the set's sync stalls.
+            let request = &case.review["request"];
+            let user = request["userInfo"]["username"].as_str().unwrap_or("");
+            let by_controller = user == oracle::STATEFULSET_CONTROLLER_USER
+                || user == oracle::CONTROLLER_MANAGER_USER;
+            let old = &request["oldObject"]["metadata"];
+            let sound_old = old["labels"]
+                .as_object()
+                .is_some_and(|l| l.values().any(|v| v == "w-1") && l.values().any(|v| v == U1))
+                && old["ownerReferences"].as_array().is_some_and(|refs| {
+                    refs.len() == 1
+                        && refs[0]["uid"] == U1
+                        && refs[0]["blockOwnerDeletion"] == false
+                });
+            let new_refs = request["object"]["metadata"]["ownerReferences"].as_array();
+            let keeps_owner = new_refs.is_some_and(|refs| refs.iter().any(|r| r["uid"] == U1));
+            let named_after = request["object"]["metadata"]["name"] != "data";
+            if by_controller
+                && sound_old
+                && keeps_owner
+                && named_after
+                && case.knobs.key_prefix.is_none()
+            {
+                // /validate sees /mutate's output in the cluster (checked
+                // by the follow-up); sent a blocking reference directly it
+                // refuses it, as every blocking Pod reference.
+                let blocking = new_refs
+                    .is_some_and(|refs| refs.iter().any(|r| r["blockOwnerDeletion"] == true));
+                let judged = if blocking { &answers[..1] } else { answers };
+                for answer in judged {
+                    if answer["response"]["allowed"] != true {
+                        return Err(format!(
+                            "the controller's retention update is refused: {answer}"
+                        ));
+                    }
                 }
             }
             Ok(())

@@ -30,27 +30,38 @@ type Labeller struct {
 // StartLabeller serves on 127.0.0.1 (a url webhook: the API server runs in
 // the same network namespace).
 func StartLabeller(name, label, value string) (*Labeller, error) {
-	ca, err := NewCA("e2e-labeller-ca")
+	l := &Labeller{Name: name, Label: label, Value: value}
+	server, url, caBundle, err := serveWebhook("labeller", "/label", http.HandlerFunc(l.serve))
 	if err != nil {
 		return nil, err
 	}
-	certPEM, keyPEM, err := ca.Serving("labeller", nil, []net.IP{net.ParseIP("127.0.0.1")})
+	l.server, l.URL, l.CABundle = server, url, caBundle
+	return l, nil
+}
+
+// serveWebhook serves h over HTTPS on a port of 127.0.0.1 with a
+// certificate of a CA of its own, and returns the server, the URL of path
+// and the CA bundle a webhook configuration gives the API server.
+func serveWebhook(cn, path string, h http.Handler) (*http.Server, string, []byte, error) {
+	ca, err := NewCA("e2e-" + cn + "-ca")
 	if err != nil {
-		return nil, err
+		return nil, "", nil, err
+	}
+	certPEM, keyPEM, err := ca.Serving(cn, nil, []net.IP{net.ParseIP("127.0.0.1")})
+	if err != nil {
+		return nil, "", nil, err
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, err
+		return nil, "", nil, err
 	}
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
 	if err != nil {
-		return nil, err
+		return nil, "", nil, err
 	}
-	l := &Labeller{Name: name, Label: label, Value: value, CABundle: ca.CertPEM,
-		URL: "https://" + ln.Addr().String() + "/label"}
-	l.server = &http.Server{Handler: http.HandlerFunc(l.serve)}
-	go func() { _ = l.server.Serve(ln) }()
-	return l, nil
+	server := &http.Server{Handler: h}
+	go func() { _ = server.Serve(ln) }()
+	return server, "https://" + ln.Addr().String() + path, ca.CertPEM, nil
 }
 
 func (l *Labeller) serve(w http.ResponseWriter, r *http.Request) {

@@ -7,6 +7,7 @@ package scenarios
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -149,6 +150,27 @@ func TestLabelCopies(t *testing.T) {
 		}
 		_, err := w.Client.BatchV1().CronJobs(ns).Create(ctx, cron, metav1.CreateOptions{})
 		wantRefusedByOwnerguard(t, err, "spec.jobTemplate.metadata has no labels")
+		// Made with Job template labels, which an UPDATE then drops: the
+		// chart's matchConditions send that update (it changes what the
+		// Jobs are given), and it is refused as the create was.
+		cron.Spec.JobTemplate.Labels = map[string]string{"team": "a"}
+		_, err = w.Client.BatchV1().CronJobs(ns).Create(ctx, cron, metav1.CreateOptions{})
+		must(t, err, "create the CronJob with Job template labels")
+		must(t, harness.Until(ctx, 30*time.Second, 200*time.Millisecond, "drop the Job template's labels", func() error {
+			c, err := w.Client.BatchV1().CronJobs(ns).Get(ctx, "nightly", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			c.Spec.JobTemplate.Labels = nil
+			_, err = w.Client.BatchV1().CronJobs(ns).Update(ctx, c, metav1.UpdateOptions{})
+			if err == nil {
+				return errors.New("the update dropping the Job template's labels was stored")
+			}
+			if strings.Contains(err.Error(), "spec.jobTemplate.metadata has no labels") {
+				return nil
+			}
+			return fmt.Errorf("not refused by ownerguard: %w", err)
+		}), "the update dropping the Job template's labels refused")
 	})
 
 	// A selector-less Service with Endpoints the worker writes (Self, so
@@ -186,9 +208,9 @@ func TestLabelCopies(t *testing.T) {
 // TestStatefulSetClaimRetention: a labelled StatefulSet whose claims go
 // with their pods on a scale-down (persistentVolumeClaimRetentionPolicy
 // whenScaled: Delete). The statefulset controller puts each condemned
-// pod on its claim as controller, by UPDATE, the pod being deleted or
-// finished by then, before it deletes any pod: a refusal would stall the
-// set's sync. ownerguard admits it (rule 16) and keeps the worker's own
+// pod on its claim as controller, by UPDATE, the pod running, being
+// deleted, finished or already gone by then (its informer's cache), before
+// it deletes any pod: a refusal would stall the set's sync. ownerguard admits it (rule 16) and keeps the worker's own
 // reference, so such a claim goes once both its pod and the worker are
 // gone (the collector deletes a dependent whose owners are all gone):
 // with the worker at the latest, never leaked, and reused if its pod
@@ -301,6 +323,191 @@ func TestStatefulSetClaimRetention(t *testing.T) {
 			t.Errorf("claim %s not collected with the worker: %v", claim, err)
 		}
 	}
+}
+
+// TestStatefulSetClaimRetentionOrder: the statefulset controller works
+// from its informers' caches, so its update putting a condemned pod on
+// that pod's claim may reach ownerguard after the pod is gone, or gone
+// and replaced by another pod of its name. A mutating webhook sorted
+// before ownerguard's (harness.Gate) holds that update while the scenario
+// deletes the pod, so each order happens every run instead of under load
+// only. Whatever the order the update is admitted (a refusal stalls the
+// set's sync), the collector drops the reference to a pod that is gone,
+// and the claim goes with the worker.
+func TestStatefulSetClaimRetentionOrder(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	_, err := plane.WaitStartedControllers(ctx, "statefulset-controller", "garbage-collector-controller", "persistentvolumeclaim-protection-controller")
+	must(t, err, "the controller manager's statefulset controller")
+	for _, order := range []struct {
+		name string
+		// meanwhile runs while the controller's update is held, before
+		// ownerguard sees it.
+		meanwhile func(t *testing.T, ctx context.Context, ns string, condemned *corev1.Pod)
+	}{
+		{"PodDeletedAfterTheClaimUpdate", nil},
+		{"PodDeletedBeforeTheClaimUpdate", func(t *testing.T, ctx context.Context, ns string, condemned *corev1.Pod) {
+			deletePodNow(t, ctx, ns, "db-2")
+			ownerguardSees(t, ctx, ns, condemned, "not found")
+		}},
+		{"PodReplacedBeforeTheClaimUpdate", func(t *testing.T, ctx context.Context, ns string, condemned *corev1.Pod) {
+			deletePodNow(t, ctx, ns, "db-2")
+			// Not the set's (no selector labels): the controller leaves it be.
+			spec := walkPodSpec()
+			_, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-2"}, Spec: spec}, metav1.CreateOptions{})
+			must(t, err, "create another pod named db-2")
+			ownerguardSees(t, ctx, ns, condemned, "does not have uid")
+		}},
+	} {
+		t.Run(order.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxFor(t, 4*time.Minute)
+			ns := newNamespace(t, "retention-order", copyRules())
+			w := newWorker(t, ns, "worker-retention")
+			set := statefulSet("db", w, false)
+			set.Spec.Replicas = ptr(int32(3))
+			set.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+			set.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+				WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+				WhenScaled:  appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+			}
+			_, err := w.Client.AppsV1().StatefulSets(ns).Create(ctx, set, metav1.CreateOptions{})
+			must(t, err, "create the labelled StatefulSet")
+			must(t, untilUnrefused(ctx, ns, 90*time.Second, "three pods and claims", func() error {
+				pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=db"})
+				if err != nil {
+					return err
+				}
+				claims, err := admin.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return err
+				}
+				if len(pods.Items) != 3 || len(claims.Items) != 3 {
+					return fmt.Errorf("%d pods, %d claims; want 3 and 3", len(pods.Items), len(claims.Items))
+				}
+				return nil
+			}), "the set at 3")
+			condemned := getPod(t, ns, "db-2")
+
+			gate, err := harness.StartGate("aa-e2e-gate-" + ns)
+			must(t, err, "start the gate")
+			t.Cleanup(func() { gate.Close(context.Background(), admin) })
+			must(t, gate.Register(ctx, admin, "persistentvolumeclaims", ns,
+				"request.userInfo.username == 'system:serviceaccount:kube-system:statefulset-controller' && object.metadata.name == 'data-db-2'"),
+				"register the gate")
+			// The API server's webhook source sees a new configuration
+			// within a second or so: scale down only once it holds.
+			time.Sleep(2 * time.Second)
+			must(t, harness.Until(ctx, 30*time.Second, 200*time.Millisecond, "scale", func() error {
+				s, err := w.Client.AppsV1().StatefulSets(ns).Get(ctx, "db", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				s.Spec.Replicas = ptr(int32(2))
+				_, err = w.Client.AppsV1().StatefulSets(ns).Update(ctx, s, metav1.UpdateOptions{})
+				return err
+			}), "scale the set to 2")
+			held, err := gate.Held(ctx, 60*time.Second)
+			must(t, err, "the controller's claim update")
+			var claim corev1.PersistentVolumeClaim
+			must(t, json.Unmarshal(held.Object.Raw, &claim), "decode the held claim")
+			if c := metav1.GetControllerOf(&claim); c == nil || c.Kind != "Pod" || c.Name != "db-2" || c.UID != condemned.UID {
+				t.Fatalf("the held update of %s does not put pod db-2 (%s) on it as controller: %s", claim.Name, condemned.UID, refsString(claim.OwnerReferences))
+			}
+			if order.meanwhile != nil {
+				order.meanwhile(t, ctx, ns, condemned)
+			}
+			gate.Open()
+			// ownerguard's answer to that update, from its decision log:
+			// what the controller met, whatever the controller manager
+			// has logged by now.
+			decided, err := decisionsOn(ctx, ns, "PersistentVolumeClaim", "data-db-2", "UPDATE", "mutate")
+			must(t, err, "ownerguard's decision on the held update")
+			for _, line := range decided {
+				if strings.Contains(line, `"result":"denied"`) {
+					t.Fatalf("ownerguard refused the statefulset controller's update: %s", line)
+				}
+			}
+
+			must(t, untilUnrefused(ctx, ns, 90*time.Second, "the scale-down", func() error {
+				pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=db"})
+				if err != nil {
+					return err
+				}
+				if len(pods.Items) != 2 {
+					return fmt.Errorf("%d pods of the set, want 2", len(pods.Items))
+				}
+				c, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-db-2", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				// The reference to a pod that is gone, or to the pod of
+				// another uid, is the collector's to drop: the claim keeps
+				// the worker's.
+				return checkOwned(metav1.ObjectMeta{Name: c.Name, Labels: c.Labels, OwnerReferences: withoutController(c.OwnerReferences)}, w, false)
+			}), "the scale-down admitted, the claim kept by the worker")
+			if refused := refusals(ctx, ns); len(refused) > 0 {
+				t.Fatalf("the controllers met refusals: %s", strings.Join(refused, "; "))
+			}
+			must(t, admin.CoreV1().Pods(ns).Delete(ctx, w.Name(), metav1.DeleteOptions{}), "delete the worker")
+			if _, err := gone(ctx, 60*time.Second, func(ctx context.Context) error {
+				_, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-db-2", metav1.GetOptions{})
+				return err
+			}); err != nil {
+				t.Errorf("claim data-db-2 not collected with the worker: %v", err)
+			}
+		})
+	}
+}
+
+// decisionsOn waits (at most 30 s) until ownerguard's decision log holds
+// a decision of webhook on operation of kind name in namespace ns, and
+// returns every such line.
+func decisionsOn(ctx context.Context, ns, kind, name, operation, webhook string) ([]string, error) {
+	var lines []string
+	err := harness.Until(ctx, 30*time.Second, 100*time.Millisecond, "a decision on "+name, func() error {
+		lines = nil
+		for _, line := range strings.Split(harness.Grep(guard.Log, `"message":"decision"`, 100000), "\n") {
+			if strings.Contains(line, `"namespace":"`+ns+`"`) && strings.Contains(line, `"kind":"`+kind+`"`) &&
+				strings.Contains(line, `"name":"`+name+`"`) && strings.Contains(line, `"operation":"`+operation+`"`) &&
+				strings.Contains(line, `"webhook":"`+webhook+`"`) {
+				lines = append(lines, line)
+			}
+		}
+		if len(lines) == 0 {
+			return fmt.Errorf("no %s decision on %s %s/%s in %s", webhook, operation, kind, name, guard.Log)
+		}
+		return nil
+	})
+	return lines, err
+}
+
+// ownerguardSees waits until ownerguard's own view of the cluster (its
+// watch cache) has caught up with pod's deletion: a dry-run create of a
+// ConfigMap naming pod as owner, with its uid, is refused with want in the
+// message. The API server answering first is not enough: ownerguard's
+// watch may lag it by a moment.
+func ownerguardSees(t *testing.T, ctx context.Context, ns string, pod *corev1.Pod, want string) {
+	t.Helper()
+	must(t, harness.Until(ctx, 30*time.Second, 100*time.Millisecond, "ownerguard sees pod "+pod.Name+" gone", func() error {
+		_, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, configMap("probe-"+pod.Name, ownedLabels(pod.Name, string(pod.UID))),
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			return fmt.Errorf("a dry-run create owned by %s: %v", pod.Name, err)
+		}
+		return nil
+	}), "ownerguard's view of pod "+pod.Name)
+}
+
+// deletePodNow deletes a pod at once and waits until the API server no
+// longer has it.
+func deletePodNow(t *testing.T, ctx context.Context, ns, name string) {
+	t.Helper()
+	must(t, admin.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}), "delete pod "+name)
+	_, err := gone(ctx, 30*time.Second, func(ctx context.Context) error {
+		_, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
+	must(t, err, "pod "+name+" gone")
 }
 
 // withoutController: the references but the controller's.

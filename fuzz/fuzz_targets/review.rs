@@ -201,7 +201,17 @@ impl Object {
             _ => {}
         }
         let template = json!({"metadata": {"labels": template_labels}, "spec": {"containers": [{"name": "a", "image": "a:1"}]}});
-        match self.shape % 5 {
+        match self.shape % 6 {
+            // A claim named after pod w-2 (`<template>-<pod>`): the
+            // statefulset controller's claim retention names it.
+            5 => {
+                let mut metadata = metadata;
+                if !self.generate_name {
+                    metadata.insert("name".into(), json!("data-w-2"));
+                }
+                json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata,
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+            }
             0 => json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [{"name": "a", "image": "a:1"}]}}),
             1 => json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {"k": "v"}}),
             2 => json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": {"template": template}}),
@@ -222,6 +232,10 @@ enum Who {
     Controller,
     /// Writes `controller: true, blockOwnerDeletion: true` to a pod.
     EphemeralVolumeController,
+    /// Adds a condemned pod as controller of its claim (claim retention).
+    StatefulSetController,
+    /// Every controller's shared user: only the collector's shape is exempt.
+    ControllerManager,
     Extras { service_account: bool, names: Vec<String>, uids: Vec<String>, which: u8 },
 }
 
@@ -241,6 +255,8 @@ impl Who {
             Who::EphemeralVolumeController => {
                 json!({"username": "system:serviceaccount:kube-system:ephemeral-volume-controller"})
             }
+            Who::StatefulSetController => json!({"username": common::oracle::STATEFULSET_CONTROLLER_USER}),
+            Who::ControllerManager => json!({"username": common::oracle::CONTROLLER_MANAGER_USER}),
             Who::Extras { service_account, names, uids, which } => {
                 let mut extra = Map::new();
                 if which % 3 != 2 {

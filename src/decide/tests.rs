@@ -3115,11 +3115,50 @@ fn rule_16_a_controllers_reference_to_the_pod_it_condemns_on_its_claim_is_admitt
             json!(true)
         );
     }
-    // A pod the collector cannot resolve is still refused.
-    let err = mutate(&req, lookups(&[("db-2", Ok(None))])).unwrap_err();
-    assert!(matches!(err, Denial::OwnerNotFound { .. }), "{err:?}");
-    let err = mutate(&req, lookups(&[("db-2", Ok(Some(("uid-other", false))))])).unwrap_err();
-    assert!(matches!(err, Denial::OwnerUidMismatch { .. }), "{err:?}");
+    // The controller works from its informer's cache: the pod may be gone
+    // by the time the update arrives, or gone and recreated under another
+    // uid, or the lookup may fail. Whatever the order, the update is
+    // admitted (a refusal stalls the set's sync), with no lookup at all.
+    for pods in [
+        lookups(&[("db-2", Ok(None))]),
+        lookups(&[("db-2", Ok(Some(("uid-other", false))))]),
+        lookups(&[("db-2", Err(()))]),
+        HashMap::new(),
+    ] {
+        let allowed = mutate(&req, pods).unwrap();
+        let stored = patched(&new, &allowed);
+        assert_eq!(
+            stored["metadata"]["ownerReferences"][1]["blockOwnerDeletion"],
+            json!(false)
+        );
+        assert_eq!(
+            stored["metadata"]["ownerReferences"][0]["uid"],
+            json!("uid-1")
+        );
+    }
+    // The controller manager's shared user is the statefulset controller
+    // too, without per-controller credentials.
+    let shared = as_user(review.clone(), CONTROLLER_MANAGER);
+    assert!(mutate(&shared, lookups(&[("db-2", Ok(None))])).is_ok());
+    // The worker's own reference stays judged in the same update: taken
+    // away while the worker runs, it is refused.
+    let mut unblocked = condemned.clone();
+    unblocked["blockOwnerDeletion"] = json!(false);
+    let (_, mut swapped) = request(
+        "UPDATE",
+        claim(json!([unblocked])),
+        Some(claim(json!([pod_reference("w-1", "uid-1", Some(false))]))),
+    );
+    swapped["kind"] = json!({"group": "", "version": "v1", "kind": "PersistentVolumeClaim"});
+    let req_swapped = as_user(
+        swapped,
+        "system:serviceaccount:kube-system:statefulset-controller",
+    );
+    let err = validate(&req_swapped, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(
+        matches!(err, Denial::OwnerReferenceRemoved { .. }),
+        "{err:?}"
+    );
     // A pod (a worker's token) adding that reference is judged as ever.
     let from_worker = from_pod(review.clone(), "w-1", "uid-1");
     let err = mutate(&from_worker, terminating()).unwrap_err();
@@ -3458,4 +3497,45 @@ fn rule_16_a_cronjob_whose_jobs_take_a_self_pod_template_s_labels_is_refused_up_
     // The Job template labelled by the name: it gets the annotation.
     let labelled = cronjob(json!({"ownerguard.io/owner-pod": "w-1"}));
     assert!(mutate(&review(labelled), running(&[("w-1", "uid-1")])).is_ok());
+}
+
+#[test]
+fn rule_16_under_the_shared_identity_only_the_collectors_shape_goes_unjudged() {
+    // Without --use-service-account-credentials every controller is
+    // system:kube-controller-manager. An update of the collector's shape
+    // (references removed, nothing else) is never judged; any other is
+    // judged as a person's: a running owner's reference swapped for
+    // another pod's or a ReplicaSet's is refused by /validate and put back
+    // by /mutate.
+    let replica_set = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "uid-rs", "controller": true});
+    let other_pod = pod_reference("w-2", "uid-2", Some(false));
+    for swapped_in in [replica_set, other_pod] {
+        let new = object(owner_labels("w-1", "uid-1"), Some(json!([swapped_in])));
+        let (_, review) = request("UPDATE", new.clone(), Some(owned("w-1", "uid-1")));
+        for user in ["alice", CONTROLLER_MANAGER] {
+            let req = as_user(review.clone(), user);
+            let pods = || running(&[("w-1", "uid-1"), ("w-2", "uid-2")]);
+            let err = validate(&req, pods()).unwrap_err();
+            assert!(
+                matches!(err, Denial::OwnerReferenceRemoved { .. }),
+                "{user}: {err:?}"
+            );
+            let allowed = mutate(&req, pods()).unwrap();
+            let stored = patched(&new, &allowed);
+            let refs = stored["metadata"]["ownerReferences"].as_array().unwrap();
+            assert!(
+                refs.iter().any(|r| r["uid"] == json!("uid-1")),
+                "{user}: the owner's reference put back, {refs:?}"
+            );
+        }
+    }
+    // The collector's shape under the shared user: the owner is gone, its
+    // reference removed, nothing looked up.
+    let (_, review) = request(
+        "UPDATE",
+        object(owner_labels("w-1", "uid-1"), Some(json!([]))),
+        Some(owned("w-1", "uid-1")),
+    );
+    let allowed = mutate(&as_user(review, CONTROLLER_MANAGER), HashMap::new()).unwrap();
+    assert!(allowed.patch.is_empty() && allowed.warnings.is_empty());
 }

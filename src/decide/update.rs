@@ -20,8 +20,8 @@ use crate::decide::copies;
 use crate::decide::denial::Denial;
 use crate::decide::patch::MetadataPatch;
 use crate::decide::resolve::Claim;
+use crate::decide::resolve::{GARBAGE_COLLECTOR, label, reference_owners, references};
 use crate::decide::resolve::{check_adoption, check_release, check_requester};
-use crate::decide::resolve::{is_garbage_collector, label, reference_owners, references};
 use crate::decide::subject::Subject;
 use crate::k8s::names::is_pod_name;
 
@@ -40,11 +40,6 @@ use super::ownership::{
 pub(super) struct Work<'a> {
     /// Pod references the update adds: each must be a running pod.
     claims: Vec<Claim>,
-    /// The controller reference a controller adds to a claim of a pod it
-    /// condemns (StatefulSet `persistentVolumeClaimRetentionPolicy`
-    /// `whenScaled: Delete`): the pod must be there with its uid, being
-    /// deleted or finished included (SPEC §3 rule 16).
-    retention_claims: Vec<Claim>,
     /// The owner as templates labelled anew declare it: a running pod too.
     template_claims: Vec<Claim>,
     /// Settled already: references unblocked, templates completed.
@@ -148,9 +143,12 @@ pub(super) fn plan<'a>(
     }
     let requester = requester_of(request, &at, &declared)?;
     let mutate = webhook.mutates();
-    // Any other update of the collector's (it makes none) is judged, but
-    // what it removes is never put back.
-    let garbage_collector = is_garbage_collector(&request.user_info.username);
+    // Any other update of the collector's own service account (it makes
+    // none) is judged, but what it removes is never put back. The
+    // controller manager's shared user is every controller: outside the
+    // collector's shape (recognised above) its removals are judged as
+    // anyone's, or any controller could swap a running owner's reference.
+    let garbage_collector = request.user_info.username == GARBAGE_COLLECTOR;
 
     let written = owner_as_written(old, labels);
     // Looked up, restored, checked against: only an owner whose name can
@@ -298,25 +296,22 @@ pub(super) fn plan<'a>(
     let mut claims = reference_owners(meta, &at, record.as_ref(), &declared, unchanged)?;
     // A controller's own reference on a claim (the statefulset
     // controller's, to the pod whose claim goes with it) names a pod the
-    // controller is condemning, often being deleted or finished already:
-    // judged by whether the collector can resolve it, never by whether the
-    // pod still runs, or the controller's sync stalls on the refusal.
-    let retention_claims: Vec<Claim> = if requester.is_none()
-        && is_statefulset_controller(request)
-        && is_claim(request)
-    {
+    // controller is condemning, from its informer's cache: being deleted,
+    // finished, already gone, or gone and recreated under another uid by
+    // the time the update arrives. It is admitted whatever the pod's state,
+    // with no lookup: a refusal stalls the set's sync, and the reference
+    // can only ask the collector for what the set's retention policy
+    // asks: with the worker's reference kept beside it, a dangling one is
+    // removed by the collector; without a live owner the claim goes, as
+    // it would without ownerguard. Made non-blocking below, as every Pod
+    // reference not otherwise handled.
+    if requester.is_none() && is_statefulset_controller(request) && is_claim(request) {
         let claim_name = meta.name.as_deref().unwrap_or_default();
-        let (retention, others): (Vec<Claim>, Vec<Claim>) = claims.into_iter().partition(|claim| {
-            matches!(claim.origin, crate::decide::resolve::Origin::Reference(index)
-                if new_references[index].controller == Some(true)
-                    // The set names a pod's claim `<template>-<pod>`.
-                    && claim_name.strip_suffix(claim.name.as_str()).is_some_and(|rest| rest.ends_with('-')))
+        claims.retain(|claim| {
+            !matches!(claim.origin, crate::decide::resolve::Origin::Reference(index)
+                if is_retention_reference(claim_name, &new_references[index]))
         });
-        claims = others;
-        retention
-    } else {
-        Vec::new()
-    };
+    }
     for claim in &claims {
         warnings.extend(check_requester(
             claim,
@@ -442,7 +437,6 @@ pub(super) fn plan<'a>(
 
     let mut lookups: Vec<LookupNeed> = claims
         .iter()
-        .chain(&retention_claims)
         .chain(&template_claims)
         .map(|claim| LookupNeed {
             name: claim.name.clone(),
@@ -478,7 +472,6 @@ pub(super) fn plan<'a>(
         lookups: merge_lookups(lookups),
         work: super::Work::Update(Box::new(Work {
             claims,
-            retention_claims,
             template_claims,
             patch,
             warnings,
@@ -501,9 +494,6 @@ pub(super) fn plan<'a>(
 pub(super) fn decide(work: Work<'_>, judge: &mut Judge<'_>) -> Result<MetadataPatch, Denial> {
     judge.require_owners(&work.claims, work.warnings)?;
     judge.require_owners(&work.template_claims, Vec::new())?;
-    work.retention_claims
-        .iter()
-        .try_for_each(|claim| judge.require_resolvable(claim))?;
     let mut patch = work.patch;
     // Whether a removal stands (a reference whose pod is gone, labels of an
     // owner that no longer runs): then a pod must own what it releases.
@@ -581,6 +571,18 @@ fn reference_changed(at: Subject, before: &OwnerReference, after: &OwnerReferenc
         kind: after.kind.to_string(),
         name: after.name.to_string(),
     }
+}
+
+/// Whether `reference` is the statefulset controller's retention
+/// reference on claim `claim_name`: a controller Pod reference to the pod
+/// the claim is named after (the set names a pod's claim
+/// `<template>-<pod>`).
+fn is_retention_reference(claim_name: &str, reference: &OwnerReference) -> bool {
+    reference.controller == Some(true)
+        && reference.is_pod()
+        && claim_name
+            .strip_suffix(reference.name.as_str())
+            .is_some_and(|rest| rest.len() > 1 && rest.ends_with('-'))
 }
 
 /// Whether the request is for a PersistentVolumeClaim (core group).

@@ -87,7 +87,10 @@ PODS = {
 KINDS = [("", "v1", "ConfigMap", "configmaps"), ("batch", "v1", "Job", "jobs"),
          ("batch", "v1", "CronJob", "cronjobs"), ("example.com", "v1", "Widget", "widgets"),
          ("apps", "v1", "Deployment", "deployments"), ("apps", "v1", "StatefulSet", "statefulsets"),
-         ("resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates")]
+         ("resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates"),
+         # Copied by the endpoints and endpointslice controllers (rule 16).
+         ("", "v1", "Service", "services"), ("", "v1", "Endpoints", "endpoints"),
+         ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices")]
 WORKER = "system:serviceaccount:agents:worker"
 PODNAME, PODUID = "authentication.kubernetes.io/pod-name", "authentication.kubernetes.io/pod-uid"
 USERS = [
@@ -96,6 +99,9 @@ USERS = [
     {"username": WORKER, "extra": {PODNAME: ["w-2"], PODUID: ["U2"]}},
     {"username": WORKER, "extra": {PODNAME: ["w-1"]}},  # malformed: a name without a uid
     {"username": "system:serviceaccount:kube-system:generic-garbage-collector"},
+    {"username": "system:serviceaccount:kube-system:statefulset-controller"},
+    {"username": "system:serviceaccount:kube-system:endpoint-controller"},
+    {"username": "system:kube-controller-manager"},
     {"username": "alice"},
 ]
 
@@ -215,6 +221,14 @@ class Random:
             o.setdefault("spec", {})["volumes"] = self.volumes()
         if k == "ConfigMap":
             o["data"] = {"k": "a"}
+        if k == "Service":
+            o["spec"] = {"ports": [{"port": 80}]}
+        if k == "CronJob" and "jobTemplate" in o.get("spec", {}) and self.r.random() < .4:
+            # The shape rule 16 refuses up front: a pod template saying Self.
+            tm = o["spec"]["jobTemplate"]["spec"]["template"]["metadata"]
+            tm["labels"] = dict(tm["labels"] if isinstance(tm.get("labels"), dict) else {}, **{P: "Self"})
+            tm["annotations"] = dict(tm["annotations"] if isinstance(tm.get("annotations"), dict) else {},
+                                     **{N: "w-1"})
         return o
 
     def edit(self, o):
@@ -222,7 +236,7 @@ class Random:
         n = copy.deepcopy(o)
         md = n["metadata"]
         for _ in range(R.choice([1, 1, 2, 3])):
-            m = R.randrange(21)
+            m = R.randrange(24)
             refs = md.get("ownerReferences") or []
             spec = n.get("spec") if isinstance(n.get("spec"), dict) else None
             if m == 0:
@@ -291,6 +305,21 @@ class Random:
                 spec["selector"] = self.selector()
             elif m == 20 and spec and "metadata" in spec:
                 spec["metadata"] = self.template_metadata()
+            elif m in (21, 22) and spec:
+                # A template's labels emptied, dropped, or its metadata
+                # dropped: what the API server's defaulting then copies
+                # changes (a CronJob's Jobs take the pod template's labels
+                # when their own template has none, rule 16).
+                for t in (spec.get("template"), spec.get("jobTemplate")):
+                    if isinstance(t, dict) and isinstance(t.get("metadata"), dict) and R.random() < .7:
+                        if m == 21:
+                            t["metadata"]["labels"] = ch({}, None)
+                            if t["metadata"]["labels"] is None:
+                                del t["metadata"]["labels"]
+                        else:
+                            del t["metadata"]
+            elif m == 23:
+                md.setdefault("labels", {})[P] = ch("Self", "w-1")
         return n
 
     def pairs(self, count):
@@ -301,6 +330,36 @@ class Random:
             if self.r.random() < .1:
                 old, new = new, old
             yield f"random-{i}", review(f"random-{i}", old, new, user=self.r.choice(USERS), kind=kind), []
+
+
+def rule_shapes():
+    """Each UPDATE a rule refuses for what is not an owner key, by name.
+
+    A CronJob whose pod template says Self: the API server gives each Job
+    the Job template's labels, or the pod template's when it has none
+    (batch/v1 defaulting), so dropping the Job template's labels makes
+    every Job the controller creates carry Self without the pod's name
+    (rule 16): refused, so it must be sent.
+    """
+    def cronjob(job_labels):
+        jt = {"spec": {"template": {"metadata": {"labels": {P: "Self"}, "annotations": {N: "w-1"}}}}}
+        if job_labels is not None:
+            jt["metadata"] = {"labels": job_labels}
+        return {"apiVersion": "batch/v1", "kind": "CronJob",
+                "metadata": {"name": "x", "namespace": "agents", "labels": {P: "w-1", U: "U1"},
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "w-1", "uid": "U1",
+                                                  "controller": False, "blockOwnerDeletion": False}]},
+                "spec": {"schedule": "* * * * *", "jobTemplate": jt}}
+    kind = ("batch", "v1", "CronJob", "cronjobs")
+    for name, before, after in [("job-labels-emptied", {"app": "a"}, {}),
+                                ("job-labels-dropped", {"app": "a"}, None),
+                                ("job-metadata-dropped", {"app": "a"}, "no metadata")]:
+        old, new = cronjob(before), cronjob(after if after != "no metadata" else None)
+        if after == "no metadata":
+            new["spec"]["jobTemplate"].pop("metadata", None)
+        elif after is None:
+            new["spec"]["jobTemplate"]["metadata"] = {}
+        yield f"rule-{name}", review(f"rule-{name}", old, new, kind=kind), []
 
 
 def odd_shapes():
@@ -546,7 +605,7 @@ def main():
     start = time.monotonic()
 
     items = list(Random(args.seed).pairs(args.cases)) + list(odd_shapes()) + list(many_references()) \
-        + list(fixtures()) + list(kind_spellings())
+        + list(fixtures()) + list(kind_spellings()) + list(rule_shapes())
     workdir = args.keep or tempfile.mkdtemp(prefix="celdiff-")
     os.makedirs(workdir, exist_ok=True)
     pods = os.path.join(workdir, "pods.json")

@@ -42,6 +42,13 @@ use serde_json::Value;
 
 /// The garbage collector's user: its UPDATEs remove references.
 pub const GC_USER: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
+/// The user every controller shares without kube-controller-manager's
+/// `--use-service-account-credentials`: the collector among them, so the
+/// collector's shape is exempt under it, and nothing else (rule 16).
+pub const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
+/// The statefulset controller's own user.
+pub const STATEFULSET_CONTROLLER_USER: &str =
+    "system:serviceaccount:kube-system:statefulset-controller";
 pub const EXTRA_POD_NAME: &str = "authentication.kubernetes.io/pod-name";
 pub const EXTRA_POD_UID: &str = "authentication.kubernetes.io/pod-uid";
 /// Rule 10 leaves the limit on Pod references to the implementation. Up to
@@ -1032,6 +1039,10 @@ struct Expect {
     /// the final object exactly once when `owner_required`.
     owner: Option<(String, String)>,
     owner_required: bool,
+    /// References the statefulset controller adds for its claim retention
+    /// (rule 16): never refused, whatever their pod's state; the set's own
+    /// retention policy asks the collector for what they make it do.
+    retention: BTreeSet<Tuple>,
 }
 
 impl Expect {
@@ -1934,7 +1945,7 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     // hold more references than the limit (made before install, or before
     // the limit was lowered), and refusing the removal leaves its owner
     // Terminating.
-    if w.gc() && old.present {
+    if (w.gc() || w.username == CONTROLLER_MANAGER_USER) && old.present {
         let only_removes = new
             .refs
             .iter()
@@ -2399,6 +2410,33 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         None if !labels_removed => (o_pod.map(str::to_string), o_owner_uid.clone()),
         None => (None, None),
     };
+    // Rule 16: the statefulset controller, condemning a pod on a scale-down
+    // (whenScaled: Delete), adds that pod as controller of the claim named
+    // after it, working from its informer's cache: the pod may be being
+    // deleted, finished, gone or recreated by then. Never refused for it.
+    // A reference naming the owner of record under another uid contradicts
+    // the object (rule 6) whoever adds it: not retention.
+    let (retention, added): (Vec<&Entry>, Vec<&Entry>) = added.into_iter().partition(|r| {
+        let contradicts =
+            owner_name.as_deref() == Some(r.name()) && owner_uid.as_deref() != Some(r.uid());
+        is_retention(w, r) && !contradicts
+    });
+    e.retention.extend(retention.iter().map(|r| r.tuple()));
+    // Non-blocking as every Pod reference: /mutate unblocks it (the
+    // controller compares only uid and controller, so nothing churns).
+    for r in retention.iter().filter(|r| r.blocking()) {
+        match hook {
+            Hook::Mutate => e.warn.push(format!(
+                "blocking reference to '{}' made non-blocking",
+                r.name()
+            )),
+            _ => e.deny_blocking(
+                &[400, 403],
+                false,
+                format!("blocking Pod reference to '{}' on /validate", r.name()),
+            ),
+        }
+    }
     check_templates(
         w,
         hook,
@@ -2469,6 +2507,28 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             }
         }
     }
+}
+
+/// Whether `r` is the statefulset controller's retention reference: added
+/// by that controller (its own user or the controller manager's shared
+/// one) to a PersistentVolumeClaim named `<template>-<pod>`, exactly
+/// `v1`/`Pod`, `controller: true`, naming that pod.
+fn is_retention(w: &World, r: &Entry) -> bool {
+    let claim = w.request["kind"]["group"].as_str().unwrap_or("").is_empty()
+        && w.request["kind"]["kind"] == "PersistentVolumeClaim";
+    let by_the_controller =
+        w.username == STATEFULSET_CONTROLLER_USER || w.username == CONTROLLER_MANAGER_USER;
+    let named_after = w
+        .object
+        .name
+        .strip_suffix(r.name())
+        .is_some_and(|rest| rest.len() > 1 && rest.ends_with('-'));
+    claim
+        && by_the_controller
+        && r.exact()
+        && r.controller == Some(Value::Bool(true))
+        && !r.name().is_empty()
+        && named_after
 }
 
 // ---------------------------------------------------------------------------
@@ -2751,7 +2811,7 @@ fn collector(w: &World, hook: Hook, e: &Expect, fin: &Value, response: &Value, v
             Some("malformed".to_string())
         } else if !dns_subdomain(r.name()) {
             Some("its name is not a pod name".to_string())
-        } else if e.unchecked.contains(r.name()) {
+        } else if e.unchecked.contains(r.name()) || e.retention.contains(&r.tuple()) {
             None
         } else {
             match w.state(r.name(), r.uid()) {

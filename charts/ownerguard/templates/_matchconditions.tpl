@@ -62,6 +62,9 @@ ownerguard judges:
   blocking is sent, and a controller adding or removing its own
   (non-pod) reference is not;
 - the owner labels and the owner-pod-name annotation;
+- whether a template has labels at all (a CronJob whose Job template's
+  labels are dropped gives its Jobs the pod template's: refused when that
+  says Self);
 - those of a template it completes (SPEC §3 rule 12), of any kind,
   custom resources included, read with a type check at each step: the pod
   templates (spec.template, spec.jobTemplate and its spec.template), each
@@ -103,6 +106,8 @@ matchConditions:
       {{- end }}
       || {{ include "ownerguard.cel.isTemplate" (dict "root" "object" "path" $template) }}
          != {{ include "ownerguard.cel.isTemplate" (dict "root" "oldObject" "path" $template) }}
+      || {{ include "ownerguard.cel.hasLabels" (dict "root" "object" "path" $template) }}
+         != {{ include "ownerguard.cel.hasLabels" (dict "root" "oldObject" "path" $template) }}
       || {{ include "ownerguard.cel.at" (dict "root" "object" "path" (concat $template (list "metadata" "annotations")) "key" $nameKey) }}
          != {{ include "ownerguard.cel.at" (dict "root" "oldObject" "path" (concat $template (list "metadata" "annotations")) "key" $nameKey) }}
       {{- end }}
@@ -167,6 +172,22 @@ matchConditions:
     expression: |-
       {{ include "ownerguard.cel.references" "object" }}.exists(r,
         {{ include "ownerguard.cel.podLike" "r" }})
+{{- end }}
+
+{{/*
+Whether the template at .path of .root has labels (a map of at least one
+entry): the API server gives a Job the pod template's labels when the Job
+template has none (batch/v1 defaulting), so a template's labels emptied
+or dropped changes what a CronJob's Jobs carry.
+*/}}
+{{- define "ownerguard.cel.hasLabels" -}}
+{{- $guards := list }}
+{{- $prefix := .root }}
+{{- range (concat .path (list "metadata")) }}
+{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $prefix .) }}
+{{- $prefix = printf "%s.%s" $prefix . }}
+{{- end -}}
+({{ join " && " $guards }} && type({{ $prefix }}.?labels.orValue(null)) == map && size({{ $prefix }}.labels) > 0)
 {{- end }}
 
 {{- define "ownerguard.cel.isTemplate" -}}
