@@ -211,10 +211,19 @@ fn background(
             events: None,
         };
         info!(interval = ?args.audit_interval, resources = ?options.resources, "periodic audit");
+        // One replica writes the reports: a holder renews at each pass, so
+        // the Lease outlives a pass and the gap to the next one.
+        let writer = args.audit_reports.then(|| LeaseSettings {
+            namespace: args.reaper_lease_namespace.clone(),
+            name: args.audit_lease.clone(),
+            identity: args.reaper_identity.clone(),
+            duration: audit::report_lease_duration(args.audit_interval),
+        });
         tokio::spawn(audit::periodically(
             client.clone(),
             options,
             args.audit_interval,
+            writer,
             metrics.clone(),
         ));
     }

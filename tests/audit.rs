@@ -481,3 +481,69 @@ fn classes_follow_the_collectors_reading() {
         (State::MissingReference, true)
     );
 }
+
+/// `serve --audit-interval --audit-reports` on two replicas: each audits
+/// (for its own metrics), the one holding the Lease writes the reports.
+/// The reports' API is looked up by a writer only, so its discovery calls
+/// tell who writes.
+#[tokio::test]
+async fn only_the_holder_of_the_audits_lease_writes_the_reports() {
+    use ownerguard::commands::audit::periodically;
+    use ownerguard::commands::reaper::LeaseSettings;
+    use ownerguard::observe::Metrics;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let server = FakeApi::start().await;
+    every_class(&server.api);
+    let writer = |identity: &str| LeaseSettings {
+        namespace: "ownerguard".into(),
+        name: "ownerguard-audit".into(),
+        identity: identity.into(),
+        duration: Duration::from_secs(60),
+    };
+    let replica = |identity: &str| {
+        let mut options = options(&["configmaps"], false);
+        options.reports = true;
+        tokio::spawn(periodically(
+            client(&server),
+            options,
+            Duration::from_millis(50),
+            Some(writer(identity)),
+            Arc::new(Metrics::default()),
+        ))
+    };
+    let discovered = || server.api.calls_matching("/apis/openreports.io").len();
+    let audits = || server.api.calls_matching("/api/v1/configmaps").len();
+    let a = replica("replica-a");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while discovered() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replica-a never wrote"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let lease = server
+        .api
+        .object(Kind::Lease, "ownerguard", "ownerguard-audit")
+        .expect("the Lease");
+    assert_eq!(lease["spec"]["holderIdentity"], "replica-a");
+    // The holder stops; another replica starts while its Lease is live.
+    a.abort();
+    let (before, audited) = (discovered(), audits());
+    let b = replica("replica-b");
+    while audits() < audited + 5 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replica-b never audited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.abort();
+    assert_eq!(
+        discovered(),
+        before,
+        "replica-b wrote reports while replica-a's Lease was live"
+    );
+}

@@ -230,17 +230,27 @@ fn rbac_is_get_list_watch_on_pods_and_the_check_only_creates_configmaps() {
         rules.trim(),
         "rules:\n  - apiGroups: [\"\"]\n    resources: [\"configmaps\"]\n    verbs: [\"create\"]"
     );
-    // No other template grants anything, but the reaper's Role on its Lease.
+    // No other template grants anything, but the reaper's and the audit's
+    // Roles on their Leases.
     for entry in std::fs::read_dir(chart().join("templates")).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().to_string();
-        let granting = ["clusterrole.yaml", "check-role.yaml", "reaper-role.yaml"];
+        let granting = [
+            "clusterrole.yaml",
+            "check-role.yaml",
+            "reaper-role.yaml",
+            "audit-role.yaml",
+        ];
         if path.is_file() && !granting.contains(&name.as_str()) {
             let text = std::fs::read_to_string(&path).unwrap();
             assert!(!text.contains("verbs:"), "{name} grants permissions");
         }
     }
     assert!(template("reaper-role.yaml").starts_with("{{- if .Values.reaper.enabled }}"));
+    assert!(
+        template("audit-role.yaml")
+            .starts_with("{{- if and .Values.audit.interval .Values.audit.reports }}")
+    );
 }
 
 #[test]
@@ -303,6 +313,25 @@ fn helm_grants_the_audit_and_the_reaper_only_what_each_needs() {
             "--audit-interval=1h",
             "--audit-resource=pods,configmaps,jobs.batch"
         ]
+    );
+    // The reports: one writer, the holder of the audit's Lease.
+    let objects = render_with(
+        &helm,
+        &["--set", "audit.interval=1h", "--set", "audit.reports=true"],
+    );
+    let role = object(&objects, "Role", "og-ownerguard-audit");
+    assert_eq!(
+        role["rules"][1]["resourceNames"],
+        json!(["og-ownerguard-audit"])
+    );
+    object(&objects, "RoleBinding", "og-ownerguard-audit");
+    let args = &object(&objects, "Deployment", "og-ownerguard")["spec"]["template"]["spec"]["containers"]
+        [0]["args"];
+    assert!(
+        args.as_array()
+            .unwrap()
+            .contains(&json!("--audit-lease=og-ownerguard-audit")),
+        "{args}"
     );
     let (reaper, lease, args) = rules(&["--set", "reaper.enabled=true"]);
     assert_eq!(

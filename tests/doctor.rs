@@ -1276,3 +1276,26 @@ async fn a_namespace_labelled_for_a_mode_no_webhook_serves_is_named() {
         "{modes}"
     );
 }
+
+#[tokio::test]
+async fn a_validating_webhook_selecting_a_namespace_in_another_mode_fails() {
+    // The validating webhook's namespaceSelector edited by hand to skip a
+    // namespace the mutating one decides in enforce: nothing guarantees
+    // the final object there. Any disagreement of the two is a namespace
+    // one webhook refuses in and the other does not.
+    let mut setup = Setup::healthy();
+    setup.at(VALIDATING)["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"] =
+        json!(["kube-system", NS, "agents"]);
+    let checks = run(&setup).await;
+    let modes = checks
+        .iter()
+        .find(|c| c.subject == "namespace modes")
+        .unwrap();
+    assert_eq!(modes.verdict, Verdict::Fail, "{modes}");
+    assert!(
+        modes
+            .detail
+            .contains("agents (mutating: enforce; validating: none)"),
+        "{modes}"
+    );
+}

@@ -386,6 +386,12 @@ pub struct ServeArgs {
     #[arg(long)]
     pub audit_reports: bool,
 
+    /// The Lease that makes one replica the writer of the periodic audit's
+    /// policy reports (every replica audits, for its metrics; one writes).
+    /// In the reaper's Lease namespace, held by the same identity.
+    #[arg(long, default_value = "ownerguard-audit")]
+    pub audit_lease: String,
+
     /// Release what finished owner pods (Succeeded, Failed) own, as
     /// `release` does, once they have stayed finished for --reap-after.
     /// One replica reaps at a time, the holder of a Lease. Needs delete on

@@ -38,6 +38,7 @@ use tracing::{info, warn};
 
 use crate::commands::release::{Owner, ReleaseError, delete_owned};
 use crate::observe::Metrics;
+use crate::observe::events::{PodEvent, PodRef};
 use crate::owner::{FinishedChange, FinishedPods};
 
 /// How the reaper runs.
@@ -186,20 +187,7 @@ async fn reap(
             metrics.count_reaped("configmaps", released.config_maps);
             let total = released.pods + released.jobs + released.config_maps;
             if let Some(events) = events.filter(|_| total > 0) {
-                events.record(crate::observe::events::PodEvent {
-                    pod: crate::observe::events::PodRef {
-                        namespace: owner.namespace.clone(),
-                        name: owner.name.clone(),
-                        uid: owner.uid.clone(),
-                    },
-                    warning: false,
-                    reason: "Reaped",
-                    action: "Release",
-                    note: format!(
-                        "ownerguard's reaper released what this finished pod owned: {} pod(s), {} Job(s), {} ConfigMap(s)",
-                        released.pods, released.jobs, released.config_maps
-                    ),
-                });
+                events.record(reaped_event(owner, &released));
             }
             info!(namespace = %owner.namespace, pod = %owner.name, pods = released.pods,
                 jobs = released.jobs, config_maps = released.config_maps,
@@ -209,6 +197,9 @@ async fn reap(
         Err(ReleaseError::Incomplete { left, .. }) => {
             for object in &left {
                 metrics.count_reap_failure(left_resource(object));
+            }
+            if let Some(events) = events {
+                events.record(incomplete_event(owner, &left));
             }
             warn!(namespace = %owner.namespace, pod = %owner.name, left = ?left,
                 "reaping a finished owner pod left objects behind; retried later");
@@ -222,6 +213,53 @@ async fn reap(
                 "reaping a finished owner pod failed; retried later");
             false
         }
+    }
+}
+
+/// The Event on a finished pod whose objects the reaper released.
+fn reaped_event(owner: &Owner, released: &crate::commands::release::Released) -> PodEvent {
+    PodEvent {
+        pod: pod_ref(owner),
+        warning: false,
+        reason: "Reaped",
+        action: "Release",
+        note: format!(
+            "ownerguard's reaper released what this finished pod owned: {} pod(s), {} Job(s), {} ConfigMap(s)",
+            released.pods, released.jobs, released.config_maps
+        ),
+    }
+}
+
+/// The Event on a finished pod whose objects the reaper could not all
+/// release: a warning naming what is left (the rest went), tried again.
+fn incomplete_event(owner: &Owner, left: &[String]) -> PodEvent {
+    const SHOWN: usize = 5;
+    let mut shown = left
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if left.len() > SHOWN {
+        shown.push_str(&format!("; and {} more", left.len() - SHOWN));
+    }
+    PodEvent {
+        pod: pod_ref(owner),
+        warning: true,
+        reason: "ReapIncomplete",
+        action: "Release",
+        note: format!(
+            "ownerguard's reaper could not release {} object(s) this finished pod owns, the rest released; it tries again: {shown}",
+            left.len()
+        ),
+    }
+}
+
+fn pod_ref(owner: &Owner) -> PodRef {
+    PodRef {
+        namespace: owner.namespace.clone(),
+        name: owner.name.clone(),
+        uid: owner.uid.clone(),
     }
 }
 
@@ -374,5 +412,48 @@ impl Lease {
             lease_transitions: Some(transitions),
             ..LeaseSpec::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> Owner {
+        Owner {
+            namespace: "agents".into(),
+            name: "w-1".into(),
+            uid: "u-1".into(),
+        }
+    }
+
+    #[test]
+    fn a_partial_reap_is_a_warning_on_the_pod_naming_what_is_left() {
+        let left: Vec<String> = (0..7).map(|i| format!("ConfigMap/p-{i}: 500")).collect();
+        let event = incomplete_event(&owner(), &left);
+        assert!(event.warning);
+        assert_eq!(event.reason, "ReapIncomplete");
+        assert_eq!(event.pod.name, "w-1");
+        assert!(
+            event.note.contains("could not release 7 object(s)")
+                && event.note.contains("ConfigMap/p-0: 500")
+                && event.note.contains("and 2 more")
+                && !event.note.contains("p-5"),
+            "{}",
+            event.note
+        );
+    }
+
+    #[test]
+    fn a_whole_reap_is_a_normal_event_counting_what_went() {
+        let released = crate::commands::release::Released {
+            pods: 2,
+            jobs: 1,
+            config_maps: 3,
+        };
+        let event = reaped_event(&owner(), &released);
+        assert!(!event.warning);
+        assert_eq!(event.reason, "Reaped");
+        assert!(event.note.ends_with("2 pod(s), 1 Job(s), 3 ConfigMap(s)"));
     }
 }

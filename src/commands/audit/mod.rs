@@ -575,15 +575,28 @@ pub async fn write_reports(
     Ok(Some((api, written)))
 }
 
+/// The duration of the Lease of the reports' writer: it is renewed at
+/// each pass, so it spans a pass and the gap to the next, with a minute
+/// more for a pass that runs long; a writer that is gone is replaced at
+/// the latest two passes later.
+pub fn report_lease_duration(interval: std::time::Duration) -> std::time::Duration {
+    interval + std::time::Duration::from_secs(60)
+}
+
 /// `serve --audit-interval`: the same audit every `interval`, its counts
-/// exported as `ownerguard_audit_objects{resource,state}`; with
-/// `--audit-reports`, its findings as policy reports. Never fixes.
+/// exported as `ownerguard_audit_objects{resource,state}` by every
+/// replica; with `--audit-reports`, its findings as policy reports,
+/// written by the one replica that holds `writer`'s Lease (two writers
+/// would replace each other's reports with what each saw). Never fixes.
 pub async fn periodically(
     client: kube::Client,
     options: AuditOptions,
     interval: std::time::Duration,
+    writer: Option<crate::commands::reaper::LeaseSettings>,
     metrics: std::sync::Arc<crate::observe::Metrics>,
 ) {
+    let mut lease =
+        writer.map(|settings| crate::commands::reaper::Lease::new(client.clone(), settings));
     let states: Vec<&'static str> = State::ALL.iter().map(|s| s.as_str()).collect();
     let mut tick = tokio::time::interval(interval);
     // Which report API the cluster serves is said once, not every pass.
@@ -622,7 +635,16 @@ pub async fn periodically(
                     "periodic audit done"
                 );
                 let mut ok = report.errors.is_empty();
-                if options.reports {
+                let writes = match lease.as_mut() {
+                    Some(lease) => lease.hold().await,
+                    None => false,
+                };
+                if options.reports && !writes {
+                    tracing::debug!(
+                        "periodic audit: another replica holds the Lease and writes the policy reports"
+                    );
+                }
+                if options.reports && writes {
                     match write_reports(&client, &options, &report, now()).await {
                         Ok(outcome) => {
                             let api = outcome.as_ref().map(|(api, _)| *api);

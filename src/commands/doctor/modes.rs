@@ -31,7 +31,11 @@ pub fn selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, Strin
 
 /// One line: how many namespaces are in each mode (naming those in warn
 /// and audit), failing when a namespace is selected by two mutating
-/// webhooks, warning when one carries a mode label that is no mode.
+/// webhooks, or two validating ones, or is decided in one mode by the
+/// mutating webhooks and in another by the validating ones (a selector
+/// edited by hand: the validating webhook in enforce refuses what the
+/// mutating one only warned of); warning when one carries a mode label
+/// that is no mode.
 pub fn check_modes(
     webhooks: &[WebhookView<'_>],
     namespaces: &Result<Vec<NamespaceView>, String>,
@@ -48,23 +52,60 @@ pub fn check_modes(
             );
         }
     };
-    let mutating: Vec<(Mode, &WebhookView<'_>)> = webhooks
-        .iter()
-        .filter_map(|w| match Role::of_in_mode(w, key_prefix) {
-            Some((Role::Mutate, mode)) => Some((mode, w)),
-            _ => None,
-        })
-        .collect();
+    let of_role = |wanted: Role| -> Vec<(Mode, &WebhookView<'_>)> {
+        webhooks
+            .iter()
+            .filter_map(|w| match Role::of_in_mode(w, key_prefix) {
+                Some((role, mode)) if role == wanted => Some((mode, w)),
+                _ => None,
+            })
+            .collect()
+    };
+    let (mutating, validating) = (of_role(Role::Mutate), of_role(Role::Validate));
+    let modes_of =
+        |of: &[(Mode, &WebhookView<'_>)], labels: &BTreeMap<String, String>| -> Vec<Mode> {
+            of.iter()
+                .filter(|(_, w)| selects(w.namespace_selector, labels))
+                .map(|(mode, _)| *mode)
+                .collect()
+        };
     let key = format!("{key_prefix}/mode");
     let mut by_mode: BTreeMap<&'static str, Vec<&str>> = BTreeMap::new();
     let (mut twice, mut unknown, mut elsewhere) = (Vec::new(), Vec::new(), Vec::new());
+    let mut split = Vec::new();
     let mut excluded = 0;
-    for namespace in namespaces {
-        let modes: Vec<Mode> = mutating
+    let shown = |modes: &[Mode]| {
+        modes
             .iter()
-            .filter(|(_, w)| selects(w.namespace_selector, &namespace.labels))
-            .map(|(mode, _)| *mode)
-            .collect();
+            .map(|m| m.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for namespace in namespaces {
+        let modes = modes_of(&mutating, &namespace.labels);
+        let validated = modes_of(&validating, &namespace.labels);
+        if validated.len() > 1 {
+            twice.push(format!(
+                "{} (validating: {})",
+                namespace.name,
+                shown(&validated)
+            ));
+        } else if !validating.is_empty() && modes.len() <= 1 && validated != modes {
+            split.push(format!(
+                "{} (mutating: {}; validating: {})",
+                namespace.name,
+                if modes.is_empty() {
+                    "none".to_string()
+                } else {
+                    shown(&modes)
+                },
+                if validated.is_empty() {
+                    "none".to_string()
+                } else {
+                    shown(&validated)
+                },
+            ));
+        }
         let labelled = namespace
             .labels
             .get(&key)
@@ -86,15 +127,7 @@ pub fn check_modes(
                     ));
                 }
             }
-            _ => twice.push(format!(
-                "{} ({})",
-                namespace.name,
-                modes
-                    .iter()
-                    .map(|m| m.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
+            _ => twice.push(format!("{} ({})", namespace.name, shown(&modes))),
         }
         if let Some(value) = namespace.labels.get(&key)
             && Mode::from_path_suffix(value).is_none()
@@ -128,8 +161,18 @@ pub fn check_modes(
             Verdict::Fail,
             subject,
             format!(
-                "{}: selected by two of the mutating webhooks, so each of their objects is decided in two modes and the strictest refuses; give each mode's webhook the chart's namespaceSelector ({summary})",
+                "{}: selected by two webhooks of one kind, so each of their objects is decided in two modes and the strictest refuses; give each mode's webhook the chart's namespaceSelector ({summary})",
                 twice.join(", ")
+            ),
+        );
+    }
+    if !split.is_empty() {
+        return line(
+            Verdict::Fail,
+            subject,
+            format!(
+                "{}: the mutating and the validating webhooks select it in different modes, so one refuses what the other lets through; give each mode's validating webhook the namespaceSelector of the mutating one, as the chart writes them ({summary})",
+                split.join(", ")
             ),
         );
     }
