@@ -310,3 +310,34 @@ fn serve_dev_answers_over_tls_and_exits_0_on_sigterm() {
         "no decision line: {rest:?}"
     );
 }
+
+#[test]
+fn review_decides_a_review_the_api_server_wrote_with_bytes_that_are_not_utf8() {
+    // A ControllerRevision whose data holds invalid UTF-8, as the real API
+    // server sent it (tests/fixtures/apiserver/): decided as the server
+    // decides it, from its own bytes.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/apiserver/create-controllerrevision-invalid-utf8-data.json");
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(std::str::from_utf8(&bytes).is_err());
+    let review: Value = serde_json::from_str(&String::from_utf8_lossy(&bytes)).unwrap();
+    let extra = &review["request"]["userInfo"]["extra"];
+    let as_pod = format!(
+        "{}/{}",
+        extra["authentication.kubernetes.io/pod-name"][0]
+            .as_str()
+            .unwrap(),
+        extra["authentication.kubernetes.io/pod-uid"][0]
+            .as_str()
+            .unwrap()
+    );
+    let out = ownerguard()
+        .args(["review", "--as-pod", &as_pod])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(answer["response"]["patch"].is_string(), "{answer}");
+}

@@ -32,9 +32,15 @@ pub async fn run(args: ReviewArgs) -> ExitCode {
 }
 
 async fn review(args: &ReviewArgs) -> Result<(bool, String), String> {
-    let text = read_input(args.input.as_deref())?;
+    let input = read_input(args.input.as_deref())?;
+    // A review as the API server wrote it may hold bytes that are not
+    // UTF-8 where ownerguard does not read (a RawExtension's): read as
+    // text with those replaced, and decided from its own bytes when it is
+    // used as it is, as the server would decide it.
+    let text = String::from_utf8_lossy(&input);
     let document = parse_document(&text)?;
-    let body = to_review(document, args)?;
+    let body = to_review(document.clone(), args)?;
+    let as_given = matches!(text, std::borrow::Cow::Owned(_)) && body == document;
 
     let mut inventory = match &args.pods {
         Some(path) => Inventory::from_file(path).map_err(|e| e.to_string())?,
@@ -60,7 +66,11 @@ async fn review(args: &ReviewArgs) -> Result<(bool, String), String> {
         Arc::new(inventory),
         Arc::new(Metrics::default()),
     );
-    let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
+    let bytes = if as_given {
+        input
+    } else {
+        serde_json::to_vec(&body).map_err(|e| e.to_string())?
+    };
     let endpoint = crate::decide::Endpoint::of(args.webhook).in_mode(match args.webhook {
         crate::decide::WebhookKind::ValidateAll => crate::decide::Mode::Enforce,
         _ => args.mode,
@@ -80,17 +90,15 @@ async fn review(args: &ReviewArgs) -> Result<(bool, String), String> {
     Ok((answer.response.allowed, output))
 }
 
-fn read_input(path: Option<&Path>) -> Result<String, String> {
-    let mut text = String::new();
+fn read_input(path: Option<&Path>) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
     match path {
-        None => std::io::stdin().read_to_string(&mut text).map(drop),
-        Some(path) if path == Path::new("-") => {
-            std::io::stdin().read_to_string(&mut text).map(drop)
-        }
-        Some(path) => std::fs::read_to_string(path).map(|t| text = t),
+        None => std::io::stdin().read_to_end(&mut bytes).map(drop),
+        Some(path) if path == Path::new("-") => std::io::stdin().read_to_end(&mut bytes).map(drop),
+        Some(path) => std::fs::read(path).map(|b| bytes = b),
     }
     .map_err(|e| format!("cannot read input: {e}"))?;
-    Ok(text)
+    Ok(bytes)
 }
 
 /// JSON, or else YAML (one document).

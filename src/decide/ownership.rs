@@ -82,6 +82,13 @@ pub(super) fn is_collectors_removal(request: &AdmissionRequest, labels: &OwnerLa
         (Some(new), Some(old)) => {
             is_garbage_collector(&request.user_info.username)
                 && keeps_owner_keys(&old.metadata, &new.metadata, labels)
+                // The collector patches `ownerReferences` and nothing else:
+                // under the controller manager's shared user, an update
+                // that also changes labels, annotations or a template is
+                // another controller's, judged as anyone's.
+                && old.metadata.labels == new.metadata.labels
+                && old.metadata.annotations == new.metadata.annotations
+                && old.templates() == new.templates()
                 && {
                     let before: HashSet<&OwnerReference> =
                         references(&old.metadata).iter().collect();

@@ -172,6 +172,16 @@ pub(super) fn plan<'a>(
     // The pod the old object's owner label names, by name (`Self`: its
     // name annotation), whether or not a uid is recorded for it.
     let label_owner = label_owner_name(old, labels);
+    // The statefulset controller on a claim (its retention references,
+    // below), and the claim's name they are read against.
+    let retention = requester.is_none() && is_statefulset_controller(request) && is_claim(request);
+    let claim_name = meta.name.as_deref().unwrap_or_default();
+    let names_the_owner_otherwise = |reference: &OwnerReference| {
+        label_owner == Some(reference.name.as_str())
+            && written
+                .as_ref()
+                .is_none_or(|o| o.uid != reference.uid.as_str())
+    };
     // Which removed references stay judged (kept while their pod runs):
     // the owner's, when the old object has it; every one otherwise. A Pod
     // reference beside the owner's may go: the object still dies with its
@@ -234,8 +244,16 @@ pub(super) fn plan<'a>(
             .copied()
             .filter(|&index| is_the_reference(&new_references[index]))
             .collect();
+        // The statefulset controller takes its retention reference back
+        // when the pod returns to the set (scaled up again before it was
+        // deleted): the pod runs, and refusing would stall the set.
+        // Never the owner's own reference, whatever its flags.
+        let retention_taken_back = retention
+            && before.controller == Some(true)
+            && is_retention_reference(claim_name, before)
+            && label_owner != Some(before.name.as_str());
         if kept.is_empty() {
-            if !garbage_collector && protected(before) {
+            if !garbage_collector && !retention_taken_back && protected(before) {
                 let owners = owner
                     .as_ref()
                     .is_some_and(|o| o.uid == before.uid && o.name == before.name);
@@ -302,14 +320,16 @@ pub(super) fn plan<'a>(
     // with no lookup: a refusal stalls the set's sync, and the reference
     // can only ask the collector for what the set's retention policy
     // asks: with the worker's reference kept beside it, a dangling one is
-    // removed by the collector; without a live owner the claim goes, as
-    // it would without ownerguard. Made non-blocking below, as every Pod
-    // reference not otherwise handled.
-    if requester.is_none() && is_statefulset_controller(request) && is_claim(request) {
-        let claim_name = meta.name.as_deref().unwrap_or_default();
+    // removed by the collector; with no other reference the claim goes, as
+    // the set's policy asks and as it would without ownerguard. Made
+    // non-blocking below, as every Pod reference not otherwise handled. A
+    // reference naming the claim's own owner under another uid than the
+    // one recorded is no retention: it is judged as any added reference.
+    if retention {
         claims.retain(|claim| {
             !matches!(claim.origin, crate::decide::resolve::Origin::Reference(index)
-                if is_retention_reference(claim_name, &new_references[index]))
+                if is_retention_reference(claim_name, &new_references[index])
+                    && !names_the_owner_otherwise(&new_references[index]))
         });
     }
     for claim in &claims {

@@ -1946,11 +1946,16 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     // the limit was lowered), and refusing the removal leaves its owner
     // Terminating.
     if (w.gc() || w.username == CONTROLLER_MANAGER_USER) && old.present {
+        // The collector patches `ownerReferences` and nothing else: labels,
+        // annotations and every template as they were (rule 16: under the
+        // shared user, anything else is another controller's).
         let only_removes = new
             .refs
             .iter()
             .all(|r| old.refs.iter().any(|o| o.raw == r.raw))
-            && new.labels == old.labels;
+            && new.labels == old.labels
+            && new.annotations == old.annotations
+            && same_templates(&w.request["object"], &w.request["oldObject"]);
         if only_removes {
             e.unchanged = true;
             return;
@@ -2315,8 +2320,12 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             // Beside the owner's reference, another pod's may go while that
             // pod runs: the object still dies with its owner, and
             // Kubernetes' controllers take such references back (the
-            // statefulset controller's claim retention).
-            if o_owner_ref.is_some() {
+            // statefulset controller's claim retention). The statefulset
+            // controller takes its retention reference back whether or not
+            // the claim holds its owner's (rule 16: its pod returned to the
+            // set, and a refusal stalls the set).
+            let taken_back = is_retention(w, r) && o_pod != Some(r.name());
+            if o_owner_ref.is_some() || taken_back {
                 e.no_restore.push(r.uid().to_string());
                 release = Release::Yes;
                 continue;
@@ -2507,6 +2516,25 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             }
         }
     }
+}
+
+/// Whether the parts of two objects where templates live (rule 12) are the
+/// same: pod templates, a CronJob's Job template, claim templates and the
+/// selector their claims take, volumes, a ResourceClaimTemplate's
+/// `spec.metadata`.
+fn same_templates(object: &Value, old: &Value) -> bool {
+    const PATHS: [&str; 7] = [
+        "/spec/template",
+        "/spec/jobTemplate",
+        "/spec/volumeClaimTemplates",
+        "/spec/selector",
+        "/spec/volumes",
+        "/spec/metadata",
+        "/spec/template/spec/volumes",
+    ];
+    PATHS
+        .iter()
+        .all(|path| object.pointer(path) == old.pointer(path))
 }
 
 /// Whether `r` is the statefulset controller's retention reference: added
