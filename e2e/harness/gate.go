@@ -33,7 +33,13 @@ type Gate struct {
 	held     sync.Once
 	mu       sync.Mutex
 	bodies   [][]byte
+	probes   int
 }
+
+// GateProbe is the annotation of a probe: a request the gate answers at
+// once and counts, never holds nor keeps, so that a scenario knows the API
+// server calls the gate before it relies on it.
+const GateProbe = "e2e.ownerguard.io/gate-probe"
 
 // StartGate serves on 127.0.0.1 (a url webhook: the API server runs in the
 // same network namespace).
@@ -54,14 +60,27 @@ const gateHold = 25 * time.Second
 
 func (g *Gate) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	g.mu.Lock()
-	g.bodies = append(g.bodies, body)
-	g.mu.Unlock()
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
 		http.Error(w, "bad review", http.StatusBadRequest)
 		return
 	}
+	var object struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	_ = json.Unmarshal(review.Request.Object.Raw, &object)
+	if _, probe := object.Metadata.Annotations[GateProbe]; probe {
+		g.mu.Lock()
+		g.probes++
+		g.mu.Unlock()
+		g.answer(w, review)
+		return
+	}
+	g.mu.Lock()
+	g.bodies = append(g.bodies, body)
+	g.mu.Unlock()
 	first := false
 	g.held.Do(func() { first = true })
 	if first {
@@ -72,10 +91,34 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		}
 	}
+	g.answer(w, review)
+}
+
+// answer allows the request unchanged.
+func (g *Gate) answer(w http.ResponseWriter, review admissionv1.AdmissionReview) {
 	review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
 	review.Request = nil
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(review)
+}
+
+// Ready waits (at most 30 s) until the API server calls the gate: probe
+// sends a request the gate's rules take, carrying the GateProbe
+// annotation (a dry run), until one reaches it. A configuration just made
+// reaches the API server's webhook source a moment later, longer under
+// load: waiting a fixed time is hoping.
+func (g *Gate) Ready(ctx context.Context, probe func(ctx context.Context) error) error {
+	return Until(ctx, 30*time.Second, 200*time.Millisecond, "the gate called", func() error {
+		if err := probe(ctx); err != nil {
+			return err
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.probes == 0 {
+			return fmt.Errorf("the API server has not called the gate %s yet", g.Name)
+		}
+		return nil
+	})
 }
 
 // Held waits at most d for the first request to arrive and be held.
@@ -118,11 +161,12 @@ func (g *Gate) RegisterFor(ctx context.Context, c kubernetes.Interface, rule adm
 	_, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: g.Name},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    "gate.e2e.ownerguard.io",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &g.URL, CABundle: g.CABundle},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{operation}, Rule: rule}},
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "held", Expression: match}},
+			Name:              "gate.e2e.ownerguard.io",
+			ClientConfig:      admissionregistrationv1.WebhookClientConfig{URL: &g.URL, CABundle: g.CABundle},
+			Rules:             []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{operation}, Rule: rule}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "held", Expression: "(" + match + ") || " +
+				"(has(object.metadata.annotations) && '" + GateProbe + "' in object.metadata.annotations)"}},
 			SideEffects:             &none,
 			FailurePolicy:           &ignore,
 			ReinvocationPolicy:      &never,

@@ -23,6 +23,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 )
 
 // copyRules: a worker that also makes Services, Endpoints and claims.
@@ -394,9 +395,12 @@ func TestStatefulSetClaimRetentionOrder(t *testing.T) {
 			must(t, gate.Register(ctx, admin, "persistentvolumeclaims", ns,
 				"request.userInfo.username == 'system:serviceaccount:kube-system:statefulset-controller' && object.metadata.name == 'data-db-2'"),
 				"register the gate")
-			// The API server's webhook source sees a new configuration
-			// within a second or so: scale down only once it holds.
-			time.Sleep(2 * time.Second)
+			// Scale down only once the API server calls the gate: a dry
+			// run of the statefulset controller's own kind of update
+			// (impersonated), marked as a probe.
+			must(t, gate.Ready(ctx, func(ctx context.Context) error {
+				return probeClaimUpdate(ctx, ns, "data-db-0")
+			}), "the gate registered")
 			must(t, harness.Until(ctx, 30*time.Second, 200*time.Millisecond, "scale", func() error {
 				s, err := w.Client.AppsV1().StatefulSets(ns).Get(ctx, "db", metav1.GetOptions{})
 				if err != nil {
@@ -496,6 +500,28 @@ func ownerguardSees(t *testing.T, ctx context.Context, ns string, pod *corev1.Po
 		}
 		return nil
 	}), "ownerguard's view of pod "+pod.Name)
+}
+
+// probeClaimUpdate: a dry-run UPDATE of claim name as the statefulset
+// controller (impersonated), carrying harness.GateProbe: what a gate on
+// that controller's claim updates is called for, and answers at once.
+func probeClaimUpdate(ctx context.Context, ns, name string) error {
+	config := plane.RESTConfig()
+	config.Impersonate.UserName = "system:serviceaccount:kube-system:statefulset-controller"
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	claim, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if claim.Annotations == nil {
+		claim.Annotations = map[string]string{}
+	}
+	claim.Annotations[harness.GateProbe] = "yes"
+	_, err = client.CoreV1().PersistentVolumeClaims(ns).Update(ctx, claim, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+	return err
 }
 
 // deletePodNow deletes a pod at once and waits until the API server no

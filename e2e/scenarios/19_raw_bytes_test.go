@@ -8,6 +8,7 @@ package scenarios
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -46,7 +47,13 @@ func TestRawBytes(t *testing.T) {
 	must(t, gate.RegisterFor(ctx, admin, admissionregistrationv1.Rule{
 		APIGroups: []string{"apps", "resource.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"controllerrevisions", "resourceclaims"},
 	}, admissionregistrationv1.Create, ns, "true"), "register the recording webhook")
-	time.Sleep(2 * time.Second) // the API server's webhook source sees it
+	must(t, gate.Ready(ctx, func(ctx context.Context) error {
+		_, err := admin.AppsV1().ControllerRevisions(ns).Create(ctx, &appsv1.ControllerRevision{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe", Annotations: map[string]string{harness.GateProbe: "yes"}},
+			Data:       runtime.RawExtension{Raw: []byte("{}")},
+		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}), "the recording webhook registered")
 
 	recorded := map[string][]byte{}
 	t.Run("ControllerRevisionData", func(t *testing.T) {
