@@ -8,7 +8,8 @@ use crate::admission::{AdmissionRequest, ObjectMeta, OwnerReference};
 use crate::decide::denial::Denial;
 use crate::decide::resolve::NamedOwner;
 use crate::decide::resolve::{
-    OwnerLabels, REQUESTING_POD, annotation, is_garbage_collector, label, references,
+    CONTROLLER_MANAGER, OwnerLabels, REQUESTING_POD, annotation, is_garbage_collector, label,
+    references,
 };
 use crate::decide::subject::{Shown, Subject};
 
@@ -82,13 +83,17 @@ pub(super) fn is_collectors_removal(request: &AdmissionRequest, labels: &OwnerLa
         (Some(new), Some(old)) => {
             is_garbage_collector(&request.user_info.username)
                 && keeps_owner_keys(&old.metadata, &new.metadata, labels)
-                // The collector patches `ownerReferences` and nothing else:
-                // under the controller manager's shared user, an update
-                // that also changes labels, annotations or a template is
-                // another controller's, judged as anyone's.
-                && old.metadata.labels == new.metadata.labels
-                && old.metadata.annotations == new.metadata.annotations
-                && old.templates() == new.templates()
+                // The collector patches `ownerReferences` and nothing else,
+                // but another mutating webhook may add to its patch (an
+                // annotation stamped on every update): under its own
+                // service account that is still its update. Under the
+                // controller manager's shared user, every controller's, an
+                // update that also changes labels, annotations or a
+                // template is another controller's, judged as anyone's.
+                && (request.user_info.username != CONTROLLER_MANAGER
+                    || (old.metadata.labels == new.metadata.labels
+                        && old.metadata.annotations == new.metadata.annotations
+                        && old.templates() == new.templates()))
                 && {
                     let before: HashSet<&OwnerReference> =
                         references(&old.metadata).iter().collect();

@@ -247,10 +247,11 @@ pub(super) fn plan<'a>(
         // The statefulset controller takes its retention reference back
         // when the pod returns to the set (scaled up again before it was
         // deleted): the pod runs, and refusing would stall the set.
-        // Never the owner's own reference, whatever its flags.
+        // Whatever its flags (the controller scrubs every reference to its
+        // pod, and versions before 1.32 wrote them without `controller`),
+        // never the owner's own reference.
         let retention_taken_back = retention
-            && before.controller == Some(true)
-            && is_retention_reference(claim_name, before)
+            && is_taken_back_reference(claim_name, before)
             && label_owner != Some(before.name.as_str());
         if kept.is_empty() {
             if !garbage_collector && !retention_taken_back && protected(before) {
@@ -598,8 +599,14 @@ fn reference_changed(at: Subject, before: &OwnerReference, after: &OwnerReferenc
 /// the claim is named after (the set names a pod's claim
 /// `<template>-<pod>`).
 fn is_retention_reference(claim_name: &str, reference: &OwnerReference) -> bool {
-    reference.controller == Some(true)
-        && reference.is_pod()
+    reference.controller == Some(true) && is_taken_back_reference(claim_name, reference)
+}
+
+/// Whether `reference`, removed from claim `claim_name`, is one the
+/// statefulset controller takes back: a Pod reference to the pod the claim
+/// is named after, whatever its flags.
+fn is_taken_back_reference(claim_name: &str, reference: &OwnerReference) -> bool {
+    reference.is_pod()
         && claim_name
             .strip_suffix(reference.name.as_str())
             .is_some_and(|rest| rest.len() > 1 && rest.ends_with('-'))

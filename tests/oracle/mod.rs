@@ -1933,6 +1933,14 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     let new_refs = pod_refs(new, &known);
     let (o_pod, o_uid) = (old.label(&pod_key), old.label(&uid_key));
     let (n_pod, n_uid) = (new.label(&pod_key), new.label(&uid_key));
+    // The pod the old labels name: `Self` is its name annotation's.
+    let o_named = o_pod.and_then(|value| {
+        if s.self_value.as_deref() == Some(value) {
+            old.annotations.get(&s.name_key()).map(String::as_str)
+        } else {
+            Some(value)
+        }
+    });
     let declares_new = n_pod.is_some() || n_uid.is_some() || !new_refs.is_empty();
     let declares_old = o_pod.is_some() || o_uid.is_some() || !old_refs.is_empty();
     if !declares_new && !declares_old {
@@ -1949,13 +1957,21 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
         // The collector patches `ownerReferences` and nothing else: labels,
         // annotations and every template as they were (rule 16: under the
         // shared user, anything else is another controller's).
+        // Under its own service account another webhook may have added to
+        // the collector's patch: still its update.
+        let shared = w.username == CONTROLLER_MANAGER_USER;
+        let keys = [s.pod_key(), s.uid_key()];
+        let owner_keys_kept = keys.iter().all(|k| new.labels.get(k) == old.labels.get(k))
+            && new.annotations.get(&s.name_key()) == old.annotations.get(&s.name_key());
         let only_removes = new
             .refs
             .iter()
             .all(|r| old.refs.iter().any(|o| o.raw == r.raw))
-            && new.labels == old.labels
-            && new.annotations == old.annotations
-            && same_templates(&w.request["object"], &w.request["oldObject"]);
+            && owner_keys_kept
+            && (!shared
+                || (new.labels == old.labels
+                    && new.annotations == old.annotations
+                    && same_templates(&w.request["object"], &w.request["oldObject"])));
         if only_removes {
             e.unchanged = true;
             return;
@@ -2324,7 +2340,8 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
             // controller takes its retention reference back whether or not
             // the claim holds its owner's (rule 16: its pod returned to the
             // set, and a refusal stalls the set).
-            let taken_back = is_retention(w, r) && o_pod != Some(r.name());
+            let taken_back =
+                is_taken_back(w, r) && o_pod != Some(r.name()) && o_named != Some(r.name());
             if o_owner_ref.is_some() || taken_back {
                 e.no_restore.push(r.uid().to_string());
                 release = Release::Yes;
@@ -2426,10 +2443,23 @@ fn expect_update(w: &World, hook: Hook, e: &mut Expect) {
     // A reference naming the owner of record under another uid contradicts
     // the object (rule 6) whoever adds it: not retention.
     let (retention, added): (Vec<&Entry>, Vec<&Entry>) = added.into_iter().partition(|r| {
-        let contradicts =
-            owner_name.as_deref() == Some(r.name()) && owner_uid.as_deref() != Some(r.uid());
+        let names_owner = owner_name.as_deref() == Some(r.name()) || o_named == Some(r.name());
+        let contradicts = names_owner && owner_uid.as_deref() != Some(r.uid());
         is_retention(w, r) && !contradicts
     });
+    // A reference naming the old owner (`Self` included) under another uid
+    // contradicts the object (rule 6): 400 as well as the added
+    // reference's 403.
+    for r in added
+        .iter()
+        .filter(|r| r.exact() && o_named == Some(r.name()) && owner_uid.as_deref() != Some(r.uid()))
+    {
+        e.maybe(
+            &[400],
+            true,
+            format!("entry {} names the owner under another uid", r.show()),
+        );
+    }
     e.retention.extend(retention.iter().map(|r| r.tuple()));
     // Non-blocking as every Pod reference: /mutate unblocks it (the
     // controller compares only uid and controller, so nothing churns).
@@ -2542,6 +2572,13 @@ fn same_templates(object: &Value, old: &Value) -> bool {
 /// one) to a PersistentVolumeClaim named `<template>-<pod>`, exactly
 /// `v1`/`Pod`, `controller: true`, naming that pod.
 fn is_retention(w: &World, r: &Entry) -> bool {
+    is_taken_back(w, r) && r.controller == Some(Value::Bool(true)) && !r.uid().is_empty()
+}
+
+/// Whether `r`, removed, is one the statefulset controller takes back
+/// from the claim named after its pod: a Pod reference to that pod,
+/// whatever its flags (the controller scrubs every reference to its pod).
+fn is_taken_back(w: &World, r: &Entry) -> bool {
     let claim = w.request["kind"]["group"].as_str().unwrap_or("").is_empty()
         && w.request["kind"]["kind"] == "PersistentVolumeClaim";
     let by_the_controller =
@@ -2551,12 +2588,7 @@ fn is_retention(w: &World, r: &Entry) -> bool {
         .name
         .strip_suffix(r.name())
         .is_some_and(|rest| rest.len() > 1 && rest.ends_with('-'));
-    claim
-        && by_the_controller
-        && r.exact()
-        && r.controller == Some(Value::Bool(true))
-        && !r.name().is_empty()
-        && named_after
+    claim && by_the_controller && r.exact() && !r.name().is_empty() && named_after
 }
 
 // ---------------------------------------------------------------------------
