@@ -155,13 +155,40 @@ impl Webhook {
                 verdict => break verdict,
             }
         };
-        let response = respond_in_mode(
+        // In warn and audit nothing the API server sends is refused (SPEC
+        // §3 rule 17): what enforce still refuses once every softenable
+        // rule is set aside is let through as it was sent, unchanged (no
+        // owner was proven to complete it with), and named, with what the
+        // garbage collector will do to it as stored.
+        let (verdict, stored_as_sent) = match verdict {
+            Err(denial) if endpoint.mode.softens() => {
+                decided.violations.push(denial);
+                let fate = collector_fate(request, &decided.lookups);
+                (Ok(Allowed::default()), Some(fate))
+            }
+            verdict => (verdict, None),
+        };
+        let mut response = respond_in_mode(
             &request.uid,
             verdict,
             webhook,
             endpoint.mode,
             &decided.violations,
         );
+        if let Some(fate) = stored_as_sent {
+            let note = format!("stored as sent, unchanged: {fate}");
+            if endpoint.mode.warns() {
+                let mut warnings = std::mem::take(&mut response.warnings);
+                warnings.extend(warning_parts(&format!(
+                    "ownerguard {} mode: {note}",
+                    endpoint.mode.as_str()
+                )));
+                response.warnings = within_warning_budget(warnings);
+            }
+            response
+                .audit_annotations
+                .insert("collector".to_string(), note);
+        }
         let answer = response.to_review_json(review.version);
         observe(Outcome::Answered(Answered {
             request,
@@ -245,6 +272,41 @@ impl Webhook {
             .await
             .into_iter()
             .collect()
+    }
+}
+
+/// What the garbage collector will do to the object of `request` stored as
+/// it was sent, read from its Pod references and what the lookups found of
+/// their pods: a reference to no running pod (gone, another uid, being
+/// deleted) gets it deleted once the collector sees it, unless another of
+/// its owners lives; no Pod reference leaves it to no worker.
+fn collector_fate(
+    request: &crate::admission::AdmissionRequest<'_>,
+    lookups: &HashMap<String, Lookup>,
+) -> String {
+    let references = request
+        .object
+        .as_ref()
+        .and_then(|object| object.metadata.owner_references.as_deref())
+        .unwrap_or_default();
+    let pods: Vec<&crate::admission::OwnerReference<'_>> =
+        references.iter().filter(|r| r.is_pod()).collect();
+    let dead = pods.iter().find(|r| {
+        lookups
+            .get(r.name.as_str())
+            .is_some_and(|lookup| match &lookup.outcome {
+                Ok(None) => true,
+                Ok(Some(pod)) => pod.uid != r.uid.as_str() || pod.terminating,
+                Err(_) => false,
+            })
+    });
+    match (dead, pods.is_empty()) {
+        (Some(r), _) => format!(
+            "its ownerReference to pod '{}' names no running pod, so the garbage collector deletes it once it sees it, unless another of its owners lives",
+            crate::decide::subject::Shown(&r.name)
+        ),
+        (None, true) => "it has no ownerReference to a pod, so the garbage collector will never delete it with a worker".to_string(),
+        (None, false) => "its ownerReferences are as its client wrote them, not checked against their pods".to_string(),
     }
 }
 

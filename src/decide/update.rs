@@ -365,7 +365,7 @@ pub(super) fn plan<'a>(
         release_owners,
         &at,
         requester.as_ref(),
-        policy.requester_policy(webhook),
+        policy.release_policy(webhook),
     );
     // Labels that go with no running owner to ask about (none known, or
     // one that was never referenced) go at once.

@@ -310,17 +310,51 @@ pub fn judge(
     }
     let world = softened_world(request, pods, &relaxed, finished_is_owner, &finished_owners);
     let response = &answer["response"];
+    // In warn and audit nothing is refused (rule 17): what a rule still
+    // refuses once every softenable one is set aside is let through as
+    // sent (no owner was proven to complete it with), named.
+    let still_refused = !expect.deny.is_empty();
+    let patched = response.get("patch").is_some();
+    let as_sent = softens && !patched && (still_refused || !expect.maybe.is_empty());
     match response["allowed"].as_bool() {
+        Some(true) if softens && still_refused => {
+            if patched {
+                v.push(format!(
+                    "{:?} mode changed an object a rule still refuses (no owner proven): {}",
+                    settings.mode,
+                    reasons(&expect.deny.iter().collect::<Vec<_>>())
+                ));
+            }
+            judge_softened(settings.mode, &enforced_reasons, response, &mut v);
+        }
+        Some(true) if as_sent && annotated(response) => {
+            judge_softened(settings.mode, &enforced_reasons, response, &mut v);
+        }
         Some(true) => {
             judge_allowed(&world, hook, &expect, response, &mut v);
             if softens && enforced_refuses {
                 judge_softened(settings.mode, &enforced_reasons, response, &mut v);
             }
         }
+        Some(false) if softens => v.push(format!(
+            "{:?} mode refused: nothing the API server sends is refused in warn or audit: {}",
+            settings.mode, response["status"]["message"]
+        )),
         Some(false) => judge_denied(&world, &expect, response, &mut v),
         None => v.push("answer has no boolean response.allowed".into()),
     }
     v.into_result()
+}
+
+/// Whether an answer carries a non-empty audit annotation.
+fn annotated(response: &Value) -> bool {
+    response["auditAnnotations"]
+        .as_object()
+        .is_some_and(|notes| {
+            notes
+                .values()
+                .any(|note| note.as_str().is_some_and(|n| !n.is_empty()))
+        })
 }
 
 /// The world a decision is judged in: `/validate-all`'s finished owners,
@@ -342,14 +376,7 @@ fn softened_world<'a>(
 /// audit annotation, and under `warn` in a warning to the client; under
 /// `audit` the client hears nothing of it.
 fn judge_softened(mode: Mode, refused: &str, response: &Value, v: &mut Violations) {
-    let annotated = response["auditAnnotations"]
-        .as_object()
-        .is_some_and(|notes| {
-            notes
-                .values()
-                .any(|note| note.as_str().is_some_and(|n| !n.is_empty()))
-        });
-    if !annotated {
+    if !annotated(response) {
         v.push(format!(
             "{mode:?} mode allowed what enforce refuses without an audit annotation: {refused}"
         ));
