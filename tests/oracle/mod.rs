@@ -173,6 +173,10 @@ pub struct Settings {
     pub max_pod_references: Option<usize>,
     /// The namespace's mode.
     pub mode: Mode,
+    /// The requester check a release is judged by, once a mode set the
+    /// check aside for references being added: a softened rule relaxes
+    /// that rule alone (rule 17). `None`: `requester_check`.
+    pub release_check: Option<RequesterCheck>,
 }
 
 impl Default for Settings {
@@ -188,6 +192,7 @@ impl Default for Settings {
             self_value: Some("Self".into()),
             max_pod_references: None,
             mode: Mode::Enforce,
+            release_check: None,
         }
     }
 }
@@ -288,6 +293,7 @@ pub fn judge(
             if refusing.iter().any(|r| r.soft == Some(Soft::Requester))
                 && relaxed.requester_check != RequesterCheck::Off
             {
+                relaxed.release_check = Some(relaxed.requester_check);
                 relaxed.requester_check = RequesterCheck::Off;
                 more = true;
             }
@@ -1712,7 +1718,11 @@ fn check_release(w: &World, e: &mut Expect, release: Release) {
         return;
     };
     let why = format!("requester pod '{name}' releases an object owned by pod '{owner}'");
-    match (w.settings.requester_check, release) {
+    let check = w
+        .settings
+        .release_check
+        .unwrap_or(w.settings.requester_check);
+    match (check, release) {
         // A release is never softened: what it leaves names no owner.
         (RequesterCheck::Enforce, Release::Yes) => e.deny(&[403], false, why),
         (RequesterCheck::Enforce, _) => e.maybe(&[403], false, why),
