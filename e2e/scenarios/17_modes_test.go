@@ -220,12 +220,20 @@ func TestModes(t *testing.T) {
 		fmt.Printf("    modes: 41 warned creates, one event series of %d, %v filtered\n", count, spam()-before)
 	})
 
-	t.Run("WhatTheCollectorCannotHandleStaysRefused", func(t *testing.T) {
-		// An owner that is not there: label only, the object would never
-		// be collected; refused by the warn webhook as by enforce.
-		_, err := client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("for-nobody", ownedLabels("nobody", "00000000-0000-4000-8000-000000000001")), metav1.CreateOptions{})
-		if message, ok := refusedIn(err, "warn"); !ok || !strings.Contains(message, "not found") {
-			t.Fatalf("a create for a pod that is not there, in warn: %v; want the warn webhook's refusal", err)
+	t.Run("WhatEnforceRefusesIsLetThroughAsSent", func(t *testing.T) {
+		// An owner that is not there: enforce refuses; warn lets the
+		// object through as it was sent (no owner proven to complete it
+		// with), telling the client what enforce would refuse and what
+		// the collector will do with it.
+		warnings.take()
+		cm, err := client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("for-nobody", ownedLabels("nobody", "00000000-0000-4000-8000-000000000001")), metav1.CreateOptions{})
+		must(t, err, "a create for a pod that is not there, in warn")
+		if len(cm.OwnerReferences) != 0 {
+			t.Fatalf("stored with references %s, want as sent", refsString(cm.OwnerReferences))
+		}
+		heard := strings.Join(warnings.take(), " ")
+		if !strings.Contains(heard, "not found") || !strings.Contains(heard, "never delete it with a worker") {
+			t.Fatalf("the client heard %q; want the refusal and what the collector will do", heard)
 		}
 	})
 
