@@ -1811,13 +1811,12 @@ fn a_kind_a_person_reads_as_pod_is_refused_beside_the_owner() {
             for answer in &answers[..2] {
                 let response = &answer["response"];
                 if case.knobs.mode != oracle::Mode::Enforce {
-                    if response.get("patch").is_some()
-                        || !response["auditAnnotations"]["violation-rules"]
-                            .as_str()
-                            // The first refusal found is named: a
-                            // decision stops at it.
-                            .is_some_and(|r| !r.is_empty())
-                    {
+                    // The first refusal found is named: a decision stops
+                    // at it.
+                    let named = response["auditAnnotations"]["violation-rules"]
+                        .as_str()
+                        .unwrap_or_default();
+                    if response.get("patch").is_some() || named.is_empty() {
                         return Err(format!(
                             "a homoglyph of Pod let through in a mode without being named, or completed: {answer}"
                         ));
