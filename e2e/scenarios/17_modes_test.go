@@ -340,3 +340,27 @@ func TestModes(t *testing.T) {
 		}), "the collector")
 	})
 }
+
+// TestIgnoredNamespace: a namespace labelled <keyPrefix>/ignore is sent to
+// no ownerguard webhook, without a helm upgrade: a create enforce refuses
+// (an owner that is not there) is stored as sent there, once the API
+// server has seen the label.
+func TestIgnoredNamespace(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	ns := newNamespace(t, "ignored", workerRules)
+	w := newWorker(t, ns, "worker-ignored")
+	orphan := func(name string) *corev1.ConfigMap {
+		return configMap(name, ownedLabels("nobody", "00000000-0000-4000-8000-000000000001"))
+	}
+	_, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, orphan("before"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if _, ok := refusedIn(err, "enforce"); !ok {
+		t.Fatalf("before the label: %v, want ownerguard's refusal", err)
+	}
+	patch := `{"metadata":{"labels":{"ownerguard.io/ignore":"true"}}}`
+	_, err = admin.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	must(t, err, "label the namespace ignore")
+	must(t, harness.Until(ctx, 20*time.Second, 200*time.Millisecond, "the namespace ignored", func() error {
+		_, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, orphan("ignored"), metav1.CreateOptions{})
+		return err
+	}), "a create enforce refuses, stored in an ignored namespace")
+}

@@ -272,6 +272,11 @@ namespaceSelector:
     {{- with .mode }}
     {{- include "ownerguard.modeExpression" (dict "root" $.root "mode" .) | nindent 4 }}
     {{- end }}
+    {{- /* A namespace labelled <keyPrefix>/ignore is sent to no webhook (docs/security.md). */}}
+    {{- if .root.Values.webhook.ignoreLabel }}
+    - key: {{ .root.Values.keyPrefix }}/ignore
+      operator: DoesNotExist
+    {{- end }}
 {{- end }}
 
 {{/*
