@@ -168,27 +168,15 @@ impl Webhook {
             }
             verdict => (verdict, None),
         };
-        let mut response = respond_in_mode(
+        let note = stored_as_sent.map(|fate| format!("stored as sent, unchanged: {fate}"));
+        let response = respond_in_mode(
             &request.uid,
             verdict,
             webhook,
             endpoint.mode,
             &decided.violations,
+            note.as_deref(),
         );
-        if let Some(fate) = stored_as_sent {
-            let note = format!("stored as sent, unchanged: {fate}");
-            if endpoint.mode.warns() {
-                let mut warnings = std::mem::take(&mut response.warnings);
-                warnings.extend(warning_parts(&format!(
-                    "ownerguard {} mode: {note}",
-                    endpoint.mode.as_str()
-                )));
-                response.warnings = within_warning_budget(warnings);
-            }
-            response
-                .audit_annotations
-                .insert("collector".to_string(), note);
-        }
         let answer = response.to_review_json(review.version);
         observe(Outcome::Answered(Answered {
             request,
@@ -276,10 +264,11 @@ impl Webhook {
 }
 
 /// What the garbage collector will do to the object of `request` stored as
-/// it was sent, read from its Pod references and what the lookups found of
-/// their pods: a reference to no running pod (gone, another uid, being
-/// deleted) gets it deleted once the collector sees it, unless another of
-/// its owners lives; no Pod reference leaves it to no worker.
+/// it was sent, read as the collector reads it: it deletes an object only
+/// once every owner is absent, and drops a dangling reference while
+/// another owner exists. A Pod reference counts as absent when the lookup
+/// found no pod of that name, or one of another uid; a pod that exists
+/// (finished or being deleted included) is an owner.
 fn collector_fate(
     request: &crate::admission::AdmissionRequest<'_>,
     lookups: &HashMap<String, Lookup>,
@@ -289,24 +278,33 @@ fn collector_fate(
         .as_ref()
         .and_then(|object| object.metadata.owner_references.as_deref())
         .unwrap_or_default();
-    let pods: Vec<&crate::admission::OwnerReference<'_>> =
-        references.iter().filter(|r| r.is_pod()).collect();
-    let dead = pods.iter().find(|r| {
-        lookups
-            .get(r.name.as_str())
-            .is_some_and(|lookup| match &lookup.outcome {
-                Ok(None) => true,
-                Ok(Some(pod)) => pod.uid != r.uid.as_str() || pod.terminating,
-                Err(_) => false,
-            })
-    });
-    match (dead, pods.is_empty()) {
-        (Some(r), _) => format!(
-            "its ownerReference to pod '{}' names no running pod, so the garbage collector deletes it once it sees it, unless another of its owners lives",
+    if references.is_empty() {
+        return "it has no ownerReference, so the garbage collector will never delete it with a worker"
+            .to_string();
+    }
+    let absent = |r: &&crate::admission::OwnerReference<'_>| {
+        r.is_pod()
+            && lookups
+                .get(r.name.as_str())
+                .is_some_and(|lookup| match &lookup.outcome {
+                    Ok(None) => true,
+                    Ok(Some(pod)) => pod.uid != r.uid.as_str(),
+                    Err(_) => false,
+                })
+    };
+    let dangling: Vec<&crate::admission::OwnerReference<'_>> =
+        references.iter().filter(absent).collect();
+    match dangling.first() {
+        None => "its ownerReferences are as its client wrote them; those ownerguard did not look up are unchecked"
+            .to_string(),
+        Some(r) if dangling.len() == references.len() => format!(
+            "its ownerReference to pod '{}' names no pod that exists and it has no other owner, so the garbage collector deletes it once it sees it",
             crate::decide::subject::Shown(&r.name)
         ),
-        (None, true) => "it has no ownerReference to a pod, so the garbage collector will never delete it with a worker".to_string(),
-        (None, false) => "its ownerReferences are as its client wrote them, not checked against their pods".to_string(),
+        Some(r) => format!(
+            "its ownerReference to pod '{}' names no pod that exists: the garbage collector drops that reference and keeps the object for its other owners",
+            crate::decide::subject::Shown(&r.name)
+        ),
     }
 }
 
@@ -352,6 +350,7 @@ pub fn respond_in_mode(
     webhook: WebhookKind,
     mode: Mode,
     violations: &[Denial],
+    stored_as_sent: Option<&str>,
 ) -> AdmissionResponse {
     let mut response = respond(uid, verdict, webhook);
     if response.allowed && !violations.is_empty() {
@@ -361,14 +360,27 @@ pub fn respond_in_mode(
         notes.insert("mode".to_string(), mode.as_str().to_string());
         notes.insert("violation".to_string(), messages.join(" | "));
         notes.insert("violation-rules".to_string(), rules.join(","));
+        if let Some(note) = stored_as_sent {
+            notes.insert("collector".to_string(), note.to_string());
+        }
         if mode.warns() {
-            let mut warnings = Vec::new();
-            for message in &messages {
-                warnings.extend(warning_parts(&format!(
-                    "ownerguard {} mode: would refuse: {message}",
-                    mode.as_str()
-                )));
-            }
+            // What decided the answer first, so that the warnings' budget
+            // never cuts it: the refusal that stands (the last one) and
+            // what the collector will do, then the rules set aside.
+            let would_refuse = |message: &str| {
+                format!("ownerguard {} mode: would refuse: {message}", mode.as_str())
+            };
+            let mut texts = Vec::new();
+            let softened = match (stored_as_sent, messages.split_last()) {
+                (Some(note), Some((standing, rest))) => {
+                    texts.push(would_refuse(standing));
+                    texts.push(format!("ownerguard {} mode: {note}", mode.as_str()));
+                    rest
+                }
+                _ => &messages[..],
+            };
+            texts.extend(softened.iter().map(|message| would_refuse(message)));
+            let mut warnings: Vec<String> = texts.iter().flat_map(|t| warning_parts(t)).collect();
             warnings.append(&mut response.warnings);
             response.warnings = warnings;
         }
@@ -519,7 +531,14 @@ mod tests {
             ..Allowed::default()
         };
         let all = allowed.warnings.clone();
-        let response = respond_in_mode("u", Ok(allowed), WebhookKind::Mutate, Mode::Enforce, &[]);
+        let response = respond_in_mode(
+            "u",
+            Ok(allowed),
+            WebhookKind::Mutate,
+            Mode::Enforce,
+            &[],
+            None,
+        );
         let warnings = response.warnings;
         assert!(chars(&warnings) <= WARNING_BUDGET, "{}", chars(&warnings));
         let kept = warnings.len() - 1;

@@ -87,8 +87,13 @@ impl Mode {
 /// The rules a decision is re-made without, once a mode softened them.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Relaxed {
-    /// The requester check is off.
+    /// The requester check is off for a reference the requester declares
+    /// for another pod.
     pub requester_check: bool,
+    /// The requester check is off for a reference a pod adds to another
+    /// worker's object (an adoption): relaxed apart, so that each is named
+    /// when it refuses.
+    pub adoption: bool,
     /// These finished pods are owners, as the collector resolves them:
     /// those a softened refusal named, no other.
     pub finished_owners: Vec<String>,
@@ -101,9 +106,8 @@ impl Relaxed {
     /// or it is relaxed already (the decision cannot then change).
     pub fn relax(&mut self, denial: &Denial) -> bool {
         let rule = match denial {
-            Denial::RequesterNotOwner { .. } | Denial::RequesterAdoptsObject { .. } => {
-                &mut self.requester_check
-            }
+            Denial::RequesterNotOwner { .. } => &mut self.requester_check,
+            Denial::RequesterAdoptsObject { .. } => &mut self.adoption,
             Denial::OwnerFinished { owner, .. } => {
                 if self.finished_owners.contains(owner) {
                     return false;

@@ -350,7 +350,7 @@ pub(super) fn plan<'a>(
         &claims,
         &at,
         requester.as_ref(),
-        policy.requester_policy(webhook),
+        policy.adoption_policy(webhook),
     )?);
     // Whom the release concerns: the owner the labels name, beside whose
     // reference the others may go; every pod referenced when no label

@@ -191,6 +191,7 @@ pub fn oracle_settings(config: &CaseConfig) -> oracle::Settings {
             ownerguard::decide::Mode::Audit => oracle::Mode::Audit,
         },
         release_check: None,
+        adoption_check: None,
     }
 }
 

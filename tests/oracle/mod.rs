@@ -177,6 +177,9 @@ pub struct Settings {
     /// check aside for references being added: a softened rule relaxes
     /// that rule alone (rule 17). `None`: `requester_check`.
     pub release_check: Option<RequesterCheck>,
+    /// The requester check an adoption is judged by, relaxed apart from
+    /// `requester_check`. `None`: `requester_check`.
+    pub adoption_check: Option<RequesterCheck>,
 }
 
 impl Default for Settings {
@@ -193,6 +196,7 @@ impl Default for Settings {
             max_pod_references: None,
             mode: Mode::Enforce,
             release_check: None,
+            adoption_check: None,
         }
     }
 }
@@ -293,8 +297,18 @@ pub fn judge(
             if refusing.iter().any(|r| r.soft == Some(Soft::Requester))
                 && relaxed.requester_check != RequesterCheck::Off
             {
-                relaxed.release_check = Some(relaxed.requester_check);
+                relaxed.release_check.get_or_insert(relaxed.requester_check);
+                relaxed
+                    .adoption_check
+                    .get_or_insert(relaxed.requester_check);
                 relaxed.requester_check = RequesterCheck::Off;
+                more = true;
+            }
+            if refusing.iter().any(|r| r.soft == Some(Soft::Adoption))
+                && relaxed.adoption_check.unwrap_or(relaxed.requester_check) != RequesterCheck::Off
+            {
+                relaxed.release_check.get_or_insert(relaxed.requester_check);
+                relaxed.adoption_check = Some(RequesterCheck::Off);
                 more = true;
             }
             for reason in &refusing {
@@ -331,15 +345,15 @@ pub fn judge(
                     reasons(&expect.deny.iter().collect::<Vec<_>>())
                 ));
             }
-            judge_softened(settings.mode, &enforced_reasons, response, &mut v);
+            judge_softened(settings.mode, &enforced_reasons, response, true, &mut v);
         }
         Some(true) if as_sent && annotated(response) => {
-            judge_softened(settings.mode, &enforced_reasons, response, &mut v);
+            judge_softened(settings.mode, &enforced_reasons, response, false, &mut v);
         }
         Some(true) => {
             judge_allowed(&world, hook, &expect, response, &mut v);
             if softens && enforced_refuses {
-                judge_softened(settings.mode, &enforced_reasons, response, &mut v);
+                judge_softened(settings.mode, &enforced_reasons, response, false, &mut v);
             }
         }
         Some(false) if softens => v.push(format!(
@@ -381,7 +395,30 @@ fn softened_world<'a>(
 /// An answer a mode allowed where enforce refuses: it must say so, in an
 /// audit annotation, and under `warn` in a warning to the client; under
 /// `audit` the client hears nothing of it.
-fn judge_softened(mode: Mode, refused: &str, response: &Value, v: &mut Violations) {
+fn judge_softened(mode: Mode, refused: &str, response: &Value, stood: bool, v: &mut Violations) {
+    let notes = &response["auditAnnotations"];
+    let said = |key: &str| notes[key].as_str().is_some_and(|n| !n.is_empty());
+    if !said("violation") || !said("violation-rules") || !said("mode") {
+        v.push(format!(
+            "{mode:?} mode allowed what enforce refuses without naming it (mode, violation, violation-rules): {refused}"
+        ));
+    }
+    // A refusal stood, so the object went through as sent: what the
+    // collector will do to it is said.
+    if stood && !said("collector") {
+        v.push(format!(
+            "{mode:?} mode let through as sent without saying what the collector will do: {refused}"
+        ));
+    }
+    let heard = response["warnings"].as_array().is_some_and(|w| {
+        w.iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("would refuse")))
+    });
+    if mode == Mode::Warn && !heard {
+        v.push(format!(
+            "warn mode allowed what enforce refuses without a warning saying so: {refused}"
+        ));
+    }
     if !annotated(response) {
         v.push(format!(
             "{mode:?} mode allowed what enforce refuses without an audit annotation: {refused}"
@@ -1044,6 +1081,9 @@ struct Reason {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Soft {
     Requester,
+    /// The requester check on a reference added to another worker's
+    /// object: relaxed apart from [`Soft::Requester`].
+    Adoption,
     Finished,
 }
 
@@ -1657,9 +1697,13 @@ fn check_adoption(w: &World, e: &mut Expect, added: &[&Entry]) {
     let Some((name, owner)) = another_owner(w, false) else {
         return;
     };
-    match w.settings.requester_check {
+    let check = w
+        .settings
+        .adoption_check
+        .unwrap_or(w.settings.requester_check);
+    match check {
         RequesterCheck::Enforce => e.deny_soft(
-            Soft::Requester,
+            Soft::Adoption,
             &[403],
             true,
             format!(
