@@ -155,12 +155,27 @@ impl Webhook {
                 verdict => break verdict,
             }
         };
+        // In warn and audit nothing the API server sends is refused (SPEC
+        // §3 rule 17): what enforce still refuses once every softenable
+        // rule is set aside is let through as it was sent, unchanged (no
+        // owner was proven to complete it with), and named, with what the
+        // garbage collector will do to it as stored.
+        let (verdict, stored_as_sent) = match verdict {
+            Err(denial) if endpoint.mode.softens() => {
+                decided.violations.push(denial);
+                let fate = collector_fate(request, &decided.lookups);
+                (Ok(Allowed::default()), Some(fate))
+            }
+            verdict => (verdict, None),
+        };
+        let note = stored_as_sent.map(|fate| format!("stored as sent, unchanged: {fate}"));
         let response = respond_in_mode(
             &request.uid,
             verdict,
             webhook,
             endpoint.mode,
             &decided.violations,
+            note.as_deref(),
         );
         let answer = response.to_review_json(review.version);
         observe(Outcome::Answered(Answered {
@@ -248,6 +263,51 @@ impl Webhook {
     }
 }
 
+/// What the garbage collector will do to the object of `request` stored as
+/// it was sent, read as the collector reads it: it deletes an object only
+/// once every owner is absent, and drops a dangling reference while
+/// another owner exists. A Pod reference counts as absent when the lookup
+/// found no pod of that name, or one of another uid; a pod that exists
+/// (finished or being deleted included) is an owner.
+fn collector_fate(
+    request: &crate::admission::AdmissionRequest<'_>,
+    lookups: &HashMap<String, Lookup>,
+) -> String {
+    let references = request
+        .object
+        .as_ref()
+        .and_then(|object| object.metadata.owner_references.as_deref())
+        .unwrap_or_default();
+    if references.is_empty() {
+        return "it has no ownerReference, so the garbage collector will never delete it with a worker"
+            .to_string();
+    }
+    let absent = |r: &&crate::admission::OwnerReference<'_>| {
+        r.is_pod()
+            && lookups
+                .get(r.name.as_str())
+                .is_some_and(|lookup| match &lookup.outcome {
+                    Ok(None) => true,
+                    Ok(Some(pod)) => pod.uid != r.uid.as_str(),
+                    Err(_) => false,
+                })
+    };
+    let dangling: Vec<&crate::admission::OwnerReference<'_>> =
+        references.iter().filter(absent).collect();
+    match dangling.first() {
+        None => "its ownerReferences are as its client wrote them; those ownerguard did not look up are unchecked"
+            .to_string(),
+        Some(r) if dangling.len() == references.len() => format!(
+            "its ownerReference to pod '{}' names no pod that exists and it has no other owner, so the garbage collector deletes it once it sees it",
+            crate::decide::subject::Shown(&r.name)
+        ),
+        Some(r) => format!(
+            "its ownerReference to pod '{}' names no pod that exists: the garbage collector drops that reference and keeps the object for its other owners",
+            crate::decide::subject::Shown(&r.name)
+        ),
+    }
+}
+
 /// What the passes of one decision asked and learnt.
 #[derive(Debug, Default)]
 struct Decided {
@@ -290,6 +350,7 @@ pub fn respond_in_mode(
     webhook: WebhookKind,
     mode: Mode,
     violations: &[Denial],
+    stored_as_sent: Option<&str>,
 ) -> AdmissionResponse {
     let mut response = respond(uid, verdict, webhook);
     if response.allowed && !violations.is_empty() {
@@ -299,14 +360,27 @@ pub fn respond_in_mode(
         notes.insert("mode".to_string(), mode.as_str().to_string());
         notes.insert("violation".to_string(), messages.join(" | "));
         notes.insert("violation-rules".to_string(), rules.join(","));
+        if let Some(note) = stored_as_sent {
+            notes.insert("collector".to_string(), note.to_string());
+        }
         if mode.warns() {
-            let mut warnings = Vec::new();
-            for message in &messages {
-                warnings.extend(warning_parts(&format!(
-                    "ownerguard {} mode: would refuse: {message}",
-                    mode.as_str()
-                )));
-            }
+            // What decided the answer first, so that the warnings' budget
+            // never cuts it: the refusal that stands (the last one) and
+            // what the collector will do, then the rules set aside.
+            let would_refuse = |message: &str| {
+                format!("ownerguard {} mode: would refuse: {message}", mode.as_str())
+            };
+            let mut texts = Vec::new();
+            let softened = match (stored_as_sent, messages.split_last()) {
+                (Some(note), Some((standing, rest))) => {
+                    texts.push(would_refuse(standing));
+                    texts.push(format!("ownerguard {} mode: {note}", mode.as_str()));
+                    rest
+                }
+                _ => &messages[..],
+            };
+            texts.extend(softened.iter().map(|message| would_refuse(message)));
+            let mut warnings: Vec<String> = texts.iter().flat_map(|t| warning_parts(t)).collect();
             warnings.append(&mut response.warnings);
             response.warnings = warnings;
         }
@@ -457,7 +531,14 @@ mod tests {
             ..Allowed::default()
         };
         let all = allowed.warnings.clone();
-        let response = respond_in_mode("u", Ok(allowed), WebhookKind::Mutate, Mode::Enforce, &[]);
+        let response = respond_in_mode(
+            "u",
+            Ok(allowed),
+            WebhookKind::Mutate,
+            Mode::Enforce,
+            &[],
+            None,
+        );
         let warnings = response.warnings;
         assert!(chars(&warnings) <= WARNING_BUDGET, "{}", chars(&warnings));
         let kept = warnings.len() - 1;

@@ -940,9 +940,20 @@ fn helm_renders_the_default_installation_as_designed() {
             assert_eq!(webhook["name"], name.as_str());
             assert_eq!(webhook["clientConfig"]["service"]["path"], path.as_str());
             assert_eq!(webhook["namespaceSelector"]["matchExpressions"][1], mode);
+            assert_eq!(
+                webhook["namespaceSelector"]["matchExpressions"][2],
+                json!({"key": "ownerguard.io/ignore", "operator": "DoesNotExist"}),
+                "{name}: a namespace labelled ignore goes to no webhook"
+            );
             assert_eq!(webhook["objectSelector"], webhooks[0]["objectSelector"]);
             assert_eq!(webhook["matchConditions"], webhooks[0]["matchConditions"]);
-            assert_eq!(webhook["failurePolicy"], webhooks[0]["failurePolicy"]);
+            // Warn and audit never refuse, ownerguard down included.
+            let expected = if path.ends_with("/warn") || path.ends_with("/audit") {
+                json!("Ignore")
+            } else {
+                webhooks[0]["failurePolicy"].clone()
+            };
+            assert_eq!(webhook["failurePolicy"], expected, "{name}");
         }
         let path = format!("/{word}");
         let webhook = &webhooks[0];
@@ -969,7 +980,8 @@ fn helm_renders_the_default_installation_as_designed() {
             webhook["namespaceSelector"]["matchExpressions"],
             json!([
                 {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "ownerguard"]},
-                {"key": "ownerguard.io/mode", "operator": "NotIn", "values": ["warn", "audit"]}
+                {"key": "ownerguard.io/mode", "operator": "NotIn", "values": ["warn", "audit"]},
+                {"key": "ownerguard.io/ignore", "operator": "DoesNotExist"}
             ])
         );
     }

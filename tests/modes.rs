@@ -97,7 +97,10 @@ async fn a_finished_owner_is_refused_in_enforce_and_completed_in_warn_and_audit(
 }
 
 #[tokio::test]
-async fn a_refusal_no_mode_softens_is_the_same_in_every_mode() {
+async fn a_refusal_no_mode_softens_is_let_through_as_sent_in_warn_and_audit() {
+    // An owner that is not there: enforce refuses; warn and audit let the
+    // object through unchanged (no owner proven to complete it with),
+    // naming the refusal and what the collector will do with it.
     let (webhook, body) = case("create-owner-not-found");
     for path in [
         "mutate/warn",
@@ -108,19 +111,39 @@ async fn a_refusal_no_mode_softens_is_the_same_in_every_mode() {
         let enforce = path.split('/').next().unwrap();
         let (_, enforced) = common::send_to(webhook.clone(), enforce, body.clone()).await;
         assert_eq!(enforced["response"]["allowed"], false);
+        let refusal = enforced["response"]["status"]["message"].as_str().unwrap();
         let (status, answer) = common::send_to(webhook.clone(), path, body.clone()).await;
         assert_eq!(status, 200);
-        assert_eq!(
-            answer["response"]["status"], enforced["response"]["status"],
+        let response = &answer["response"];
+        assert_eq!(response["allowed"], true, "{path}: {answer}");
+        assert!(response.get("patch").is_none(), "{path}: {answer}");
+        let notes = &response["auditAnnotations"];
+        assert_eq!(notes["violation"], refusal, "{path}: {answer}");
+        let rule = if enforce == "mutate" {
+            "owner-not-found"
+        } else {
+            "reference-missing"
+        };
+        assert_eq!(notes["violation-rules"], rule, "{path}: {answer}");
+        assert!(
+            notes["collector"]
+                .as_str()
+                .unwrap()
+                .contains("never delete it with a worker"),
             "{path}: {answer}"
         );
-        assert!(
-            answer["response"].get("auditAnnotations").is_none(),
-            "{answer}"
-        );
+        let warned = joined(&warnings(&answer));
+        if path.ends_with("warn") {
+            assert!(
+                warned.contains("would refuse") && warned.contains("stored as sent"),
+                "{warned}"
+            );
+        } else {
+            assert!(warned.is_empty(), "{path}: {warned}");
+        }
     }
     assert!(
-        !webhook
+        webhook
             .metrics()
             .encode()
             .contains("ownerguard_warned_decisions_total{")

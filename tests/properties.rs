@@ -1804,11 +1804,24 @@ fn a_kind_a_person_reads_as_pod_is_refused_beside_the_owner() {
         100,
         homoglyph_creates(),
         false,
-        |_, answers| {
-            // Whatever else is wrong with the request, it is never allowed:
-            // the collector would never resolve that reference.
+        |case, answers| {
+            // Whatever else is wrong with the request, enforce never allows
+            // it: the collector would never resolve that reference. Warn
+            // and audit let it through as sent, never completed, named.
             for answer in &answers[..2] {
-                if answer["response"]["allowed"] == true {
+                let response = &answer["response"];
+                if case.knobs.mode != oracle::Mode::Enforce {
+                    // The first refusal found is named: a decision stops
+                    // at it.
+                    let named = response["auditAnnotations"]["violation-rules"]
+                        .as_str()
+                        .unwrap_or_default();
+                    if response.get("patch").is_some() || named.is_empty() {
+                        return Err(format!(
+                            "a homoglyph of Pod let through in a mode without being named, or completed: {answer}"
+                        ));
+                    }
+                } else if response["allowed"] == true {
                     return Err(format!("a homoglyph of Pod is allowed: {answer}"));
                 }
             }

@@ -90,8 +90,20 @@ func TestChartOutage(t *testing.T) {
 	}, metav1.CreateOptions{})
 	must(t, err, "create a labelled Deployment")
 
+	// A namespace in warn only asked to be told: its webhooks fail open.
+	warnNS := newNamespace(t, "outage-warn", workerRules)
+	setMode(t, warnNS, "warn")
+	warnWorker := newWorker(t, warnNS, "worker-outage-warn")
+
 	stopGuard(t)
 	down := func(err error) bool { return err != nil && strings.Contains(err.Error(), "failed calling webhook") }
+
+	// ... and while ownerguard is down a namespace in warn is not refused.
+	stored, err := warnWorker.Client.CoreV1().ConfigMaps(warnNS).Create(ctx, configMap("while-down", ownedLabels(warnWorker.Name(), "")), metav1.CreateOptions{})
+	must(t, err, "a labelled create in a namespace in warn while ownerguard is down")
+	if len(stored.OwnerReferences) != 0 {
+		t.Fatalf("stored with %s while ownerguard was down", refsString(stored.OwnerReferences))
+	}
 
 	// What ownerguard owns is refused while it is down (failurePolicy Fail).
 	_, err = w.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("new", labels), metav1.CreateOptions{})

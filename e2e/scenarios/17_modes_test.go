@@ -220,12 +220,21 @@ func TestModes(t *testing.T) {
 		fmt.Printf("    modes: 41 warned creates, one event series of %d, %v filtered\n", count, spam()-before)
 	})
 
-	t.Run("WhatTheCollectorCannotHandleStaysRefused", func(t *testing.T) {
-		// An owner that is not there: label only, the object would never
-		// be collected; refused by the warn webhook as by enforce.
-		_, err := client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("for-nobody", ownedLabels("nobody", "00000000-0000-4000-8000-000000000001")), metav1.CreateOptions{})
-		if message, ok := refusedIn(err, "warn"); !ok || !strings.Contains(message, "not found") {
-			t.Fatalf("a create for a pod that is not there, in warn: %v; want the warn webhook's refusal", err)
+	t.Run("WhatEnforceRefusesIsLetThroughAsSent", func(t *testing.T) {
+		// An owner that is not there: enforce refuses; warn lets the
+		// object through as it was sent (no owner proven to complete it
+		// with), telling the client what enforce would refuse and what
+		// the collector will do with it.
+		warnings.take()
+		cm, err := client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("for-nobody", ownedLabels("nobody", "00000000-0000-4000-8000-000000000001")), metav1.CreateOptions{})
+		must(t, err, "a create for a pod that is not there, in warn")
+		if len(cm.OwnerReferences) != 0 {
+			t.Fatalf("stored with references %s, want as sent", refsString(cm.OwnerReferences))
+		}
+		// The warnings say one text in parts, the later ones starting "... ".
+		heard := strings.ReplaceAll(strings.Join(warnings.take(), " "), " ... ", " ")
+		if !strings.Contains(heard, "not found") || !strings.Contains(heard, "never delete it with a worker") {
+			t.Fatalf("the client heard %q; want the refusal and what the collector will do", heard)
 		}
 	})
 
@@ -331,4 +340,28 @@ func TestModes(t *testing.T) {
 			return nil
 		}), "the collector")
 	})
+}
+
+// TestIgnoredNamespace: a namespace labelled <keyPrefix>/ignore is sent to
+// no ownerguard webhook, without a helm upgrade: a create enforce refuses
+// (an owner that is not there) is stored as sent there, once the API
+// server has seen the label.
+func TestIgnoredNamespace(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	ns := newNamespace(t, "ignored", workerRules)
+	w := newWorker(t, ns, "worker-ignored")
+	orphan := func(name string) *corev1.ConfigMap {
+		return configMap(name, ownedLabels("nobody", "00000000-0000-4000-8000-000000000001"))
+	}
+	_, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, orphan("before"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if _, ok := refusedIn(err, "enforce"); !ok {
+		t.Fatalf("before the label: %v, want ownerguard's refusal", err)
+	}
+	patch := `{"metadata":{"labels":{"ownerguard.io/ignore":"true"}}}`
+	_, err = admin.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	must(t, err, "label the namespace ignore")
+	must(t, harness.Until(ctx, 20*time.Second, 200*time.Millisecond, "the namespace ignored", func() error {
+		_, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, orphan("ignored"), metav1.CreateOptions{})
+		return err
+	}), "a create enforce refuses, stored in an ignored namespace")
 }

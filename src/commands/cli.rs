@@ -443,9 +443,10 @@ pub struct ReviewArgs {
     pub webhook: WebhookKind,
 
     /// The namespace's mode, as the chart's webhook of that mode calls
-    /// (`/mutate/warn`...): warn and audit let through, completed, what a
-    /// mode may soften (docs/reference/decisions.md#modes). `/validate-all`
-    /// has none.
+    /// (`/mutate/warn`...): warn and audit never refuse; they complete what
+    /// they can with an owner they looked up and let the rest through as
+    /// sent, saying what enforce would refuse. `--webhook validate-all` has
+    /// none.
     #[arg(long, value_enum, default_value_t = crate::decide::Mode::Enforce)]
     pub mode: crate::decide::Mode,
 

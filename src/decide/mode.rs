@@ -20,13 +20,10 @@
 //!   foreground deletion's wait, not what is collected, and the API
 //!   server's own permission check still judges it.
 //!
-//! Every other refusal stands in every mode, because allowing it would
-//! store an object the collector deletes at once (an owner missing, of
-//! another uid, being deleted; a reference renamed or re-kinded), or
-//! never collects (no owner it can name: no uid, `Self` without a pod,
-//! a live owner's reference removed, a controller's objects refused), or
-//! because it bounds ownerguard's own work (malformed input, the
-//! reference limit, a failed lookup, which `--fail-open` alone decides).
+//! Every other refusal is what enforce refuses: in warn and audit the
+//! request is let through as it was sent, unchanged (no owner was proven
+//! to complete it with), named with what the collector will do to it
+//! (`webhook`): a namespace that only asked to be told is never refused.
 //! docs/reference/decisions.md#modes has the table.
 
 use super::denial::Denial;
@@ -48,12 +45,13 @@ use super::denial::Denial;
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
-    /// Refuse (the only behaviour before modes).
+    /// Refuse.
     #[default]
     Enforce,
-    /// Allow what a mode may soften, completed, with a warning to the
-    /// client carrying the refusal's message, an audit annotation and the
-    /// decision counted as `warned`.
+    /// Never refuse: complete what a mode may soften, let the rest
+    /// through as sent, with a warning to the client carrying the
+    /// refusal's message, an audit annotation and the decision counted as
+    /// `warned`.
     Warn,
     /// As `warn`, without the warning to the client.
     Audit,
@@ -89,8 +87,13 @@ impl Mode {
 /// The rules a decision is re-made without, once a mode softened them.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Relaxed {
-    /// The requester check is off.
+    /// The requester check is off for a reference the requester declares
+    /// for another pod.
     pub requester_check: bool,
+    /// The requester check is off for a reference a pod adds to another
+    /// worker's object (an adoption): relaxed apart, so that each is named
+    /// when it refuses.
+    pub adoption: bool,
     /// These finished pods are owners, as the collector resolves them:
     /// those a softened refusal named, no other.
     pub finished_owners: Vec<String>,
@@ -103,9 +106,8 @@ impl Relaxed {
     /// or it is relaxed already (the decision cannot then change).
     pub fn relax(&mut self, denial: &Denial) -> bool {
         let rule = match denial {
-            Denial::RequesterNotOwner { .. } | Denial::RequesterAdoptsObject { .. } => {
-                &mut self.requester_check
-            }
+            Denial::RequesterNotOwner { .. } => &mut self.requester_check,
+            Denial::RequesterAdoptsObject { .. } => &mut self.adoption,
             Denial::OwnerFinished { owner, .. } => {
                 if self.finished_owners.contains(owner) {
                     return false;

@@ -109,6 +109,36 @@ impl Policy {
             labels: &self.labels,
         }
     }
+
+    /// The requester check of an adoption (a pod adding a reference to
+    /// another worker's object), relaxed apart from the requester check.
+    pub(super) fn adoption_policy(&self, webhook: WebhookKind) -> RequesterPolicy<'_> {
+        RequesterPolicy {
+            mode: if webhook.judges_policy() && !self.relaxed.adoption {
+                self.requester_check
+            } else {
+                RequesterCheck::Off
+            },
+            delegates: &self.delegates,
+            labels: &self.labels,
+        }
+    }
+
+    /// The requester check of a release (a pod removing another worker's
+    /// reference or owner label): a mode that set the check aside for a
+    /// reference being added relaxed that rule alone, so a release is
+    /// still judged, and named if refused.
+    pub(super) fn release_policy(&self, webhook: WebhookKind) -> RequesterPolicy<'_> {
+        RequesterPolicy {
+            mode: if webhook.judges_policy() {
+                self.requester_check
+            } else {
+                RequesterCheck::Off
+            },
+            delegates: &self.delegates,
+            labels: &self.labels,
+        }
+    }
 }
 
 /// A path the server answers on: the decision it makes, the name it

@@ -350,7 +350,7 @@ pub(super) fn plan<'a>(
         &claims,
         &at,
         requester.as_ref(),
-        policy.requester_policy(webhook),
+        policy.adoption_policy(webhook),
     )?);
     // Whom the release concerns: the owner the labels name, beside whose
     // reference the others may go; every pod referenced when no label
@@ -365,7 +365,7 @@ pub(super) fn plan<'a>(
         release_owners,
         &at,
         requester.as_ref(),
-        policy.requester_policy(webhook),
+        policy.release_policy(webhook),
     );
     // Labels that go with no running owner to ask about (none known, or
     // one that was never referenced) go at once.

@@ -190,6 +190,8 @@ pub fn oracle_settings(config: &CaseConfig) -> oracle::Settings {
             ownerguard::decide::Mode::Warn => oracle::Mode::Warn,
             ownerguard::decide::Mode::Audit => oracle::Mode::Audit,
         },
+        release_check: None,
+        adoption_check: None,
     }
 }
 

@@ -173,6 +173,13 @@ pub struct Settings {
     pub max_pod_references: Option<usize>,
     /// The namespace's mode.
     pub mode: Mode,
+    /// The requester check a release is judged by, once a mode set the
+    /// check aside for references being added: a softened rule relaxes
+    /// that rule alone (rule 17). `None`: `requester_check`.
+    pub release_check: Option<RequesterCheck>,
+    /// The requester check an adoption is judged by, relaxed apart from
+    /// `requester_check`. `None`: `requester_check`.
+    pub adoption_check: Option<RequesterCheck>,
 }
 
 impl Default for Settings {
@@ -188,6 +195,8 @@ impl Default for Settings {
             self_value: Some("Self".into()),
             max_pod_references: None,
             mode: Mode::Enforce,
+            release_check: None,
+            adoption_check: None,
         }
     }
 }
@@ -288,7 +297,18 @@ pub fn judge(
             if refusing.iter().any(|r| r.soft == Some(Soft::Requester))
                 && relaxed.requester_check != RequesterCheck::Off
             {
+                relaxed.release_check.get_or_insert(relaxed.requester_check);
+                relaxed
+                    .adoption_check
+                    .get_or_insert(relaxed.requester_check);
                 relaxed.requester_check = RequesterCheck::Off;
+                more = true;
+            }
+            if refusing.iter().any(|r| r.soft == Some(Soft::Adoption))
+                && relaxed.adoption_check.unwrap_or(relaxed.requester_check) != RequesterCheck::Off
+            {
+                relaxed.release_check.get_or_insert(relaxed.requester_check);
+                relaxed.adoption_check = Some(RequesterCheck::Off);
                 more = true;
             }
             for reason in &refusing {
@@ -310,17 +330,51 @@ pub fn judge(
     }
     let world = softened_world(request, pods, &relaxed, finished_is_owner, &finished_owners);
     let response = &answer["response"];
+    // In warn and audit nothing is refused (rule 17): what a rule still
+    // refuses once every softenable one is set aside is let through as
+    // sent (no owner was proven to complete it with), named.
+    let still_refused = !expect.deny.is_empty();
+    let patched = response.get("patch").is_some();
+    let as_sent = softens && !patched && (still_refused || !expect.maybe.is_empty());
     match response["allowed"].as_bool() {
+        Some(true) if softens && still_refused => {
+            if patched {
+                v.push(format!(
+                    "{:?} mode changed an object a rule still refuses (no owner proven): {}",
+                    settings.mode,
+                    reasons(&expect.deny.iter().collect::<Vec<_>>())
+                ));
+            }
+            judge_softened(settings.mode, &enforced_reasons, response, true, &mut v);
+        }
+        Some(true) if as_sent && annotated(response) => {
+            judge_softened(settings.mode, &enforced_reasons, response, false, &mut v);
+        }
         Some(true) => {
             judge_allowed(&world, hook, &expect, response, &mut v);
             if softens && enforced_refuses {
-                judge_softened(settings.mode, &enforced_reasons, response, &mut v);
+                judge_softened(settings.mode, &enforced_reasons, response, false, &mut v);
             }
         }
+        Some(false) if softens => v.push(format!(
+            "{:?} mode refused: nothing the API server sends is refused in warn or audit: {}",
+            settings.mode, response["status"]["message"]
+        )),
         Some(false) => judge_denied(&world, &expect, response, &mut v),
         None => v.push("answer has no boolean response.allowed".into()),
     }
     v.into_result()
+}
+
+/// Whether an answer carries a non-empty audit annotation.
+fn annotated(response: &Value) -> bool {
+    response["auditAnnotations"]
+        .as_object()
+        .is_some_and(|notes| {
+            notes
+                .values()
+                .any(|note| note.as_str().is_some_and(|n| !n.is_empty()))
+        })
 }
 
 /// The world a decision is judged in: `/validate-all`'s finished owners,
@@ -341,15 +395,31 @@ fn softened_world<'a>(
 /// An answer a mode allowed where enforce refuses: it must say so, in an
 /// audit annotation, and under `warn` in a warning to the client; under
 /// `audit` the client hears nothing of it.
-fn judge_softened(mode: Mode, refused: &str, response: &Value, v: &mut Violations) {
-    let annotated = response["auditAnnotations"]
-        .as_object()
-        .is_some_and(|notes| {
-            notes
-                .values()
-                .any(|note| note.as_str().is_some_and(|n| !n.is_empty()))
-        });
-    if !annotated {
+fn judge_softened(mode: Mode, refused: &str, response: &Value, stood: bool, v: &mut Violations) {
+    let notes = &response["auditAnnotations"];
+    let said = |key: &str| notes[key].as_str().is_some_and(|n| !n.is_empty());
+    if !said("violation") || !said("violation-rules") || !said("mode") {
+        v.push(format!(
+            "{mode:?} mode allowed what enforce refuses without naming it (mode, violation, violation-rules): {refused}"
+        ));
+    }
+    // A refusal stood, so the object went through as sent: what the
+    // collector will do to it is said.
+    if stood && !said("collector") {
+        v.push(format!(
+            "{mode:?} mode let through as sent without saying what the collector will do: {refused}"
+        ));
+    }
+    let heard = response["warnings"].as_array().is_some_and(|w| {
+        w.iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("would refuse")))
+    });
+    if mode == Mode::Warn && !heard {
+        v.push(format!(
+            "warn mode allowed what enforce refuses without a warning saying so: {refused}"
+        ));
+    }
+    if !annotated(response) {
         v.push(format!(
             "{mode:?} mode allowed what enforce refuses without an audit annotation: {refused}"
         ));
@@ -1011,6 +1081,9 @@ struct Reason {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Soft {
     Requester,
+    /// The requester check on a reference added to another worker's
+    /// object: relaxed apart from [`Soft::Requester`].
+    Adoption,
     Finished,
 }
 
@@ -1624,9 +1697,13 @@ fn check_adoption(w: &World, e: &mut Expect, added: &[&Entry]) {
     let Some((name, owner)) = another_owner(w, false) else {
         return;
     };
-    match w.settings.requester_check {
+    let check = w
+        .settings
+        .adoption_check
+        .unwrap_or(w.settings.requester_check);
+    match check {
         RequesterCheck::Enforce => e.deny_soft(
-            Soft::Requester,
+            Soft::Adoption,
             &[403],
             true,
             format!(
@@ -1685,7 +1762,11 @@ fn check_release(w: &World, e: &mut Expect, release: Release) {
         return;
     };
     let why = format!("requester pod '{name}' releases an object owned by pod '{owner}'");
-    match (w.settings.requester_check, release) {
+    let check = w
+        .settings
+        .release_check
+        .unwrap_or(w.settings.requester_check);
+    match (check, release) {
         // A release is never softened: what it leaves names no owner.
         (RequesterCheck::Enforce, Release::Yes) => e.deny(&[403], false, why),
         (RequesterCheck::Enforce, _) => e.maybe(&[403], false, why),

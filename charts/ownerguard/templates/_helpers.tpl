@@ -272,6 +272,11 @@ namespaceSelector:
     {{- with .mode }}
     {{- include "ownerguard.modeExpression" (dict "root" $.root "mode" .) | nindent 4 }}
     {{- end }}
+    {{- /* A namespace labelled <keyPrefix>/ignore is sent to no webhook (docs/security.md). */}}
+    {{- if .root.Values.webhook.ignoreLabel }}
+    - key: {{ .root.Values.keyPrefix }}/ignore
+      operator: DoesNotExist
+    {{- end }}
 {{- end }}
 
 {{/*
@@ -326,7 +331,8 @@ enforce warn audit
 {{- define "ownerguard.webhookCommon" -}}
 admissionReviewVersions: ["v1", "v1beta1"]
 sideEffects: {{ .sideEffects | default "None" }}
-failurePolicy: {{ .failurePolicy | default .root.Values.webhook.failurePolicy }}
+{{- /* Warn and audit never refuse what the API server would store, ownerguard down included: their webhooks fail open. */}}
+failurePolicy: {{ if and .mode (ne .mode "enforce") }}Ignore{{ else }}{{ .failurePolicy | default .root.Values.webhook.failurePolicy }}{{ end }}
 timeoutSeconds: {{ .root.Values.webhook.timeoutSeconds }}
 matchPolicy: Equivalent
 {{ include "ownerguard.namespaceSelector" . }}

@@ -247,10 +247,9 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
             checks.push(check_match_conditions(&webhook, role, key_prefix));
         }
         checks.push(check_exclusion(&webhook, namespace));
-        let role = role.map(|(role, _)| role);
         if let Some(flags) = flags {
-            if let Some(role) = role {
-                checks.push(check_policy(&webhook, role, flags));
+            if let Some((role, mode)) = role {
+                checks.push(check_policy(&webhook, role, mode, flags));
             }
             checks.push(check_timeout(&webhook, flags));
         }

@@ -597,9 +597,37 @@ pub(super) fn check_exclusion(webhook: &WebhookView<'_>, namespace: &str) -> Che
     }
 }
 
-pub(super) fn check_policy(webhook: &WebhookView<'_>, role: Role, flags: &ServeFlags) -> Check {
+pub(super) fn check_policy(
+    webhook: &WebhookView<'_>,
+    role: Role,
+    mode: Mode,
+    flags: &ServeFlags,
+) -> Check {
     let subject = format!("failurePolicy of {}", webhook.label());
     let ignore = webhook.failure_policy == "Ignore";
+    if mode.softens() {
+        // Warn and audit never refuse: neither may an outage.
+        return if ignore {
+            line(
+                Verdict::Ok,
+                subject,
+                format!(
+                    "Ignore: a namespace in {} is never refused, ownerguard down included",
+                    mode.as_str()
+                ),
+            )
+        } else {
+            line(
+                Verdict::Warn,
+                subject,
+                format!(
+                    "{}: an outage of ownerguard refuses creates in namespaces in {}, which only asked to be told; the chart writes Ignore",
+                    webhook.failure_policy,
+                    mode.as_str()
+                ),
+            )
+        };
+    }
     if role == Role::ValidateAll {
         // The cluster-wide switch has its own policy on purpose.
         return if ignore {
