@@ -80,7 +80,14 @@ impl<'a> Review<'a> {
     /// [`DecodeError`] when the body is not JSON, not an `AdmissionReview`
     /// of a known version, or has no `request`.
     pub fn from_json(body: &'a [u8]) -> Result<Self, DecodeError> {
-        Self::from_envelope(json::from_slice(body)?)
+        let mut review = Self::from_envelope(json::from_slice(body)?)?;
+        let request = &mut review.request;
+        if request.operation == Operation::Update
+            && request.user_info.username.as_str() == SHARED_CONTROLLER_USER
+        {
+            request.only_references_changed = Some(only_references_changed(body));
+        }
+        Ok(review)
     }
 
     fn from_envelope(envelope: ReviewEnvelope<'a>) -> Result<Self, DecodeError> {
@@ -133,6 +140,42 @@ pub struct AdmissionRequest<'a> {
     pub old_object: Option<ObjectHead<'a>>,
     #[serde(default)]
     pub dry_run: Option<bool>,
+    /// For an UPDATE by [`SHARED_CONTROLLER_USER`] only: whether the
+    /// object is its old self but for `metadata.ownerReferences` (and the
+    /// fields the API server keeps itself: `managedFields`,
+    /// `resourceVersion`), read from the whole body. The garbage
+    /// collector's shape under the user every controller shares is exactly
+    /// that; ownerguard otherwise reads only metadata and templates.
+    #[serde(skip)]
+    pub only_references_changed: Option<bool>,
+}
+
+/// The user every controller of kube-controller-manager shares without
+/// `--use-service-account-credentials`.
+pub const SHARED_CONTROLLER_USER: &str = "system:kube-controller-manager";
+
+/// Whether `object` and `oldObject` of the review in `body` differ only
+/// in `metadata.ownerReferences`, `managedFields` and `resourceVersion`.
+/// Bytes that are not UTF-8 are read as U+FFFD on both sides alike.
+fn only_references_changed(body: &[u8]) -> bool {
+    let Ok(review) = serde_json::from_str::<serde_json::Value>(&String::from_utf8_lossy(body))
+    else {
+        return false;
+    };
+    let rest = |key: &str| {
+        let mut object = review["request"][key].clone();
+        if let Some(metadata) = object
+            .get_mut("metadata")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            for field in ["ownerReferences", "managedFields", "resourceVersion"] {
+                metadata.remove(field);
+            }
+        }
+        object
+    };
+    let (new, old) = (rest("object"), rest("oldObject"));
+    !new.is_null() && new == old
 }
 
 #[derive(Debug, Clone, Deserialize, Default, Serialize, PartialEq, Eq)]

@@ -91,9 +91,15 @@ pub(super) fn is_collectors_removal(request: &AdmissionRequest, labels: &OwnerLa
                 // update that also changes labels, annotations or a
                 // template is another controller's, judged as anyone's.
                 && (request.user_info.username != CONTROLLER_MANAGER
-                    || (old.metadata.labels == new.metadata.labels
-                        && old.metadata.annotations == new.metadata.annotations
-                        && old.templates() == new.templates()))
+                    || match request.only_references_changed {
+                        // Read from the whole body where it was decoded.
+                        Some(only) => only,
+                        None => {
+                            old.metadata.labels == new.metadata.labels
+                                && old.metadata.annotations == new.metadata.annotations
+                                && old.templates() == new.templates()
+                        }
+                    })
                 && {
                     let before: HashSet<&OwnerReference> =
                         references(&old.metadata).iter().collect();

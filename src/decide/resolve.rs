@@ -29,7 +29,7 @@ pub const GARBAGE_COLLECTOR: &str = "system:serviceaccount:kube-system:generic-g
 /// `--use-service-account-credentials` (the flag's default) every
 /// controller, the collector included, calls the API server as this user
 /// (the conventional name of the controller manager's client certificate).
-pub const CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
+pub const CONTROLLER_MANAGER: &str = crate::admission::SHARED_CONTROLLER_USER;
 
 /// Whether `username` is one the garbage collector can have: its own
 /// service account, or the controller manager's user it shares with every
