@@ -222,16 +222,7 @@ func TestStatefulSetClaimRetention(t *testing.T) {
 	must(t, err, "the controller manager's statefulset controller")
 	ns := newNamespace(t, "retention", copyRules())
 	w := newWorker(t, ns, "worker-retention")
-	set := statefulSet("db", w, false)
-	set.Spec.Replicas = ptr(int32(3))
-	// No kubelet: pods stay Pending, so an ordered set would wait for
-	// each one to be ready.
-	set.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
-	set.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
-		WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
-		WhenScaled:  appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
-	}
-	_, err = w.Client.AppsV1().StatefulSets(ns).Create(ctx, set, metav1.CreateOptions{})
+	_, err = w.Client.AppsV1().StatefulSets(ns).Create(ctx, retentionSet(w), metav1.CreateOptions{})
 	must(t, err, "create the labelled StatefulSet")
 	count := func(want int) func() error {
 		return func() error {
@@ -364,14 +355,7 @@ func TestStatefulSetClaimRetentionOrder(t *testing.T) {
 			ctx := ctxFor(t, 4*time.Minute)
 			ns := newNamespace(t, "retention-order", copyRules())
 			w := newWorker(t, ns, "worker-retention")
-			set := statefulSet("db", w, false)
-			set.Spec.Replicas = ptr(int32(3))
-			set.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
-			set.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
-				WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
-				WhenScaled:  appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
-			}
-			_, err := w.Client.AppsV1().StatefulSets(ns).Create(ctx, set, metav1.CreateOptions{})
+			_, err := w.Client.AppsV1().StatefulSets(ns).Create(ctx, retentionSet(w), metav1.CreateOptions{})
 			must(t, err, "create the labelled StatefulSet")
 			must(t, untilUnrefused(ctx, ns, 90*time.Second, "three pods and claims", func() error {
 				pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=db"})
@@ -534,6 +518,21 @@ func deletePodNow(t *testing.T, ctx context.Context, ns, name string) {
 		return err
 	})
 	must(t, err, "pod "+name+" gone")
+}
+
+// retentionSet: the labelled StatefulSet "db" of 3 pods whose claims go
+// with their pods on a scale-down (whenScaled: Delete), its pods made in
+// parallel (no kubelet: pods stay Pending, so an ordered set would wait
+// for each one to be ready).
+func retentionSet(w *Worker) *appsv1.StatefulSet {
+	set := statefulSet("db", w, false)
+	set.Spec.Replicas = ptr(int32(3))
+	set.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+	set.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+		WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+		WhenScaled:  appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+	}
+	return set
 }
 
 // withoutController: the references but the controller's.

@@ -97,31 +97,16 @@ impl Default for Policy {
 
 impl Policy {
     /// The requester check as `webhook` applies it: `/validate-all` does
-    /// not ([`WebhookKind::judges_policy`]).
+    /// not ([`WebhookKind::judges_policy`]), nor a mode that set it aside
+    /// for a reference the requester declares for another pod.
     pub(super) fn requester_policy(&self, webhook: WebhookKind) -> RequesterPolicy<'_> {
-        RequesterPolicy {
-            mode: if webhook.judges_policy() && !self.relaxed.requester_check {
-                self.requester_check
-            } else {
-                RequesterCheck::Off
-            },
-            delegates: &self.delegates,
-            labels: &self.labels,
-        }
+        self.requester_policy_unless(webhook, self.relaxed.requester_check)
     }
 
     /// The requester check of an adoption (a pod adding a reference to
     /// another worker's object), relaxed apart from the requester check.
     pub(super) fn adoption_policy(&self, webhook: WebhookKind) -> RequesterPolicy<'_> {
-        RequesterPolicy {
-            mode: if webhook.judges_policy() && !self.relaxed.adoption {
-                self.requester_check
-            } else {
-                RequesterCheck::Off
-            },
-            delegates: &self.delegates,
-            labels: &self.labels,
-        }
+        self.requester_policy_unless(webhook, self.relaxed.adoption)
     }
 
     /// The requester check of a release (a pod removing another worker's
@@ -129,8 +114,13 @@ impl Policy {
     /// reference being added relaxed that rule alone, so a release is
     /// still judged, and named if refused.
     pub(super) fn release_policy(&self, webhook: WebhookKind) -> RequesterPolicy<'_> {
+        self.requester_policy_unless(webhook, false)
+    }
+
+    /// The requester check as `webhook` applies it, off where `relaxed`.
+    fn requester_policy_unless(&self, webhook: WebhookKind, relaxed: bool) -> RequesterPolicy<'_> {
         RequesterPolicy {
-            mode: if webhook.judges_policy() {
+            mode: if webhook.judges_policy() && !relaxed {
                 self.requester_check
             } else {
                 RequesterCheck::Off
