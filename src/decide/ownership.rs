@@ -122,7 +122,7 @@ pub(super) fn is_collectors_removal(request: &AdmissionRequest, labels: &OwnerLa
 }
 
 /// Whether the update keeps the owner labels and the name annotation.
-fn keeps_owner_keys(old: &ObjectMeta, meta: &ObjectMeta, labels: &OwnerLabels) -> bool {
+pub(super) fn keeps_owner_keys(old: &ObjectMeta, meta: &ObjectMeta, labels: &OwnerLabels) -> bool {
     label(old, &labels.pod) == label(meta, &labels.pod)
         && label(old, &labels.uid) == label(meta, &labels.uid)
         && annotation(old, &labels.pod_name) == annotation(meta, &labels.pod_name)

@@ -3196,6 +3196,50 @@ fn rule_16_a_copy_updated_by_its_controller_is_never_refused() {
 }
 
 #[test]
+fn rule_16_a_copy_resynced_without_its_owners_reference_is_left_as_it_is() {
+    // Endpoints labelled for w-1 with only the Service's reference (the
+    // collector removed w-1's, or the copy was made while w-1 was
+    // gone): the controller's resync (a finalizer removed) changes
+    // nothing ownerguard judges, and the chart does not send it.
+    let service = json!([{"apiVersion": "v1", "kind": "Service", "name": "web", "uid": "uid-svc", "controller": true, "blockOwnerDeletion": false}]);
+    let mut old = object(owner_labels("w-1", "uid-1"), Some(service.clone()));
+    old["kind"] = json!("Endpoints");
+    old["metadata"]["finalizers"] = json!(["example.com/f"]);
+    let mut new = old.clone();
+    new["metadata"]["finalizers"] = json!([]);
+    for user in [
+        CONTROLLER_MANAGER,
+        "system:serviceaccount:kube-system:endpoint-controller",
+    ] {
+        let (_, mut review) = request("UPDATE", new.clone(), Some(old.clone()));
+        review["kind"] = json!({"group": "", "version": "v1", "kind": "Endpoints"});
+        let req = as_user(review, user);
+        for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
+            assert!(
+                plan(&req, webhook, &Policy::default()).unwrap().is_none(),
+                "{user} {webhook:?}"
+            );
+        }
+    }
+    // Relabelled for another owner, it is a copy anew: w-2's reference is
+    // injected.
+    let mut relabelled = new.clone();
+    relabelled["metadata"]["labels"] = owner_labels("w-2", "uid-2");
+    let (_, mut review) = request("UPDATE", relabelled.clone(), Some(old));
+    review["kind"] = json!({"group": "", "version": "v1", "kind": "Endpoints"});
+    let req = as_user(review, CONTROLLER_MANAGER);
+    let allowed = mutate(&req, running(&[("w-2", "uid-2")])).unwrap();
+    let refs = &patched(&relabelled, &allowed)["metadata"]["ownerReferences"];
+    assert!(
+        refs.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "Pod" && r["uid"] == "uid-2"),
+        "{refs}"
+    );
+}
+
+#[test]
 fn an_update_that_keeps_the_references_is_judged_whatever_their_number() {
     // The storage version migrator's no-op patch of an object made before
     // the limit (or while the webhooks were away).

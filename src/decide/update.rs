@@ -20,7 +20,7 @@ use crate::decide::copies;
 use crate::decide::denial::Denial;
 use crate::decide::patch::MetadataPatch;
 use crate::decide::resolve::Claim;
-use crate::decide::resolve::{GARBAGE_COLLECTOR, label, reference_owners, references};
+use crate::decide::resolve::{GARBAGE_COLLECTOR, OwnerLabels, label, reference_owners, references};
 use crate::decide::resolve::{check_adoption, check_release, check_requester};
 use crate::decide::subject::Subject;
 use crate::k8s::names::is_pod_name;
@@ -31,8 +31,8 @@ use super::{
 };
 
 use super::ownership::{
-    Omitted, OwnerOfRecord, is_collectors_removal, keeps_pod_uid, label_changes, label_owner_name,
-    owner_as_written, owners_of_record, tuple,
+    Omitted, OwnerOfRecord, is_collectors_removal, keeps_owner_keys, keeps_pod_uid, label_changes,
+    label_owner_name, owner_as_written, owners_of_record, tuple,
 };
 
 /// What an UPDATE leaves to the lookups.
@@ -119,6 +119,15 @@ pub(super) fn plan<'a>(
     // Service reused, a mirrored slice rebuilt): judged as its create is,
     // never refused (rule 16).
     if copies::copy_of(request, meta) == Some(copies::Copy::Endpoints) {
+        // A resync that keeps the owner keys and touches no reference
+        // ownerguard judges (an address, a finalizer removed, the
+        // Service's own reference) copies nothing anew: what the copy's
+        // create or relabelling made stands, and a reference the collector
+        // removed is not put back. The chart's match conditions do not
+        // send it, and the answer must not depend on whether they do.
+        if old.is_some_and(|old| resync_of_copy(old, meta, labels)) {
+            return Ok(None);
+        }
         return Ok(if webhook.mutates() {
             super::create::copy_plan(meta, at, webhook, policy)
         } else {
@@ -581,6 +590,19 @@ pub(super) fn decide(work: Work<'_>, judge: &mut Judge<'_>) -> Result<MetadataPa
         ));
     }
     Ok(patch)
+}
+
+/// Whether a copying controller's update keeps the owner keys, had no
+/// reference meaning a pod, and keeps every entry under the owner's uid.
+fn resync_of_copy(old: &ObjectMeta, meta: &ObjectMeta, labels: &OwnerLabels) -> bool {
+    let owner_uid = label(old, &labels.uid).filter(|uid| !uid.is_empty());
+    let under_owner_uid = |r: &&OwnerReference| owner_uid == Some(r.uid.as_str());
+    keeps_owner_keys(old, meta, labels)
+        && !references(old).iter().any(OwnerReference::means_pod)
+        && references(old)
+            .iter()
+            .filter(under_owner_uid)
+            .eq(references(meta).iter().filter(under_owner_uid))
 }
 
 /// The denial of a reference the update renames or re-kinds under its uid.
