@@ -3,7 +3,7 @@
 # libgcc_s, CA certificates, tzdata; no shell, no package manager), running
 # as uid 65532.
 #
-#   docker build -t ownerguard:0.1.0 .
+#   docker build -t ownerguard:0.5.0 .
 #
 # compiles in BUILD_IMAGE and runs on RUNTIME_IMAGE, both pulled from their
 # public registries. CI, which reaches no registry, makes both bases from
@@ -32,6 +32,12 @@ RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
     && cargo build --release --locked \
     && rm -rf src
 COPY src ./src
+# What `ownerguard --version` names: the build context has no .git, so give
+# --build-arg OWNERGUARD_COMMIT=$(git rev-parse --short=12 HEAD)
+# --build-arg SOURCE_DATE_EPOCH=$(git log -1 --format=%ct); else "unknown".
+ARG OWNERGUARD_COMMIT
+ARG SOURCE_DATE_EPOCH
+COPY build.rs ./
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin ownerguard \
     && strip target/release/ownerguard
 

@@ -1,6 +1,6 @@
-//! The owner cache in cluster mode, run by `bench/cache.sh` (issue 17,
-//! target 2): the real `ownerguard serve` against the loopback test API
-//! server (tests/apiserver, paged lists of 500 and watches, as kube-apiserver
+//! The owner cache in cluster mode, run by `bench/cache.sh`: the real
+//! `ownerguard serve` against the loopback test API server
+//! (tests/apiserver, paged lists of 500 and watches, as kube-apiserver
 //! serves them) holding N pods in 1,000 namespaces, real-looking names and
 //! UUIDs. Measured from outside the process, through /proc and its ports:
 //!

@@ -1,4 +1,4 @@
-//! The connection flood of bench/flood.sh (issue 25, item 6): while one
+//! The connection flood of bench/flood.sh: while one
 //! client or many (source addresses 127.1.x.y of loopback, each its own
 //! source to the server) keep opening connections that send half a TLS
 //! handshake or finish it and then say nothing, two kinds of reviewer

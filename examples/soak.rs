@@ -1,4 +1,4 @@
-//! The soak of bench/soak.sh (issue 17, target 4): `ownerguard serve` in
+//! The soak of bench/soak.sh: `ownerguard serve` in
 //! cluster mode for M minutes, against the loopback test API server
 //! (tests/apiserver: paged lists, watches, live GETs) holding N pods, while
 //!

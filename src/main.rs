@@ -48,19 +48,32 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Review(args) => runtime.block_on(review::run(args)),
-        Command::Serve(args) => report(runtime.block_on(serve(args))),
+        Command::Serve(args) => match runtime.block_on(serve(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            // The server's output is its log: the error is one line of it.
+            Err(e) => {
+                error!("{e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Certs(args) => report(write_certs(&args)),
         Command::Release(args) => report(runtime.block_on(release(args))),
         Command::Doctor(args) => runtime.block_on(doctor(args)),
         Command::Audit(args) => runtime.block_on(ownerguard::commands::audit::run(args)),
+        Command::Completion { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "ownerguard", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
     }
 }
 
+/// A command's outcome for a person or a script: the error once, on
+/// standard error (the log, which goes there too, does not repeat it).
 fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            error!("{e:#}");
             eprintln!("ownerguard: {e:#}");
             ExitCode::FAILURE
         }
@@ -82,7 +95,7 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
         };
         bail!("{flag} is empty: release needs the owner pod's namespace, name and uid");
     }
-    let client = ownerguard::k8s::client::infer().await?;
+    let client = ownerguard::k8s::client::connect(&args.cluster.target()).await?;
     let released = ownerguard::commands::release::release(client, &owner, args.timeout).await?;
     println!(
         "released {} pod(s), {} Job(s) and {} ConfigMap(s) of pod '{}' in namespace '{}'",
@@ -132,7 +145,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Arc::new(inventory)
         }
         None => {
-            let client = ownerguard::k8s::client::infer()
+            let client = ownerguard::k8s::client::connect(&args.cluster.target())
                 .await
                 .context("no cluster to look owners up in; pass --pods FILE to run without one")?;
             let settings = WatchSettings {

@@ -898,6 +898,8 @@ fn doctor_on(objects: &[Value]) -> Vec<ownerguard::commands::doctor::Check> {
         min_certificate_days: 14,
         probe: None,
         probe_only: false,
+        output: ownerguard::commands::cli::DoctorOutput::Text,
+        target: Default::default(),
     };
     check(
         &installation,

@@ -163,17 +163,183 @@ fn review_of_bad_input_exits_2() {
         assert_eq!(code, Some(2), "{input}: {stderr}");
         assert!(stderr.starts_with("ownerguard review:"), "{stderr}");
     }
+    // Every input error names where the input came from.
+    let (_, _, stderr) = review_stdin(&[], "{not json");
+    assert!(stderr.contains("standard input"), "{stderr}");
     let output = ownerguard()
         .args(["review", "/nonexistent/review.json"])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/nonexistent/review.json"), "{stderr}");
+    let dir = tempfile_dir();
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "a: [\n").unwrap();
+    let output = ownerguard().arg("review").arg(&bad).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&*bad.to_string_lossy()), "{stderr}");
+    let (code, _, stderr) = review_stdin(
+        &["--pods", "/nonexistent/pods.yaml"],
+        &manifest("w-1", true),
+    );
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("/nonexistent/pods.yaml"), "{stderr}");
+}
+
+/// A fresh directory under the system's temporary one.
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "ownerguard-cli-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn review_prints_the_object_as_it_would_be_stored() {
+    // Judged from the stored object's side: the reference there resolves
+    // to the requester pod by apiVersion, kind, name and uid, non-blocking.
+    let as_pod = format!("w-1/{UID}");
+    let args = ["--namespace", "agents", "--as-pod", &as_pod, "--output"];
+    let (code, object, stderr) =
+        review_stdin(&[&args[..], &["object"]].concat(), &manifest("w-1", false));
+    assert_eq!(code, Some(0), "{stderr}");
+    let references = object["metadata"]["ownerReferences"].as_array().unwrap();
+    assert_eq!(references.len(), 1, "{object}");
+    let reference = &references[0];
+    assert_eq!(
+        (
+            &reference["apiVersion"],
+            &reference["kind"],
+            &reference["name"],
+            &reference["uid"]
+        ),
+        (&"v1".into(), &"Pod".into(), &"w-1".into(), &UID.into())
+    );
+    assert_ne!(reference["blockOwnerDeletion"], true);
+    assert_eq!(object["metadata"]["labels"]["ownerguard.io/owner-uid"], UID);
+    assert_eq!(object["data"]["prompt.md"], "hello");
+    // The patch alone, decoded.
+    let (code, patch, _) = review_stdin(&[&args[..], &["patch"]].concat(), &manifest("w-1", false));
+    assert_eq!(code, Some(0));
+    assert!(
+        patch.as_array().is_some_and(|ops| !ops.is_empty()),
+        "{patch}"
+    );
+    // Denied: nothing would be stored, nothing printed, the reason on
+    // standard error.
+    for output in ["object", "patch"] {
+        let (code, printed, stderr) = review_stdin(
+            &["--namespace", "agents", "--output", output],
+            &manifest("w-9", true),
+        );
+        assert_eq!(code, Some(1), "{stderr}");
+        assert_eq!(printed, Value::Null);
+        assert!(stderr.contains("w-9"), "{stderr}");
+    }
+}
+
+#[test]
+fn version_names_the_commit_and_its_date() {
+    let output = ownerguard().arg("--version").output().unwrap();
+    let text = String::from_utf8(output.stdout).unwrap();
+    let rest = text
+        .trim()
+        .strip_prefix(&format!(
+            "ownerguard {} (commit ",
+            env!("CARGO_PKG_VERSION")
+        ))
+        .unwrap_or_else(|| panic!("{text}"));
+    let (commit, date) = rest
+        .strip_suffix(')')
+        .and_then(|r| r.split_once(", "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        commit == "unknown" || commit.chars().all(|c| c.is_ascii_hexdigit()),
+        "{text}"
+    );
+    assert!(
+        date == "unknown" || (date.len() == 10 && date.chars().filter(|c| *c == '-').count() == 2),
+        "{text}"
+    );
+}
+
+#[test]
+fn completion_scripts_are_printed_for_each_shell() {
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let output = ownerguard().args(["completion", shell]).output().unwrap();
+        assert!(output.status.success(), "{shell}");
+        let script = String::from_utf8(output.stdout).unwrap();
+        // Every command and a flag of each is offered.
+        for word in [
+            "serve",
+            "review",
+            "doctor",
+            "audit",
+            "release",
+            "kubeconfig",
+        ] {
+            assert!(script.contains(word), "{shell}: {word}");
+        }
+    }
+}
+
+#[test]
+fn a_command_error_is_printed_once() {
     let output = ownerguard()
-        .args(["review", "--pods", "/nonexistent/pods.yaml", "-"])
-        .stdin(Stdio::null())
+        .args([
+            "release",
+            "--namespace",
+            "agents",
+            "--owner-pod",
+            "w-1",
+            "--owner-uid",
+            UID,
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+        ])
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.matches("/nonexistent/kubeconfig").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.starts_with("ownerguard: "), "{stderr}");
+}
+
+#[test]
+fn doctor_prints_json_lines_with_output_json() {
+    let dir = tempfile_dir();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n",
+    )
+    .unwrap();
+    let output = ownerguard()
+        .args(["doctor", "--output", "json", "--context", "nowhere"])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let line: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(line["verdict"], "fail");
+    assert_eq!(line["check"], "cluster");
+    assert!(
+        line["detail"].as_str().unwrap().contains("nowhere"),
+        "{line}"
+    );
 }
 
 #[test]

@@ -176,6 +176,8 @@ fn options() -> DoctorOptions {
         min_certificate_days: 14,
         probe: None,
         probe_only: false,
+        output: ownerguard::commands::cli::DoctorOutput::Text,
+        target: Default::default(),
     }
 }
 

@@ -13,6 +13,16 @@ use crate::decide::{DEFAULT_MAX_POD_REFERENCES, Policy, WebhookKind};
 use crate::k8s::duration::parse_flag as duration;
 pub use crate::observe::telemetry::LogFormat;
 
+/// `--version`: the release, the commit built and that commit's date.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("OWNERGUARD_COMMIT"),
+    ", ",
+    env!("OWNERGUARD_COMMIT_DATE"),
+    ")"
+);
+
 /// ownerguard: ties what a worker pod creates to that pod with a correct,
 /// non-blocking ownerReference, and refuses the objects whose owner is wrong.
 #[derive(Debug, Parser)]
@@ -20,7 +30,7 @@ pub use crate::observe::telemetry::LogFormat;
 // override what the chart itself sets (--addr, --lookup-timeout...).
 #[command(
     name = "ownerguard",
-    version,
+    version = VERSION,
     propagate_version = true,
     args_override_self = true
 )]
@@ -37,11 +47,13 @@ pub struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the admission webhooks over HTTPS (/mutate, /validate), with
-    /// metrics and probes over plain HTTP.
+    /// Serve the admission webhooks over HTTPS (/mutate and /validate,
+    /// their /warn and /audit modes, /validate-all), with metrics and
+    /// probes over plain HTTP (/metrics, /healthz, /readyz).
     Serve(ServeArgs),
     /// Decide one AdmissionReview (or a plain manifest, as a CREATE) offline
-    /// and print the response review. Exit 0 allowed, 1 denied, 2 bad input.
+    /// and print the response review, or the object as it would be stored.
+    /// Exit 0 allowed, 1 denied, 2 bad input.
     Review(ReviewArgs),
     /// Make a CA and a serving certificate (ca.crt, tls.crt, tls.key) and
     /// print the base64 caBundle for the webhook configurations.
@@ -65,6 +77,36 @@ pub enum Command {
     /// run). --fix adds what /mutate would add; it never deletes. Exit 0
     /// when nothing but ok and dangling, 1 otherwise, 2 on error.
     Audit(AuditArgs),
+    /// Print a shell completion script, as kubectl's: for bash,
+    /// `source <(ownerguard completion bash)`; for zsh,
+    /// `ownerguard completion zsh > "${fpath[1]}/_ownerguard"`.
+    Completion {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Which cluster a command talks to, as kubectl's flags say it.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ClusterArgs {
+    /// The kubeconfig file to use (default: in-cluster configuration, else
+    /// KUBECONFIG, else ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+impl ClusterArgs {
+    pub fn target(&self) -> crate::k8s::client::Target {
+        crate::k8s::client::Target {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+        }
+    }
 }
 
 /// The resources audited when none is named (`audit --resource`,
@@ -103,6 +145,9 @@ pub struct AuditArgs {
     /// PolicyReport, else none (said).
     #[arg(long)]
     pub reports: bool,
+
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 /// `audit --output`.
@@ -160,6 +205,21 @@ pub struct DoctorArgs {
     /// Retry the probe this long while it fails (pods still starting).
     #[arg(long, default_value = "0s", value_parser = duration)]
     pub wait: Duration,
+
+    /// How to print the checks: a line each for people, or one JSON object
+    /// each (verdict, check, detail) for scripts.
+    #[arg(long, value_enum, default_value_t = DoctorOutput::Text)]
+    pub output: DoctorOutput,
+
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `doctor --output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DoctorOutput {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -179,6 +239,9 @@ pub struct ReleaseArgs {
     /// How long to wait for the deleted pods to be gone.
     #[arg(long, default_value = "60s", value_parser = duration)]
     pub timeout: Duration,
+
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 /// The settings every decision depends on.
@@ -425,6 +488,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub policy: PolicyArgs,
+
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -461,8 +527,25 @@ pub struct ReviewArgs {
     #[arg(long, value_name = "NAME/UID", value_parser = as_pod)]
     pub as_pod: Option<(String, String)>,
 
+    /// What to print: the response AdmissionReview, the object as the API
+    /// server would store it (the patch applied; nothing when denied), or
+    /// the JSON Patch decoded.
+    #[arg(long, value_enum, default_value_t = ReviewOutput::Review)]
+    pub output: ReviewOutput,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
+}
+
+/// `review --output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReviewOutput {
+    /// The response AdmissionReview, as the API server reads it.
+    Review,
+    /// The object as it would be stored.
+    Object,
+    /// The JSON Patch, decoded.
+    Patch,
 }
 
 fn as_pod(text: &str) -> Result<(String, String), String> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::admission::{EXTRA_POD_NAME, EXTRA_POD_UID};
-use crate::commands::cli::ReviewArgs;
+use crate::commands::cli::{ReviewArgs, ReviewOutput};
 use crate::observe::Metrics;
 use crate::owner::ObservedPod;
 use crate::owner::{Inventory, InventoryPod};
@@ -21,7 +21,9 @@ pub const MANIFEST_REQUEST_UID: &str = "00000000-0000-0000-0000-000000000000";
 pub async fn run(args: ReviewArgs) -> ExitCode {
     match review(&args).await {
         Ok((allowed, output)) => {
-            println!("{output}");
+            if !output.is_empty() {
+                println!("{output}");
+            }
             ExitCode::from(if allowed { 0 } else { 1 })
         }
         Err(message) => {
@@ -33,16 +35,22 @@ pub async fn run(args: ReviewArgs) -> ExitCode {
 
 async fn review(args: &ReviewArgs) -> Result<(bool, String), String> {
     let input = read_input(args.input.as_deref())?;
+    // Every error about the input names where it came from.
+    let source = match args.input.as_deref() {
+        Some(path) if path != Path::new("-") => path.display().to_string(),
+        _ => "standard input".to_string(),
+    };
     // A review as the API server wrote it may hold bytes that are not
     // UTF-8 where ownerguard does not read (a RawExtension's): read as
     // text with those replaced, and decided from its own bytes when it is
     // used as it is, as the server would decide it.
     let text = String::from_utf8_lossy(&input);
-    let document = parse_document(&text)?;
-    let body = to_review(document.clone(), args)?;
+    let document = parse_document(&text).map_err(|e| format!("{source}: {e}"))?;
+    let body = to_review(document.clone(), args).map_err(|e| format!("{source}: {e}"))?;
     let as_given = matches!(text, std::borrow::Cow::Owned(_)) && body == document;
 
     let mut inventory = match &args.pods {
+        // Its errors name the file.
         Some(path) => Inventory::from_file(path).map_err(|e| e.to_string())?,
         None => Inventory::default(),
     };
@@ -78,7 +86,7 @@ async fn review(args: &ReviewArgs) -> Result<(bool, String), String> {
     let answer = webhook
         .answer_at(endpoint, &bytes, None)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("{source}: {e}"))?;
     if let Some(status) = &answer.response.status {
         eprintln!("denied ({}): {}", status.code, status.message);
     }
@@ -86,8 +94,34 @@ async fn review(args: &ReviewArgs) -> Result<(bool, String), String> {
         eprintln!("warning: {warning}");
     }
     let value: Value = serde_json::from_slice(&answer.body).map_err(|e| e.to_string())?;
-    let output = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
+    let output = match args.output {
+        ReviewOutput::Review => value,
+        // Denied: nothing would be stored; the denial is on standard error.
+        _ if !answer.response.allowed => return Ok((false, String::new())),
+        ReviewOutput::Patch => patch_of(&value)?,
+        ReviewOutput::Object => {
+            let mut object = body["request"]["object"].clone();
+            let patch: json_patch::Patch =
+                serde_json::from_value(patch_of(&value)?).map_err(|e| e.to_string())?;
+            json_patch::patch(&mut object, &patch)
+                .map_err(|e| format!("the answer's patch does not apply: {e}"))?;
+            object
+        }
+    };
+    let output = serde_json::to_string_pretty(&output).map_err(|e| e.to_string())?;
     Ok((answer.response.allowed, output))
+}
+
+/// The answer's JSON Patch, decoded; an empty one when it has none.
+fn patch_of(review: &Value) -> Result<Value, String> {
+    use base64::Engine as _;
+    let Some(encoded) = review["response"]["patch"].as_str() else {
+        return Ok(json!([]));
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|e| format!("the answer's patch is not base64: {e}"))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("the answer's patch is not JSON: {e}"))
 }
 
 fn read_input(path: Option<&Path>) -> Result<Vec<u8>, String> {
@@ -97,7 +131,10 @@ fn read_input(path: Option<&Path>) -> Result<Vec<u8>, String> {
         Some(path) if path == Path::new("-") => std::io::stdin().read_to_end(&mut bytes).map(drop),
         Some(path) => std::fs::read(path).map(|b| bytes = b),
     }
-    .map_err(|e| format!("cannot read input: {e}"))?;
+    .map_err(|e| match path {
+        Some(path) if path != Path::new("-") => format!("cannot read {}: {e}", path.display()),
+        _ => format!("cannot read standard input: {e}"),
+    })?;
     Ok(bytes)
 }
 

@@ -16,19 +16,15 @@ pub enum WebhookKind {
     /// `/validate`: the same checks, never a patch; guarantees the final
     /// object, after every mutating webhook ran.
     Validate,
-    /// `/validate-all`: the chart's cluster-wide opt-in
+    /// `/validate-all`: the chart's cluster-wide switch
     /// (`validation.allPodOwnerReferences`), for the objects that carry no
-    /// owner label. It refuses only what the garbage collector cannot
-    /// resolve to a live pod (SPEC §3 rule 13): a reference not exactly
-    /// `v1`/`Pod` (rules 6, 15), malformed or with a name no pod can have,
-    /// to a pod that is missing, has another uid or is being deleted (an
-    /// owner on its way out takes the object with it, and the
-    /// ephemeral-volume controller skips such pods itself). A finished pod
-    /// is an owner here: the collector resolves it, and that controller
-    /// makes claims for finished pods too. Never a blocking reference,
-    /// never by the requester check
-    /// ([`Self::judges_policy`]). A failed lookup is allowed with a
-    /// warning, as its webhook's `failurePolicy: Ignore` allows an outage.
+    /// owner label. It refuses only a Pod reference the garbage collector
+    /// cannot resolve to a live pod: one not exactly `v1`/`Pod`, malformed
+    /// or with a name no pod can have, or to a pod that is missing, has
+    /// another uid or is being deleted. A finished pod is an owner here
+    /// (the collector resolves it). Never refuses for a blocking reference
+    /// or for who made the request. A failed lookup is allowed with a
+    /// warning, as the switch's `failurePolicy: Ignore` allows an outage.
     #[serde(rename = "validate-all")]
     ValidateAll,
 }

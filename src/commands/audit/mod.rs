@@ -470,7 +470,7 @@ pub async fn run(args: AuditArgs) -> ExitCode {
         reports: args.reports,
         events: None,
     };
-    let client = match crate::k8s::client::infer().await {
+    let client = match crate::k8s::client::connect(&args.cluster.target()).await {
         Ok(client) => client,
         Err(error) => {
             eprintln!("ownerguard audit: {error}");

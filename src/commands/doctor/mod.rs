@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use rustls::pki_types::CertificateDer;
 
+use crate::commands::cli::DoctorOutput;
 use crate::owner::LookupBudget;
 use rustls::pki_types::pem::PemObject;
 
@@ -73,6 +74,10 @@ pub struct DoctorOptions {
     pub probe: Option<ProbeOptions>,
     /// Only the probe: no other read of the installation.
     pub probe_only: bool,
+    /// The checks as lines for people, or JSON objects for scripts.
+    pub output: DoctorOutput,
+    /// The cluster to check.
+    pub target: crate::k8s::client::Target,
 }
 
 /// The round trip of `--probe`.
@@ -101,6 +106,8 @@ impl From<crate::commands::cli::DoctorArgs> for DoctorOptions {
                 wait: args.wait,
             }),
             probe_only: args.probe_only,
+            output: args.output,
+            target: args.cluster.target(),
         }
     }
 }
@@ -118,6 +125,25 @@ pub struct Check {
     pub verdict: Verdict,
     pub subject: String,
     pub detail: String,
+}
+
+impl Check {
+    /// The check as `--output` asks: its line, or one JSON object.
+    pub fn render(&self, output: DoctorOutput) -> String {
+        match output {
+            DoctorOutput::Text => self.to_string(),
+            DoctorOutput::Json => serde_json::json!({
+                "verdict": match self.verdict {
+                    Verdict::Ok => "ok",
+                    Verdict::Warn => "warn",
+                    Verdict::Fail => "fail",
+                },
+                "check": self.subject,
+                "detail": self.detail,
+            })
+            .to_string(),
+        }
+    }
 }
 
 impl fmt::Display for Check {
@@ -278,10 +304,15 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
 pub async fn run(options: &DoctorOptions) -> ExitCode {
     // No retries inside the client (crate::k8s::client): a check reports what it
     // sees, and the probe's own loop is what waits.
-    let client = match crate::k8s::client::infer().await {
+    let client = match crate::k8s::client::connect(&options.target).await {
         Ok(client) => client,
         Err(e) => {
-            println!("FAIL cluster: cannot connect (in-cluster config or KUBECONFIG): {e}");
+            let check = Check {
+                verdict: Verdict::Fail,
+                subject: "cluster".to_string(),
+                detail: format!("cannot connect: {e}"),
+            };
+            println!("{}", check.render(options.output));
             return ExitCode::FAILURE;
         }
     };
@@ -312,7 +343,7 @@ pub async fn run(options: &DoctorOptions) -> ExitCode {
         checks.push(probe_until(client, &probe.namespace, &key_prefix, probe.wait).await);
     }
     for check in &checks {
-        println!("{check}");
+        println!("{}", check.render(options.output));
     }
     if checks.iter().any(|c| c.verdict == Verdict::Fail) {
         ExitCode::FAILURE

@@ -181,7 +181,7 @@ pub fn check_modes(
             Verdict::Warn,
             subject,
             format!(
-                "{}: no webhook of the mode the label names selects the namespace (a chart before 0.4.0, or a webhook of a mode removed), so its label does nothing; upgrade the chart ({summary})",
+                "{}: no webhook of the mode the label names selects the namespace (the chart installed has no webhook for that mode, or one was removed), so its label does nothing; upgrade the chart ({summary})",
                 elsewhere.join(", ")
             ),
         );
