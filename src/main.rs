@@ -15,6 +15,7 @@ use ownerguard::commands::release::{Owner, ReleaseError};
 use ownerguard::commands::review;
 use ownerguard::observe::Metrics;
 use ownerguard::observe::Recorder;
+use ownerguard::observe::UnlabelledCreates;
 use ownerguard::observe::events::{Events, WarnedCreates};
 use ownerguard::observe::telemetry;
 use ownerguard::owner::Inventory;
@@ -138,6 +139,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let metrics = Arc::new(Metrics::default());
     let mut events = None;
+    // What /observe counts: workloads resolved in the cluster, or, with no
+    // cluster to ask, counted as unresolved.
+    let mut unlabelled = UnlabelledCreates::unresolved(metrics.clone());
     let lookup: Arc<dyn OwnerLookup> = match &args.pods {
         Some(path) => {
             let inventory = Inventory::from_file(path)?;
@@ -166,7 +170,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 ));
                 info!("recording Events on the worker pods concerned (rate-limited per pod)");
             }
-            background(&args, &client, &watches, &metrics, events.clone());
+            unlabelled = UnlabelledCreates::start(client.clone(), metrics.clone());
+            background(
+                &args,
+                &client,
+                &watches,
+                &metrics,
+                events.clone(),
+                &unlabelled,
+            );
             let limits = LookupLimits {
                 concurrency: args.lookup_concurrency,
                 rate_per_second: args.lookup_rate,
@@ -175,7 +187,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let mut webhook = Webhook::new(args.policy.policy(), lookup, metrics)
-        .with_lookup_budget(LookupBudget::new(args.lookup_timeout));
+        .with_lookup_budget(LookupBudget::new(args.lookup_timeout))
+        .with_unlabelled(unlabelled);
     if let Some(dir) = &args.record {
         let recorder =
             Recorder::new(dir).with_context(|| format!("cannot record into {}", dir.display()))?;
@@ -213,6 +226,7 @@ fn background(
     watches: &Arc<Watches>,
     metrics: &Arc<Metrics>,
     events: Option<Events>,
+    unlabelled: &UnlabelledCreates,
 ) {
     if !args.audit_interval.is_zero() {
         let options = AuditOptions {
@@ -222,6 +236,7 @@ fn background(
             policy: args.policy.policy(),
             reports: args.audit_reports,
             events: None,
+            unlabelled: Some(unlabelled.clone()),
         };
         info!(interval = ?args.audit_interval, resources = ?options.resources, "periodic audit");
         // One replica writes the reports: a holder renews at each pass, so

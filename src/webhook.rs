@@ -14,6 +14,7 @@ use crate::decide::denial::Denial;
 use crate::decide::{self, Allowed, Endpoint, LookupNeed, Mode, Policy, WebhookKind};
 use crate::observe::DecisionLog;
 use crate::observe::Metrics;
+use crate::observe::unlabelled::{UnlabelledCreate, UnlabelledCreates};
 use crate::observe::{Answered, Decision, Observer, Outcome};
 use crate::owner::{Lookup, LookupBudget, LookupError, OwnerLookup, PodQuery, Source};
 
@@ -25,6 +26,8 @@ pub struct Webhook {
     budget: LookupBudget,
     metrics: Arc<Metrics>,
     observers: Vec<Arc<dyn Observer>>,
+    /// Where `/observe` counts what pods create without the owner label.
+    unlabelled: Option<UnlabelledCreates>,
 }
 
 /// The answer to one review.
@@ -46,12 +49,47 @@ impl Webhook {
             budget: LookupBudget::default(),
             observers: vec![metrics.clone(), Arc::new(DecisionLog)],
             metrics,
+            unlabelled: None,
         }
     }
 
     pub fn with_lookup_budget(mut self, budget: LookupBudget) -> Self {
         self.budget = budget;
         self
+    }
+
+    /// Count what `/observe` is sent into `creates`.
+    pub fn with_unlabelled(mut self, creates: UnlabelledCreates) -> Self {
+        self.unlabelled = Some(creates);
+        self
+    }
+
+    /// `/observe`: the observe-only view of what pods create without the
+    /// owner label. Always allowed, unchanged, at once: the create is
+    /// counted ([`crate::observe::unlabelled`]) and nothing is decided.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError`] when `body` is not an `AdmissionReview` with a
+    /// request, as for every path (the observe webhook fails open).
+    pub fn observe_unlabelled(&self, body: &[u8]) -> Result<Answer, DecodeError> {
+        let review = Review::from_json(body)?;
+        let request = &review.request;
+        if let (Some(creates), Some(object)) = (&self.unlabelled, &request.object)
+            && let Some(create) = UnlabelledCreate::of(request, object, &self.policy.labels.pod)
+        {
+            creates.record(create);
+        }
+        let response = AdmissionResponse {
+            uid: request.uid.to_string(),
+            allowed: true,
+            ..AdmissionResponse::default()
+        };
+        Ok(Answer {
+            version: review.version,
+            body: response.to_review_json(review.version),
+            response,
+        })
     }
 
     /// One more observer of every decision (`--record`'s recorder).

@@ -104,6 +104,7 @@ fn options(resources: &[&str], fix: bool) -> AuditOptions {
         policy: Policy::default(),
         reports: false,
         events: None,
+        unlabelled: None,
     }
 }
 

@@ -503,7 +503,7 @@ fn the_notes_warn_of_the_default_namespace_and_recommend_atomic() {
     );
     // Helm 4 is the primary Helm; Helm 3's name for the flag is --atomic.
     assert!(notes.contains(
-        "helm upgrade --install {{ .Release.Name }} <chart> -n {{ $ns }} --rollback-on-failure"
+        "helm upgrade --install {{ .Release.Name }} <chart> -n {{ $ns }} --reset-then-reuse-values --rollback-on-failure"
     ));
     assert!(notes.contains("Helm 3 names it --atomic"));
 }
@@ -842,24 +842,31 @@ fn doctor_on(objects: &[Value]) -> Vec<ownerguard::commands::doctor::Check> {
                 .decode(b64)
                 .unwrap()
         });
-    // The switch's configuration is `<name>-cluster-wide`, beside the
-    // validating configuration of the labelled objects.
-    let validating = |cluster_wide: bool| {
+    // The switch's configuration is `<name>-cluster-wide` and the observe
+    // webhook's `<name>-observe`, beside the validating configuration of
+    // the labelled objects (`<name>`: suffix "").
+    let validating = |suffix: &str| {
         objects
             .iter()
             .find(|o| {
                 o["kind"] == "ValidatingWebhookConfiguration"
-                    && o["metadata"]["name"]
-                        .as_str()
-                        .is_some_and(|n| n.ends_with("-cluster-wide") == cluster_wide)
+                    && o["metadata"]["name"].as_str().is_some_and(|n| {
+                        let other = n.ends_with("-cluster-wide") || n.ends_with("-observe");
+                        if suffix.is_empty() {
+                            !other
+                        } else {
+                            n.ends_with(suffix)
+                        }
+                    })
             })
             .map(|v| serde_json::from_value::<ValidatingWebhookConfiguration>(v.clone()).unwrap())
     };
     let installation = Installation {
         mutating: get("MutatingWebhookConfiguration")
             .map(|v| serde_json::from_value::<MutatingWebhookConfiguration>(v).unwrap()),
-        validating: validating(false),
-        cluster_wide: validating(true),
+        validating: validating(""),
+        cluster_wide: validating("-cluster-wide"),
+        observe: validating("-observe"),
         deployment: Some(deployment),
         services: objects
             .iter()
@@ -1007,9 +1014,10 @@ fn helm_renders_the_default_installation_as_designed() {
         container(&objects)["readinessProbe"]["httpGet"]["path"],
         "/readyz"
     );
+    // The tag defaults to the chart's appVersion.
     assert_eq!(
         container(&objects)["image"],
-        "registry.example/ownerguard:0.1.0"
+        format!("registry.example/ownerguard:{}", app_version())
     );
     let deployment = object(&objects, "Deployment", "og-ownerguard");
     assert_eq!(deployment["spec"]["revisionHistoryLimit"], 3);
@@ -1232,7 +1240,10 @@ fn helm_renders_the_shapes_managed_clusters_need() {
     );
     assert_eq!(
         container(&objects)["image"],
-        "registry.example/ownerguard:0.1.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+        format!(
+            "registry.example/ownerguard:{}@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            app_version()
+        )
     );
     let deployment = object(&objects, "Deployment", "og-ownerguard");
     assert_eq!(deployment["spec"]["revisionHistoryLimit"], 1);
@@ -2564,4 +2575,22 @@ fn helm_cilium_recipe_admits_the_api_servers_identity_where_an_ip_block_cannot()
         checks.iter().all(|c| c.verdict == Verdict::Ok),
         "{checks:#?}"
     );
+}
+
+/// The chart's `appVersion`, which the app's version is too.
+fn app_version() -> String {
+    let chart = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/ownerguard/Chart.yaml"),
+    )
+    .unwrap();
+    let version = chart
+        .lines()
+        .find_map(|line| line.strip_prefix("appVersion:"))
+        .unwrap()
+        .trim()
+        .trim_matches('"')
+        .to_string();
+    // One version for the chart and the app.
+    assert_eq!(version, env!("CARGO_PKG_VERSION"));
+    version
 }

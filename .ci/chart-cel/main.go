@@ -30,12 +30,22 @@ import (
 )
 
 // A webhook's role, from its name: validate-all.<prefix> is the
-// cluster-wide switch, every other one serves labelled objects.
+// cluster-wide switch, observe.<prefix> the observe-only view of unlabelled
+// creates, every other one serves labelled objects.
 func role(webhook string) string {
-	if strings.HasPrefix(webhook, "validate-all.") {
+	switch {
+	case strings.HasPrefix(webhook, "validate-all."):
 		return "podReferences"
+	case strings.HasPrefix(webhook, "observe."):
+		return "observe"
 	}
 	return "labelled"
+}
+
+// The requester of a case: a service account of agents, unless it says.
+type requester struct {
+	Name  string              `json:"name"`
+	Extra map[string][]string `json:"extra"`
 }
 
 type webhook struct {
@@ -54,6 +64,7 @@ type testCase struct {
 	Resource  string                 `json:"resource"`
 	Object    map[string]interface{} `json:"object"`
 	OldObject map[string]interface{} `json:"oldObject"`
+	User      *requester             `json:"user"`
 	Expect    bool                   `json:"expect"`
 }
 
@@ -158,9 +169,13 @@ func main() {
 			if c.OldObject != nil {
 				oldObject = &unstructured.Unstructured{Object: c.OldObject}
 			}
+			who := &user.DefaultInfo{Name: "system:serviceaccount:agents:worker"}
+			if c.User != nil {
+				who = &user.DefaultInfo{Name: c.User.Name, Extra: c.User.Extra}
+			}
 			attributes := admission.NewAttributesRecord(object, oldObject, gvk, "agents", "x",
 				gvk.GroupVersion().WithResource(c.Resource), "", admission.Operation(c.Operation),
-				nil, false, &user.DefaultInfo{Name: "system:serviceaccount:agents:worker"})
+				nil, false, who)
 			versioned := &admission.VersionedAttributes{Attributes: attributes, VersionedKind: gvk}
 			if object != nil {
 				versioned.VersionedObject = object
@@ -181,9 +196,14 @@ func main() {
 			}
 		}
 	}
-	for _, r := range []string{"labelled", "podReferences"} {
+	// Every role the cases ask for has a webhook to answer them.
+	wanted := map[string]bool{}
+	for _, c := range cases {
+		wanted[c.Webhooks] = true
+	}
+	for r := range wanted {
 		if tested[r] == 0 {
-			fmt.Printf("FAIL no %s webhook in %s to test (render with validation.allPodOwnerReferences.enabled=true)\n", r, os.Args[1])
+			fmt.Printf("FAIL no %s webhook in %s to test (render with validation.allPodOwnerReferences.enabled=true and observe.unlabelled.enabled=true)\n", r, os.Args[1])
 			failed = true
 		}
 	}

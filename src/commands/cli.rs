@@ -48,8 +48,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the admission webhooks over HTTPS (/mutate and /validate,
-    /// their /warn and /audit modes, /validate-all), with metrics and
-    /// probes over plain HTTP (/metrics, /healthz, /readyz).
+    /// their /warn and /audit modes, /validate-all, /observe), with metrics
+    /// and probes over plain HTTP (/metrics, /healthz, /readyz).
     Serve(ServeArgs),
     /// Decide one AdmissionReview (or a plain manifest, as a CREATE) offline
     /// and print the response review, or the object as it would be stored.

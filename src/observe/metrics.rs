@@ -31,6 +31,21 @@ struct WarnedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnlabelledLabels {
+    /// The creating pod's namespace (not `namespace`: Prometheus gives
+    /// that label the scraped pod's).
+    pod_namespace: String,
+    /// Its workload: `Deployment`, `StatefulSet`, `Job`..., `Pod` for a
+    /// pod no controller owns, `unresolved`; at most
+    /// [`MAX_WORKLOAD_LABELS`] workloads, the rest `other`.
+    workload_kind: String,
+    workload: String,
+    resource: String,
+    /// `true` when the object carries some ownerReference.
+    referenced: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WebhookLabels {
     webhook: &'static str,
 }
@@ -88,6 +103,9 @@ pub struct Metrics {
     connections: Gauge,
     connections_refused: Counter,
     events: Family<ResultLabels, Counter>,
+    unlabelled: Family<UnlabelledLabels, Counter>,
+    /// The workloads of `unlabelled` so far (namespace, kind, name).
+    workloads: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The `resource` label values seen so far: at most
     /// [`MAX_RESOURCE_LABELS`], the rest counted as `other`.
     resources: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -103,6 +121,10 @@ pub const MAX_RESOURCE_LABELS: usize = 64;
 /// Bound of the `namespace` label of the warned decisions: one value per
 /// namespace in `warn` or `audit` that had a finding, the rest `other`.
 pub const MAX_NAMESPACE_LABELS: usize = 512;
+
+/// Bound of the workloads of the unlabelled creates: one series set per
+/// workload that creates without the owner label, the rest `other`.
+pub const MAX_WORKLOAD_LABELS: usize = 1000;
 
 /// `value` as a label value while fewer than `max` values were seen (or
 /// it was seen before), else `other`: a label that anyone who reaches the
@@ -272,8 +294,16 @@ impl Default for Metrics {
             "Kubernetes Events on worker pods (reaper, audit --fix, warned creates), by result: recorded, failed, spam (over the per-pod bucket of 25, one more every 5 min), dropped (the queue full)",
             events.clone(),
         );
+        let unlabelled = Family::<UnlabelledLabels, Counter>::default();
+        registry.register(
+            "unlabelled_creates",
+            "Objects pods created without the owner label (the observe webhook, when on), by the creating pod's namespace and workload, resource, and whether the object carries any ownerReference",
+            unlabelled.clone(),
+        );
         Self {
             registry,
+            unlabelled,
+            workloads: Default::default(),
             connections,
             events,
             connections_refused,
@@ -400,6 +430,47 @@ impl Metrics {
                 rule,
             })
             .inc();
+    }
+
+    /// One object `create`d without the owner label by a pod of
+    /// `workload`. True the first time that workload is counted.
+    pub fn observe_unlabelled(
+        &self,
+        create: &crate::observe::unlabelled::UnlabelledCreate,
+        workload: &crate::observe::unlabelled::Workload,
+    ) -> bool {
+        let key = format!(
+            "{}/{}/{}",
+            create.pod_namespace, workload.kind, workload.name
+        );
+        let first = self
+            .workloads
+            .lock()
+            .is_ok_and(|seen| !seen.contains(&key) && seen.len() < MAX_WORKLOAD_LABELS);
+        let (pod_namespace, workload_kind, workload_name) =
+            if bounded_label(&self.workloads, &key, MAX_WORKLOAD_LABELS) == key {
+                (
+                    create.pod_namespace.clone(),
+                    workload.kind.clone(),
+                    workload.name.clone(),
+                )
+            } else {
+                (
+                    "other".to_string(),
+                    "other".to_string(),
+                    "other".to_string(),
+                )
+            };
+        self.unlabelled
+            .get_or_create(&UnlabelledLabels {
+                pod_namespace,
+                workload_kind,
+                workload: workload_name,
+                resource: self.resource_label(&create.resource),
+                referenced: if create.referenced { "true" } else { "false" },
+            })
+            .inc();
+        first
     }
 
     fn resource_label(&self, resource: &str) -> String {

@@ -10,14 +10,16 @@ pub mod fixture;
 mod json_lines;
 mod log;
 mod log_writer;
-mod metrics;
+pub(crate) mod metrics;
 mod record;
 pub mod telemetry;
 mod text_fields;
+pub mod unlabelled;
 
 pub use log::{DecisionLog, result_label};
 pub use metrics::Metrics;
 pub use record::Recorder;
+pub use unlabelled::UnlabelledCreates;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -199,18 +199,20 @@ pub fn router(webhook: Arc<Webhook>) -> Router {
 /// least [`MAX_BODY_BYTES`], so that the largest review fits).
 pub fn router_with_budget(webhook: Arc<Webhook>, budget_bytes: usize) -> Router {
     let budget = budget_bytes.max(MAX_BODY_BYTES);
-    let mut router = Router::new().route("/validate-all", at(Endpoint::VALIDATE_ALL));
+    let mut router = Router::new()
+        .route("/validate-all", at(Path::Decide(Endpoint::VALIDATE_ALL)))
+        .route("/observe", at(Path::Observe));
     // `/mutate` and `/validate` decide in enforce; `/mutate/warn`,
     // `/mutate/audit` and the same of `/validate` in the mode the chart's
     // webhook entry for that namespace's `<keyPrefix>/mode` names (SPEC §3
     // rule 17). `/validate-all` has no mode: nothing it refuses is a rule
     // a mode may soften.
     for endpoint in [Endpoint::MUTATE, Endpoint::VALIDATE] {
-        router = router.route(&format!("/{}", endpoint.name), at(endpoint));
+        router = router.route(&format!("/{}", endpoint.name), at(Path::Decide(endpoint)));
         for mode in [Mode::Warn, Mode::Audit] {
             router = router.route(
                 &format!("/{}/{}", endpoint.name, mode.as_str()),
-                at(endpoint.in_mode(mode)),
+                at(Path::Decide(endpoint.in_mode(mode))),
             );
         }
     }
@@ -220,8 +222,17 @@ pub fn router_with_budget(webhook: Arc<Webhook>, budget_bytes: usize) -> Router 
     })
 }
 
-/// The POST handler of `endpoint`.
-fn at(endpoint: Endpoint) -> MethodRouter<Served> {
+/// What a path does with a review.
+#[derive(Debug, Clone, Copy)]
+enum Path {
+    /// Decide it, as `endpoint` decides.
+    Decide(Endpoint),
+    /// `/observe`: count it, allow it.
+    Observe,
+}
+
+/// The POST handler of `path`.
+fn at(endpoint: Path) -> MethodRouter<Served> {
     post(
         move |State(served): State<Served>,
               source: Option<Extension<Source>>,
@@ -248,7 +259,7 @@ async fn not_found(uri: Uri) -> Response {
 pub enum TransportError {
     /// A path ownerguard does not serve.
     #[error(
-        "no such path {path}: ownerguard serves POST /mutate, /validate (each also under /warn and /audit) and /validate-all"
+        "no such path {path}: ownerguard serves POST /mutate, /validate (each also under /warn and /audit), /validate-all and /observe"
     )]
     NoSuchPath { path: String },
     /// The body, declared or read, is over [`MAX_BODY_BYTES`].
@@ -286,7 +297,7 @@ impl IntoResponse for TransportError {
 
 async fn handle(
     served: &Served,
-    endpoint: Endpoint,
+    endpoint: Path,
     source: Option<IpAddr>,
     uri: &Uri,
     headers: &HeaderMap,
@@ -319,7 +330,10 @@ async fn handle(
                 Ok(bytes) => bytes?,
                 Err(_) => return Err(TransportError::TimedOut { after: read_for }),
             };
-        let answer = served.webhook.answer_at(endpoint, &bytes, timeout).await?;
+        let answer = match endpoint {
+            Path::Decide(endpoint) => served.webhook.answer_at(endpoint, &bytes, timeout).await?,
+            Path::Observe => served.webhook.observe_unlabelled(&bytes)?,
+        };
         Ok(([(header::CONTENT_TYPE, "application/json")], answer.body).into_response())
     });
     match answer.await {

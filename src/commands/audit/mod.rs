@@ -55,6 +55,9 @@ pub struct AuditOptions {
     pub reports: bool,
     /// Where `--fix`'s repairs are recorded, as Events on the owner pod.
     pub events: Option<crate::observe::events::Events>,
+    /// What the observe webhook counted (`serve`, when it runs): listed in
+    /// the policy reports of the creating pods' namespaces.
+    pub unlabelled: Option<crate::observe::UnlabelledCreates>,
 }
 
 /// One object audited that is worth a line: any state but `ok`.
@@ -469,6 +472,7 @@ pub async fn run(args: AuditArgs) -> ExitCode {
         },
         reports: args.reports,
         events: None,
+        unlabelled: None,
     };
     let client = match crate::k8s::client::connect(&args.cluster.target()).await {
         Ok(client) => client,
@@ -569,7 +573,12 @@ pub async fn write_reports(
     let Some(api) = reports::detect(client).await.map_err(|e| e.to_string())? else {
         return Ok(None);
     };
-    let written = reports::write(client, api, report, &options.namespaces, now)
+    let unlabelled = options
+        .unlabelled
+        .as_ref()
+        .map(crate::observe::UnlabelledCreates::by_namespace)
+        .unwrap_or_default();
+    let written = reports::write(client, api, report, &unlabelled, &options.namespaces, now)
         .await
         .map_err(|e| e.to_string())?;
     Ok(Some((api, written)))

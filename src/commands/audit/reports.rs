@@ -17,6 +17,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::{Line, Report, State};
+use crate::observe::unlabelled::WorkloadCount;
 
 /// The name of the report in each namespace.
 pub const REPORT_NAME: &str = "ownerguard";
@@ -160,14 +161,66 @@ fn result_of(line: &Line, now: i64) -> Value {
     })
 }
 
+/// A workload that creates objects without the owner label, as a
+/// report's result: a warning, the first thing to label.
+fn unlabelled_result(namespace: &str, count: &WorkloadCount, now: i64) -> Value {
+    let workload = &count.workload;
+    let named = if workload.name.is_empty() {
+        "pods whose workload could not be read".to_string()
+    } else {
+        format!("{} {}", workload.kind, workload.name)
+    };
+    let fate = if count.referenced {
+        "each carries some ownerReference, so some owner's deletion may take it"
+    } else {
+        "none carries an ownerReference, so nothing will ever delete them"
+    };
+    let mut result = json!({
+        "source": "ownerguard",
+        "policy": "ownerguard",
+        "rule": "unlabelled-creates",
+        "category": "ownership",
+        "result": "warn",
+        "scored": false,
+        "severity": if count.referenced { "low" } else { "medium" },
+        "message": format!(
+            "{named} created {} {} without the owner label since ownerguard started: {fate}",
+            count.creates, count.resource
+        ),
+        "properties": {
+            "creates": count.creates.to_string(),
+            "resource": count.resource,
+            "fix": "label what the workload's pods create with ownerguard.io/owner-pod: <the pod's name> (docs/usage.md)",
+        },
+        "timestamp": {"seconds": now, "nanos": 0},
+    });
+    if !workload.name.is_empty() {
+        let api_version = match workload.kind.as_str() {
+            "Pod" => "v1",
+            "Job" | "CronJob" => "batch/v1",
+            "Deployment" | "StatefulSet" | "ReplicaSet" | "DaemonSet" => "apps/v1",
+            _ => "",
+        };
+        result["resources"] = json!([{
+            "apiVersion": api_version,
+            "kind": workload.kind,
+            "namespace": namespace,
+            "name": workload.name,
+        }]);
+    }
+    result
+}
+
 /// The report of `namespace`: its findings (not `dangling`, which the
-/// collector deletes, nor `ok`) as failed results, its counts as the
-/// summary.
+/// collector deletes, nor `ok`) as failed results, the workloads of the
+/// namespace that create objects without the owner label as warnings,
+/// its counts as the summary.
 pub fn build(
     api: ReportApi,
     namespace: &str,
     lines: &[&Line],
     counts: &BTreeMap<State, usize>,
+    unlabelled: &[WorkloadCount],
     now: i64,
 ) -> Value {
     let resource = api.resource();
@@ -192,7 +245,20 @@ pub fn build(
         }
         results.push(result);
     }
-    let left_out = findings.len() - results.len();
+    let mut warned = 0;
+    let mut unlabelled: Vec<&WorkloadCount> = unlabelled.iter().collect();
+    // Those nothing will delete first, then the most created.
+    unlabelled.sort_by_key(|c| (c.referenced, std::cmp::Reverse(c.creates)));
+    for count in &unlabelled {
+        let result = unlabelled_result(namespace, count, now);
+        bytes += result.to_string().len();
+        if results.len() == MAX_RESULTS || bytes > MAX_RESULT_BYTES {
+            break;
+        }
+        results.push(result);
+        warned += 1;
+    }
+    let left_out = findings.len() + unlabelled.len() - results.len();
     let count = |states: &[State]| -> usize {
         states
             .iter()
@@ -218,7 +284,7 @@ pub fn build(
         "summary": {
             "pass": count(&[State::Ok]),
             "fail": findings.len(),
-            "warn": 0,
+            "warn": warned,
             "error": 0,
             "skip": count(&[State::Dangling]),
         },
@@ -250,6 +316,7 @@ pub async fn write(
     client: &kube::Client,
     api: ReportApi,
     report: &Report,
+    unlabelled: &BTreeMap<String, Vec<WorkloadCount>>,
     scopes: &[String],
     now: i64,
 ) -> Result<Written, kube::Error> {
@@ -274,23 +341,38 @@ pub async fn write(
     }
     let mut written = Written::default();
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    for (namespace, counts) in &report.namespaces {
+    // The namespaces with objects of ownerguard's, and those (in scope)
+    // whose pods create objects without the owner label.
+    let in_scope = |namespace: &str| scopes.is_empty() || scopes.iter().any(|s| s == namespace);
+    let no_counts = BTreeMap::new();
+    let mut namespaces: BTreeMap<&str, &BTreeMap<State, usize>> = report
+        .namespaces
+        .iter()
+        .map(|(namespace, counts)| (namespace.as_str(), counts))
+        .collect();
+    for namespace in unlabelled.keys().filter(|n| in_scope(n)) {
+        namespaces.entry(namespace.as_str()).or_insert(&no_counts);
+    }
+    for (&namespace, &counts) in &namespaces {
         // A cluster-scoped resource's objects have no namespace, and no
         // namespaced report to go in.
         if namespace.is_empty() {
             continue;
         }
-        let lines = by_namespace.remove(namespace.as_str()).unwrap_or_default();
-        let object = build(api, namespace, &lines, counts, now);
+        let lines = by_namespace.remove(namespace).unwrap_or_default();
+        let workloads = unlabelled.get(namespace).map_or(&[][..], Vec::as_slice);
+        let object = build(api, namespace, &lines, counts, workloads, now);
         let target: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         let apply = Patch::Apply(&object);
         match retry_busy(|| target.patch(REPORT_NAME, &params, &apply)).await {
             Ok(_) => written.applied += 1,
-            Err(error) => written.failed.push((namespace.clone(), error.to_string())),
+            Err(error) => written
+                .failed
+                .push((namespace.to_string(), error.to_string())),
         }
     }
     for namespace in existing {
-        if report.namespaces.contains_key(&namespace) {
+        if namespaces.contains_key(namespace.as_str()) {
             continue;
         }
         let target: Api<DynamicObject> =
@@ -435,7 +517,14 @@ mod tests {
             (State::Dangling, 1),
         ]);
         for api in ReportApi::ALL {
-            let report = build(api, "agents", &lines.iter().collect::<Vec<_>>(), &counts, 7);
+            let report = build(
+                api,
+                "agents",
+                &lines.iter().collect::<Vec<_>>(),
+                &counts,
+                &[],
+                7,
+            );
             assert_eq!(report["kind"], api.resource().kind.as_str());
             assert_eq!(report["metadata"]["name"], REPORT_NAME);
             assert_eq!(report["metadata"]["labels"][MANAGED_BY.0], MANAGED_BY.1);
@@ -485,6 +574,7 @@ mod tests {
             "agents",
             &lines.iter().collect::<Vec<_>>(),
             &counts,
+            &[],
             7,
         );
         let results = report["results"].as_array().unwrap();
@@ -507,6 +597,7 @@ mod tests {
             "agents",
             &lines.iter().collect::<Vec<_>>(),
             &counts,
+            &[],
             7,
         );
         assert_eq!(report["results"].as_array().unwrap().len(), MAX_RESULTS);
@@ -514,6 +605,76 @@ mod tests {
         assert_eq!(
             report["metadata"]["annotations"]["ownerguard.io/results-left-out"],
             "5"
+        );
+    }
+
+    #[test]
+    fn a_report_warns_of_the_workloads_that_create_without_the_owner_label() {
+        use crate::observe::unlabelled::Workload;
+        let count = |kind: &str, name: &str, referenced: bool, creates: u64| WorkloadCount {
+            workload: Workload {
+                kind: kind.into(),
+                name: name.into(),
+            },
+            resource: "configmaps".into(),
+            referenced,
+            creates,
+        };
+        let unlabelled = [
+            count("StatefulSet", "planner", true, 40),
+            count("Deployment", "web", false, 3),
+            count("unresolved", "", false, 1),
+        ];
+        let lines = [line(State::Leaked, "l")];
+        let counts = BTreeMap::from([(State::Leaked, 1)]);
+        let report = build(
+            ReportApi::OpenReports,
+            "agents",
+            &lines.iter().collect::<Vec<_>>(),
+            &counts,
+            &unlabelled,
+            7,
+        );
+        assert_eq!(report["summary"]["fail"], 1);
+        assert_eq!(report["summary"]["warn"], 3);
+        let results = report["results"].as_array().unwrap();
+        // The findings first; then what nothing will delete, the most
+        // created first.
+        let rules: Vec<&str> = results
+            .iter()
+            .map(|r| r["rule"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                "leaked",
+                "unlabelled-creates",
+                "unlabelled-creates",
+                "unlabelled-creates"
+            ]
+        );
+        let web = &results[1];
+        assert_eq!(web["result"], "warn");
+        assert_eq!(
+            web["resources"],
+            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "agents", "name": "web"}])
+        );
+        let message = web["message"].as_str().unwrap();
+        assert!(
+            message.contains("Deployment web created 3 configmaps"),
+            "{message}"
+        );
+        assert!(
+            message.contains("nothing will ever delete them"),
+            "{message}"
+        );
+        assert!(results[2].get("resources").is_none(), "{}", results[2]);
+        assert_eq!(results[3]["resources"][0]["name"], "planner");
+        assert!(
+            results[3]["message"]
+                .as_str()
+                .unwrap()
+                .contains("some owner's deletion may take it")
         );
     }
 }

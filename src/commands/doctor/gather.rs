@@ -60,10 +60,10 @@ pub(super) async fn other_configurations(
         .await
         .map_err(|e| refused("ValidatingWebhookConfiguration", e))?;
     let mut others = Vec::new();
-    let cluster_wide = cluster_wide_name(ours);
+    let (cluster_wide, observe) = (cluster_wide_name(ours), observe_name(ours));
     let mut add = |kind: &'static str, name: Option<String>, webhooks| {
         let name = name.unwrap_or_default();
-        if name != ours && name != cluster_wide {
+        if name != ours && name != cluster_wide && name != observe {
             others.push(OtherConfiguration {
                 kind,
                 name,
@@ -102,6 +102,12 @@ pub(super) async fn other_configurations(
 /// switch off deletes it whole.
 pub fn cluster_wide_name(name: &str) -> String {
     format!("{name}-cluster-wide")
+}
+
+/// The name of the configuration of the observe-only webhook of the
+/// creates without the owner label (`observe.unlabelled`).
+pub fn observe_name(name: &str) -> String {
+    format!("{name}-observe")
 }
 
 /// Read the installation. Missing objects are `None`, not errors.
@@ -161,6 +167,9 @@ pub async fn gather(
     let cluster_wide = Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .get_opt(&cluster_wide_name(&options.name))
         .await?;
+    let observe = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get_opt(&observe_name(&options.name))
+        .await?;
     let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
         .get_opt(&options.name)
         .await?;
@@ -176,6 +185,7 @@ pub async fn gather(
         mutating,
         validating,
         cluster_wide,
+        observe,
         deployment,
         disruption_budgets,
         others,

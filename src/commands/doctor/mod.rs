@@ -32,6 +32,7 @@ mod certificate;
 mod conditions;
 mod gather;
 mod modes;
+mod observe;
 mod probe;
 mod webhooks;
 mod workload;
@@ -273,6 +274,12 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
             checks.push(check_match_conditions(&webhook, role, key_prefix));
         }
         checks.push(check_exclusion(&webhook, namespace));
+        if observe::is_observe(&webhook, key_prefix) {
+            // Its own checks; no lookup is made on its answer's path, so
+            // its timeout owes --lookup-timeout nothing.
+            checks.extend(observe::check_observe(&webhook, key_prefix));
+            continue;
+        }
         if let Some(flags) = flags {
             if let Some((role, mode)) = role {
                 checks.push(check_policy(&webhook, role, mode, flags));
@@ -360,6 +367,9 @@ pub struct Installation {
     /// `<name>-cluster-wide`: the validating configuration of the opt-in
     /// `validate-all` webhook, when the switch is on.
     pub cluster_wide: Option<ValidatingWebhookConfiguration>,
+    /// `<name>-observe`: the observe-only webhook of the creates without
+    /// the owner label, when it is on.
+    pub observe: Option<ValidatingWebhookConfiguration>,
     pub deployment: Option<Deployment>,
     /// The Services the webhooks name, as found (missing ones are absent).
     pub services: Vec<Service>,
@@ -388,6 +398,7 @@ impl Default for Installation {
             mutating: None,
             validating: None,
             cluster_wide: None,
+            observe: None,
             deployment: None,
             services: Vec::new(),
             disruption_budgets: Vec::new(),

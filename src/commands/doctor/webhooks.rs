@@ -174,6 +174,7 @@ pub(super) fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
         .validating
         .iter()
         .chain(&installation.cluster_wide)
+        .chain(&installation.observe)
         .flat_map(|c| {
             let written_by = chart(&c.metadata.labels);
             c.webhooks
@@ -354,7 +355,9 @@ pub(super) fn check_roles(
 ) -> Vec<Check> {
     let mut checks = Vec::new();
     for webhook in webhooks {
-        if Role::of(webhook, key_prefix).is_some() {
+        if Role::of(webhook, key_prefix).is_some()
+            || super::observe::is_observe(webhook, key_prefix)
+        {
             continue;
         }
         let misplaced = Role::ALL.into_iter().find(|role| {
