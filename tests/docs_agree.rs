@@ -10,6 +10,8 @@ use serde_json::Value;
 
 use ownerguard::commands::cli::Cli;
 
+mod common;
+
 fn read(path: &str) -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
         .unwrap_or_else(|e| panic!("{path}: {e}"))
@@ -131,4 +133,149 @@ fn the_chart_readme_types_every_value_as_the_schema_does() {
         }
     }
     assert!(rows > 50, "{rows} rows read: the table's shape changed");
+}
+
+/// The denials the README's troubleshooting table quotes, each with a
+/// request that gets it: (the quoted text, the code, `review` arguments,
+/// the manifest).
+fn readme_denials() -> Vec<(&'static str, &'static str, Vec<&'static str>, String)> {
+    let configmap = |labels: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: prompt-1\n  labels:\n{labels}\ndata:\n  a: b\n"
+        )
+    };
+    vec![
+        (
+            "the request comes from pod 'w-0-x7k2p' but declares pod 'w-0' as owner",
+            "403",
+            vec!["--as-pod", "w-0-x7k2p/uid-x7k2p"],
+            configmap("    ownerguard.io/owner-pod: w-0"),
+        ),
+        (
+            "owner pod 'w-1' not found in namespace 'agents'",
+            "403",
+            vec![],
+            configmap("    ownerguard.io/owner-pod: w-1\n    ownerguard.io/owner-uid: uid-1"),
+        ),
+        (
+            "the uid of owner pod 'w-1' is unknown",
+            "400",
+            vec![],
+            configmap("    ownerguard.io/owner-pod: w-1"),
+        ),
+        (
+            "owner pod 'w-1' does not have uid '…'",
+            "403",
+            vec!["--pods", "PODS"],
+            configmap("    ownerguard.io/owner-pod: w-1\n    ownerguard.io/owner-uid: uid-stale"),
+        ),
+        (
+            "owner pod 'w-1' has finished (phase Failed)",
+            "403",
+            vec!["--pods", "FINISHED"],
+            configmap("    ownerguard.io/owner-pod: w-1\n    ownerguard.io/owner-uid: uid-1"),
+        ),
+    ]
+}
+
+#[test]
+fn the_readme_quotes_each_denial_as_ownerguard_writes_it() {
+    let readme = read("README.md");
+    let dir = std::env::temp_dir().join(format!("ownerguard-docs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pods = |phase: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: w-1\n  namespace: agents\n  uid: uid-1\nstatus:\n  phase: {phase}\n"
+        )
+    };
+    let (running, finished) = (dir.join("running.yaml"), dir.join("finished.yaml"));
+    std::fs::write(&running, pods("Running")).unwrap();
+    std::fs::write(&finished, pods("Failed")).unwrap();
+    for (quoted, code, args, manifest) in readme_denials() {
+        let row = format!("| `{quoted}` ({code}) |");
+        assert!(readme.contains(&row), "the README has no row {row}");
+        let args: Vec<std::ffi::OsString> = args
+            .into_iter()
+            .map(|a| match a {
+                "PODS" => running.clone().into_os_string(),
+                "FINISHED" => finished.clone().into_os_string(),
+                a => a.into(),
+            })
+            .collect();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ownerguard"))
+            .args(["review", "--namespace", "agents"])
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(manifest.as_bytes())
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let status = &answer["response"]["status"];
+        assert_eq!(status["code"].to_string(), code, "{quoted}: {answer}");
+        let message = status["message"].as_str().unwrap();
+        // `…` stands for what the README leaves out.
+        let mut rest = message;
+        for part in quoted.split('…') {
+            let at = rest.find(part).unwrap_or_else(|| {
+                panic!("the README quotes `{quoted}`; ownerguard says: {message}")
+            });
+            rest = &rest[at + part.len()..];
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_path_the_command_reference_gives_serve_answers_a_review() {
+    let page = read("docs/reference/cli.md");
+    let start = page.find("\n## `ownerguard serve`\n").unwrap();
+    let intro = &page[start..start + page[start..].find("```").unwrap()];
+    let paths: BTreeSet<&str> = intro
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|code| code.starts_with('/'))
+        .collect();
+    let plain_http = ["/metrics", "/healthz", "/readyz"];
+    for path in &plain_http {
+        assert!(paths.contains(path), "{path} not named: {paths:?}");
+    }
+    let review_paths: Vec<&str> = paths
+        .iter()
+        .copied()
+        .filter(|p| !plain_http.contains(p))
+        .collect();
+    assert!(review_paths.len() >= 8, "{review_paths:?}");
+    let webhook = std::sync::Arc::new(ownerguard::webhook::Webhook::new(
+        ownerguard::decide::Policy::default(),
+        std::sync::Arc::new(ownerguard::owner::Inventory::default()),
+        std::sync::Arc::new(ownerguard::observe::Metrics::default()),
+    ));
+    let review = serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "operation": "CREATE",
+            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "namespace": "agents", "userInfo": {"username": "alice"},
+            "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}}
+    }))
+    .unwrap();
+    for path in review_paths {
+        let (status, answer) = common::send_to(
+            webhook.clone(),
+            path.trim_start_matches('/'),
+            review.clone(),
+        )
+        .await;
+        assert_eq!(status, axum::http::StatusCode::OK, "{path}: {answer}");
+        assert_eq!(answer["response"]["uid"], "u-1", "{path}: {answer}");
+    }
 }
