@@ -20,16 +20,20 @@ fn main() {
             println!("cargo:rerun-if-changed={file}");
         }
     }
+    // Only this checkout's git: sources unpacked inside another repository
+    // (a vendored copy, a monorepo) must not take that repository's commit.
+    let checkout = Path::new(".git").exists();
+    let from_git = |args: &[&str]| if checkout { git(args) } else { None };
     let commit = std::env::var("OWNERGUARD_COMMIT")
         .ok()
         .filter(|c| !c.is_empty())
-        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .or_else(|| from_git(&["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".to_string());
     let date = std::env::var("SOURCE_DATE_EPOCH")
         .ok()
         .and_then(|epoch| epoch.trim().parse::<i64>().ok())
         .map(utc_date)
-        .or_else(|| git(&["log", "-1", "--format=%cd", "--date=format-local:%Y-%m-%d"]))
+        .or_else(|| from_git(&["log", "-1", "--format=%cd", "--date=format-local:%Y-%m-%d"]))
         .unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=OWNERGUARD_COMMIT={commit}");
     println!("cargo:rustc-env=OWNERGUARD_COMMIT_DATE={date}");

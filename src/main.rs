@@ -53,7 +53,7 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             // The server's output is its log: the error is one line of it.
             Err(e) => {
-                error!("{e:#}");
+                error!("{}", once(&e));
                 ExitCode::FAILURE
             }
         },
@@ -75,10 +75,25 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ownerguard: {e:#}");
+            eprintln!("ownerguard: {}", once(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes in one line, each said once: many errors
+/// already carry their cause's text in their own message.
+fn once(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain().map(ToString::to_string) {
+        if !line.contains(&cause) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&cause);
+        }
+    }
+    line
 }
 
 async fn release(args: ReleaseArgs) -> anyhow::Result<()> {

@@ -315,6 +315,14 @@ fn a_command_error_is_printed_once() {
         "{stderr}"
     );
     assert!(stderr.starts_with("ownerguard: "), "{stderr}");
+    // An error whose message carries its cause's text: the cause once.
+    let output = ownerguard()
+        .args(["certs", "--out", "/dev/null/certs", "--dns", "a.example"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.matches("Not a directory").count(), 1, "{stderr}");
 }
 
 #[test]
@@ -506,4 +514,29 @@ fn review_decides_a_review_the_api_server_wrote_with_bytes_that_are_not_utf8() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(answer["response"]["patch"].is_string(), "{answer}");
+}
+
+#[test]
+fn review_of_a_cluster_scoped_manifest_has_no_namespace() {
+    // A ClusterRole labelled for a pod: the API server sends it with no
+    // namespace, and ownerguard refuses it (a pod owns only what is in its
+    // own namespace), whatever namespace a manifest would default to.
+    let role = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: r\n  labels:\n    ownerguard.io/owner-pod: w-1\n    ownerguard.io/owner-uid: {UID}\nrules: []\n"
+    );
+    let (code, answer, stderr) = review_stdin(&["--as-pod", &format!("w-1/{UID}")], &role);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(answer["response"]["status"]["code"], 403, "{answer}");
+    assert!(stderr.contains("cluster-scoped"), "{stderr}");
+    let (code, _, stderr) = review_stdin(&["--namespace", "agents"], &role);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("cluster-scoped"), "{stderr}");
+    // A namespace given twice must agree, as kubectl has it.
+    let configmap = manifest("w-1", true).replace(
+        "  name: prompt-1\n",
+        "  name: prompt-1\n  namespace: agents\n",
+    );
+    let (code, _, stderr) = review_stdin(&["--namespace", "other"], &configmap);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("does not match --namespace"), "{stderr}");
 }

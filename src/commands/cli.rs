@@ -90,8 +90,8 @@ pub enum Command {
 /// Which cluster a command talks to, as kubectl's flags say it.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ClusterArgs {
-    /// The kubeconfig file to use (default: in-cluster configuration, else
-    /// KUBECONFIG, else ~/.kube/config).
+    /// The kubeconfig file to use (default: KUBECONFIG, else
+    /// ~/.kube/config, else the in-cluster configuration of a pod).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
 

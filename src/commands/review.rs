@@ -203,19 +203,112 @@ fn manifest_review(mut object: Value, args: &ReviewArgs) -> Result<Value, String
     if !object["metadata"].is_object() {
         return Err("manifest has no metadata".to_string());
     }
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let written = object["metadata"]["namespace"].as_str().map(str::to_string);
+    // A kind of no namespace is reviewed as the API server sends it: with
+    // none, whatever the manifest or --namespace says.
+    if CLUSTER_SCOPED.contains(&(group, kind.as_str())) {
+        if args.namespace.is_some() {
+            return Err(format!(
+                "{kind} is cluster-scoped: it has no namespace to give with --namespace"
+            ));
+        }
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            meta.remove("namespace");
+        }
+        return Ok(review_of(object, group, version, &kind, None, args));
+    }
+    // As kubectl: a namespace given twice must be the same.
+    if let (Some(flag), Some(written)) = (&args.namespace, &written)
+        && flag != written
+    {
+        return Err(format!(
+            "the manifest's namespace '{written}' does not match --namespace '{flag}'"
+        ));
+    }
     let namespace = args
         .namespace
         .clone()
-        .or_else(|| object["metadata"]["namespace"].as_str().map(str::to_string))
+        .or(written)
         .unwrap_or_else(|| "default".to_string());
     // The API server defaults the object's namespace to the request's.
     object["metadata"]["namespace"] = json!(namespace);
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
-    let user_info = match &args.as_pod {
-        Some((name, uid)) => pod_user_info(&namespace, name, uid),
-        None => json!({"username": "ownerguard-review"}),
+    Ok(review_of(
+        object,
+        group,
+        version,
+        &kind,
+        Some(&namespace),
+        args,
+    ))
+}
+
+/// The built-in kinds that have no namespace, by API group: a manifest of
+/// one is reviewed as the API server sends it (no namespace). A custom
+/// resource's scope is its CRD's, which `review` cannot read: give such a
+/// cluster-scoped object as an AdmissionReview.
+const CLUSTER_SCOPED: &[(&str, &str)] = &[
+    ("", "Namespace"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    ("", "ComponentStatus"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("storage.k8s.io", "StorageClass"),
+    ("storage.k8s.io", "CSIDriver"),
+    ("storage.k8s.io", "CSINode"),
+    ("storage.k8s.io", "VolumeAttachment"),
+    ("storage.k8s.io", "VolumeAttributesClass"),
+    ("scheduling.k8s.io", "PriorityClass"),
+    ("node.k8s.io", "RuntimeClass"),
+    ("networking.k8s.io", "IngressClass"),
+    ("networking.k8s.io", "IPAddress"),
+    ("networking.k8s.io", "ServiceCIDR"),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    ("apiregistration.k8s.io", "APIService"),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+    ),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
+    ),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingAdmissionPolicyBinding",
+    ),
+    ("certificates.k8s.io", "CertificateSigningRequest"),
+    ("certificates.k8s.io", "ClusterTrustBundle"),
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+    ("resource.k8s.io", "DeviceClass"),
+    ("resource.k8s.io", "ResourceSlice"),
+];
+
+/// The CREATE review of `object`, in `namespace` (none: cluster-scoped).
+fn review_of(
+    object: Value,
+    group: &str,
+    version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    args: &ReviewArgs,
+) -> Value {
+    let user_info = match (&args.as_pod, namespace) {
+        (Some((name, uid)), Some(namespace)) => pod_user_info(namespace, name, uid),
+        // A pod's service account lives in a namespace: for a
+        // cluster-scoped object, the pod's own (`default` unless known).
+        (Some((name, uid)), None) => pod_user_info("default", name, uid),
+        (None, _) => json!({"username": "ownerguard-review"}),
     };
-    Ok(json!({
+    json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
@@ -231,5 +324,5 @@ fn manifest_review(mut object: Value, args: &ReviewArgs) -> Result<Value, String
             "oldObject": null,
             "dryRun": false,
         }
-    }))
+    })
 }

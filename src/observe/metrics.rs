@@ -106,6 +106,9 @@ pub struct Metrics {
     unlabelled: Family<UnlabelledLabels, Counter>,
     /// The workloads of `unlabelled` so far (namespace, kind, name).
     workloads: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The resources of `unlabelled` so far: a bound of their own, so that
+    /// what `/observe` is sent never takes the request metric's slots.
+    unlabelled_resources: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The `resource` label values seen so far: at most
     /// [`MAX_RESOURCE_LABELS`], the rest counted as `other`.
     resources: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -304,6 +307,7 @@ impl Default for Metrics {
             registry,
             unlabelled,
             workloads: Default::default(),
+            unlabelled_resources: Default::default(),
             connections,
             events,
             connections_refused,
@@ -466,7 +470,11 @@ impl Metrics {
                 pod_namespace,
                 workload_kind,
                 workload: workload_name,
-                resource: self.resource_label(&create.resource),
+                resource: bounded_label(
+                    &self.unlabelled_resources,
+                    &create.resource,
+                    MAX_RESOURCE_LABELS,
+                ),
                 referenced: if create.referenced { "true" } else { "false" },
             })
             .inc();

@@ -61,7 +61,10 @@ impl UnlabelledCreate {
     /// What `request` shows, when it is a CREATE with a pod-bound token of
     /// an object without `owner_label`; `None` otherwise (a person, a
     /// controller, a labelled object, an UPDATE), and for a request whose
-    /// pod identity is malformed (the API server never sends one).
+    /// pod identity or resource is no name Kubernetes accepts (the API
+    /// server never sends one; anyone who reaches the port may): every
+    /// string kept is short, and none can reach an API path it was not
+    /// meant for.
     pub fn of(request: &AdmissionRequest, object: &ObjectHead, owner_label: &str) -> Option<Self> {
         if request.operation != crate::admission::Operation::Create
             || object
@@ -77,7 +80,7 @@ impl UnlabelledCreate {
             _ => None,
         };
         let (pod_name, pod_uid) = (one(EXTRA_POD_NAME)?, one(EXTRA_POD_UID)?);
-        if !crate::k8s::names::is_pod_name(&pod_name) {
+        if !crate::k8s::names::is_pod_name(&pod_name) || !crate::k8s::names::is_uid(&pod_uid) {
             return None;
         }
         // A pod-bound token is its service account's, whose namespace is
@@ -90,6 +93,12 @@ impl UnlabelledCreate {
             .0
             .to_string();
         let group = request.resource.group.as_str();
+        if !crate::k8s::names::is_namespace(&pod_namespace)
+            || !crate::k8s::names::is_namespace(request.resource.resource.as_str())
+            || !(group.is_empty() || crate::k8s::names::is_pod_name(group))
+        {
+            return None;
+        }
         let resource = if group.is_empty() {
             request.resource.resource.to_string()
         } else {
@@ -175,13 +184,18 @@ pub struct WorkloadCount {
     pub creates: u64,
 }
 
+/// Most (workload, resource, referenced) counts the tally keeps.
+pub const MAX_TALLY_ENTRIES: usize = 10_000;
+
 /// The counts by the creating pod's namespace, for the policy reports:
-/// at most [`crate::observe::metrics::MAX_WORKLOAD_LABELS`] workloads, the
-/// rest not kept (the metric counts them as `other`).
+/// at most [`crate::observe::metrics::MAX_WORKLOAD_LABELS`] workloads and
+/// [`MAX_TALLY_ENTRIES`] counts, the rest not kept (the metric counts
+/// them as `other`).
 #[derive(Debug, Default)]
 struct Tally {
     by_namespace: std::collections::BTreeMap<String, Vec<WorkloadCount>>,
     workloads: std::collections::HashSet<(String, Workload)>,
+    entries: usize,
 }
 
 impl Tally {
@@ -203,12 +217,16 @@ impl Tally {
                 && c.referenced == create.referenced
         }) {
             Some(count) => count.creates += 1,
-            None => counts.push(WorkloadCount {
-                workload: workload.clone(),
-                resource: create.resource.clone(),
-                referenced: create.referenced,
-                creates: 1,
-            }),
+            None if self.entries >= MAX_TALLY_ENTRIES => {}
+            None => {
+                self.entries += 1;
+                counts.push(WorkloadCount {
+                    workload: workload.clone(),
+                    resource: create.resource.clone(),
+                    referenced: create.referenced,
+                    creates: 1,
+                });
+            }
         }
     }
 }
@@ -294,9 +312,9 @@ impl UnlabelledCreates {
 
 struct Resolver {
     client: kube::Client,
-    /// By pod uid: a pod's workload does not change (its controller
-    /// reference is set at creation).
-    cache: HashMap<String, Workload>,
+    /// By pod (namespace, name, uid): a pod's workload does not change
+    /// (its controller reference is set at creation).
+    cache: HashMap<(String, String, String), Workload>,
     /// No GET before this instant (a failed one paused them).
     paused_until: Option<tokio::time::Instant>,
     /// When the last GET started.
@@ -305,7 +323,12 @@ struct Resolver {
 
 impl Resolver {
     async fn workload(&mut self, create: &UnlabelledCreate) -> Workload {
-        if let Some(workload) = self.cache.get(&create.pod_uid) {
+        let key = (
+            create.pod_namespace.clone(),
+            create.pod_name.clone(),
+            create.pod_uid.clone(),
+        );
+        if let Some(workload) = self.cache.get(&key) {
             return workload.clone();
         }
         if let Some(last) = self.last_get {
@@ -337,7 +360,7 @@ impl Resolver {
         if self.cache.len() >= CACHED_PODS {
             self.cache.clear();
         }
-        self.cache.insert(create.pod_uid.clone(), workload.clone());
+        self.cache.insert(key, workload.clone());
         workload
     }
 }
@@ -493,5 +516,34 @@ mod tests {
             of(&review("CREATE", json!({}), not_a_service_account)),
             None
         );
+        // What only a client that reaches the port sends: names that could
+        // reach another API path, or hold memory, are not counted.
+        let long = "a".repeat(1 << 20);
+        for (namespace, uid) in [
+            ("x/../../api/v1/namespaces/agents/pods/real-2?y=", "u0"),
+            ("a b", "u0"),
+            (long.as_str(), "u0"),
+            ("workers", "u/0"),
+            ("workers", long.as_str()),
+        ] {
+            let user = json!({"username": format!("system:serviceaccount:{namespace}:w"),
+                "extra": {EXTRA_POD_NAME: ["w-0"], EXTRA_POD_UID: [uid]}});
+            assert_eq!(
+                of(&review("CREATE", json!({}), user)),
+                None,
+                "{namespace:.40} {uid:.40}"
+            );
+        }
+        for (group, resource) in [("", long.as_str()), ("batch", "jobs/x"), ("a b", "jobs")] {
+            let mut body: serde_json::Value =
+                serde_json::from_slice(&review("CREATE", json!({}), token("w-0", "u0"))).unwrap();
+            body["request"]["resource"] =
+                json!({"group": group, "version": "v1", "resource": resource});
+            assert_eq!(
+                of(&serde_json::to_vec(&body).unwrap()),
+                None,
+                "{group} {resource:.40}"
+            );
+        }
     }
 }

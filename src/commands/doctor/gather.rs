@@ -63,7 +63,10 @@ pub(super) async fn other_configurations(
     let (cluster_wide, observe) = (cluster_wide_name(ours), observe_name(ours));
     let mut add = |kind: &'static str, name: Option<String>, webhooks| {
         let name = name.unwrap_or_default();
-        if name != ours && name != cluster_wide && name != observe {
+        // Ours by name and kind: the chart writes `-cluster-wide` and
+        // `-observe` as validating configurations only.
+        let validating = kind == "ValidatingWebhookConfiguration";
+        if name != ours && !(validating && (name == cluster_wide || name == observe)) {
             others.push(OtherConfiguration {
                 kind,
                 name,

@@ -329,7 +329,12 @@ pub async fn run(options: &DoctorOptions) -> ExitCode {
         let installation = match gather(client.clone(), options).await {
             Ok(installation) => installation,
             Err(e) => {
-                println!("FAIL cluster: cannot read the installation: {e}");
+                let check = Check {
+                    verdict: Verdict::Fail,
+                    subject: "cluster".to_string(),
+                    detail: format!("cannot read the installation: {e}"),
+                };
+                println!("{}", check.render(options.output));
                 return ExitCode::FAILURE;
             }
         };

@@ -57,6 +57,24 @@ pub(super) fn check_observe(webhook: &WebhookView<'_>, key_prefix: &str) -> Vec<
             ),
         )
     });
+    // A webhook with side effects is not called for a dry run: the API
+    // server refuses the dry-run request instead.
+    checks.push(if matches!(webhook.side_effects, "None" | "NoneOnDryRun") {
+        line(
+            Verdict::Ok,
+            subject("sideEffects"),
+            format!("{}: dry runs are let through", webhook.side_effects),
+        )
+    } else {
+        line(
+            Verdict::Fail,
+            subject("sideEffects"),
+            format!(
+                "{}: the API server refuses every dry-run create the webhook is sent; the chart writes None",
+                webhook.side_effects
+            ),
+        )
+    });
     let owner_key = format!("{key_prefix}/owner-pod");
     let unlabelled_only = webhook
         .object_selector
@@ -159,6 +177,7 @@ mod tests {
             object_selector: Some(&parts.selector),
             namespace_selector: None,
             failure_policy: policy,
+            side_effects: "None",
             timeout_seconds: 2,
             match_conditions: vec![("created-by-a-pod".into(), condition.into())],
             chart: None,
@@ -178,7 +197,7 @@ mod tests {
         assert!(is_observe(&webhook, "ownerguard.io"));
         assert!(!is_observe(&webhook, "example.com"));
         let checks = check_observe(&webhook, "ownerguard.io");
-        assert_eq!(verdicts(&checks), [Verdict::Ok; 3], "{checks:#?}");
+        assert_eq!(verdicts(&checks), [Verdict::Ok; 4], "{checks:#?}");
     }
 
     #[test]
@@ -188,7 +207,7 @@ mod tests {
         let checks = check_observe(&view(&good, "Fail", POD_CONDITION), "ownerguard.io");
         assert_eq!(
             verdicts(&checks),
-            [Verdict::Ok, Verdict::Fail, Verdict::Ok],
+            [Verdict::Ok, Verdict::Fail, Verdict::Ok, Verdict::Ok],
             "{checks:#?}"
         );
         // Another path decides (and may refuse).
@@ -199,13 +218,18 @@ mod tests {
         // nothing, each named.
         let wide = parts("/observe", &["CREATE", "UPDATE"], "Exists");
         let checks = check_observe(&view(&wide, "Ignore", "true"), "ownerguard.io");
-        assert_eq!(checks[2].verdict, Verdict::Warn, "{checks:#?}");
+        assert_eq!(checks[3].verdict, Verdict::Warn, "{checks:#?}");
         for named in [
             "ownerguard.io/owner-pod",
             "other than CREATE",
             "people and controllers",
         ] {
-            assert!(checks[2].detail.contains(named), "{named}: {checks:#?}");
+            assert!(checks[3].detail.contains(named), "{named}: {checks:#?}");
         }
+        // Side effects: dry runs refused.
+        let mut some = view(&good, "Ignore", POD_CONDITION);
+        some.side_effects = "Some";
+        let checks = check_observe(&some, "ownerguard.io");
+        assert_eq!(checks[2].verdict, Verdict::Fail, "{checks:#?}");
     }
 }

@@ -120,6 +120,7 @@ pub(super) struct WebhookView<'a> {
     pub(super) object_selector: Option<&'a LabelSelector>,
     pub(super) namespace_selector: Option<&'a LabelSelector>,
     pub(super) failure_policy: &'a str,
+    pub(super) side_effects: &'a str,
     pub(super) timeout_seconds: i32,
     pub(super) match_conditions: Vec<conditions::Condition>,
     /// The configuration's `helm.sh/chart` label: which chart wrote it.
@@ -146,6 +147,7 @@ pub(super) fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
                 object_selector: webhook.object_selector.as_ref(),
                 namespace_selector: webhook.namespace_selector.as_ref(),
                 failure_policy: webhook.failure_policy.as_deref().unwrap_or("Fail"),
+                side_effects: webhook.side_effects.as_str(),
                 timeout_seconds: webhook.timeout_seconds.unwrap_or(10),
                 match_conditions: webhook
                     .match_conditions
