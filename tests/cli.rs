@@ -2,8 +2,9 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
+
+use common::review_stdin;
 
 use base64::Engine;
 use serde_json::Value;
@@ -22,30 +23,6 @@ fn manifest(owner: &str, with_uid: bool) -> String {
     };
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: prompt-1\n  labels:\n    ownerguard.io/owner-pod: {owner}{uid_label}\ndata:\n  prompt.md: hello\n"
-    )
-}
-
-fn review_stdin(args: &[&str], input: &str) -> (Option<i32>, Value, String) {
-    let mut child = ownerguard()
-        .arg("review")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    let stdout = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
-    (
-        output.status.code(),
-        stdout,
-        String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }
 
@@ -173,8 +150,8 @@ fn review_of_bad_input_exits_2() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("/nonexistent/review.json"), "{stderr}");
-    let dir = tempfile_dir();
-    let bad = dir.join("bad.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "a: [\n").unwrap();
     let output = ownerguard().arg("review").arg(&bad).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
@@ -186,20 +163,6 @@ fn review_of_bad_input_exits_2() {
     );
     assert_eq!(code, Some(2));
     assert!(stderr.contains("/nonexistent/pods.yaml"), "{stderr}");
-}
-
-/// A fresh directory under the system's temporary one.
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "ownerguard-cli-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]
@@ -327,8 +290,8 @@ fn a_command_error_is_printed_once() {
 
 #[test]
 fn doctor_prints_json_lines_with_output_json() {
-    let dir = tempfile_dir();
-    let kubeconfig = dir.join("kubeconfig");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
         &kubeconfig,
         "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n",

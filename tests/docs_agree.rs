@@ -181,44 +181,32 @@ fn readme_denials() -> Vec<(&'static str, &'static str, Vec<&'static str>, Strin
 #[test]
 fn the_readme_quotes_each_denial_as_ownerguard_writes_it() {
     let readme = read("README.md");
-    let dir = std::env::temp_dir().join(format!("ownerguard-docs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::tempdir().unwrap();
     let pods = |phase: &str| {
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: w-1\n  namespace: agents\n  uid: uid-1\nstatus:\n  phase: {phase}\n"
         )
     };
-    let (running, finished) = (dir.join("running.yaml"), dir.join("finished.yaml"));
+    let (running, finished) = (
+        dir.path().join("running.yaml"),
+        dir.path().join("finished.yaml"),
+    );
     std::fs::write(&running, pods("Running")).unwrap();
     std::fs::write(&finished, pods("Failed")).unwrap();
     for (quoted, code, args, manifest) in readme_denials() {
         let row = format!("| `{quoted}` ({code}) |");
         assert!(readme.contains(&row), "the README has no row {row}");
-        let args: Vec<std::ffi::OsString> = args
+        let (running, finished) = (running.to_str().unwrap(), finished.to_str().unwrap());
+        let args: Vec<&str> = ["--namespace", "agents"]
             .into_iter()
-            .map(|a| match a {
-                "PODS" => running.clone().into_os_string(),
-                "FINISHED" => finished.clone().into_os_string(),
-                a => a.into(),
-            })
+            .chain(args.into_iter().map(|a| match a {
+                "PODS" => running,
+                "FINISHED" => finished,
+                a => a,
+            }))
             .collect();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ownerguard"))
-            .args(["review", "--namespace", "agents"])
-            .args(&args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write as _;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(manifest.as_bytes())
-            .unwrap();
-        let output = child.wait_with_output().unwrap();
-        let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let (_, answer, stderr) = common::review_stdin(&args, &manifest);
+        assert!(answer.is_object(), "{quoted}: {stderr}");
         let status = &answer["response"]["status"];
         assert_eq!(status["code"].to_string(), code, "{quoted}: {answer}");
         let message = status["message"].as_str().unwrap();

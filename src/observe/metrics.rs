@@ -137,13 +137,25 @@ fn bounded_label(
     value: &str,
     max: usize,
 ) -> String {
+    bounded_label_first(seen, value, max).0
+}
+
+/// [`bounded_label`], and whether `value` was kept for the first time by
+/// this call.
+fn bounded_label_first(
+    seen: &std::sync::Mutex<std::collections::HashSet<String>>,
+    value: &str,
+    max: usize,
+) -> (String, bool) {
     let Ok(mut seen) = seen.lock() else {
-        return "other".to_string();
+        return ("other".to_string(), false);
     };
-    if seen.contains(value) || seen.len() < max && seen.insert(value.to_string()) {
-        value.to_string()
+    if seen.contains(value) {
+        (value.to_string(), false)
+    } else if seen.len() < max && seen.insert(value.to_string()) {
+        (value.to_string(), true)
     } else {
-        "other".to_string()
+        ("other".to_string(), false)
     }
 }
 
@@ -447,24 +459,22 @@ impl Metrics {
             "{}/{}/{}",
             create.pod_namespace, workload.kind, workload.name
         );
-        let first = self
-            .workloads
-            .lock()
-            .is_ok_and(|seen| !seen.contains(&key) && seen.len() < MAX_WORKLOAD_LABELS);
-        let (pod_namespace, workload_kind, workload_name) =
-            if bounded_label(&self.workloads, &key, MAX_WORKLOAD_LABELS) == key {
-                (
-                    create.pod_namespace.clone(),
-                    workload.kind.clone(),
-                    workload.name.clone(),
-                )
-            } else {
-                (
-                    "other".to_string(),
-                    "other".to_string(),
-                    "other".to_string(),
-                )
-            };
+        // Locked once: whether this call is the workload's first, and its
+        // label, from the same look at the set.
+        let (label, first) = bounded_label_first(&self.workloads, &key, MAX_WORKLOAD_LABELS);
+        let (pod_namespace, workload_kind, workload_name) = if label == key {
+            (
+                create.pod_namespace.clone(),
+                workload.kind.clone(),
+                workload.name.clone(),
+            )
+        } else {
+            (
+                "other".to_string(),
+                "other".to_string(),
+                "other".to_string(),
+            )
+        };
         self.unlabelled
             .get_or_create(&UnlabelledLabels {
                 pod_namespace,

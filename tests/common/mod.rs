@@ -332,3 +332,31 @@ pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
         Err(_) => (0, String::new()),
     }
 }
+
+/// `ownerguard review ARGS` with `input` on standard input: the exit code,
+/// the JSON printed (null when none), and what went to standard error.
+pub fn review_stdin(args: &[&str], input: &str) -> (Option<i32>, Value, String) {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ownerguard"))
+        .arg("review")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    (
+        output.status.code(),
+        stdout,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

@@ -17,18 +17,7 @@ pub(super) fn is_observe(webhook: &WebhookView<'_>, key_prefix: &str) -> bool {
 pub(super) fn check_observe(webhook: &WebhookView<'_>, key_prefix: &str) -> Vec<Check> {
     let subject = |what: &str| format!("{what} of {}", webhook.label());
     let mut checks = Vec::new();
-    let path = webhook
-        .client_config
-        .service
-        .as_ref()
-        .and_then(|s| s.path.clone())
-        .or_else(|| {
-            let url = webhook.client_config.url.as_deref()?;
-            let rest = url.strip_prefix("https://")?;
-            Some(rest[rest.find('/')?..].to_string())
-        })
-        .unwrap_or_default();
-    let path = path.split('?').next().unwrap_or_default();
+    let path = webhook.path();
     checks.push(if path == "/observe" {
         line(Verdict::Ok, subject("path"), "calls /observe")
     } else {
@@ -37,7 +26,7 @@ pub(super) fn check_observe(webhook: &WebhookView<'_>, key_prefix: &str) -> Vec<
             subject("path"),
             format!(
                 "calls {}, but the observe webhook must call /observe: another path decides, and may refuse, what was only to be counted",
-                if path.is_empty() { "/" } else { path }
+                if path.is_empty() { "/" } else { &path }
             ),
         )
     });

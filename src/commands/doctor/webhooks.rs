@@ -131,6 +131,20 @@ impl WebhookView<'_> {
     pub(super) fn label(&self) -> String {
         format!("{} {}", self.configuration.word(), self.name)
     }
+
+    /// The path of ownerguard the API server calls: the Service's, or
+    /// that of the URL; without its query.
+    pub(super) fn path(&self) -> String {
+        let path = match (&self.client_config.service, &self.client_config.url) {
+            (Some(service), _) => service.path.clone().unwrap_or_default(),
+            (None, Some(url)) => url
+                .strip_prefix("https://")
+                .and_then(|rest| rest.find('/').map(|i| rest[i..].to_string()))
+                .unwrap_or_default(),
+            (None, None) => String::new(),
+        };
+        path.split('?').next().unwrap_or_default().to_string()
+    }
 }
 
 pub(super) fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
@@ -189,15 +203,7 @@ pub(super) fn webhooks(installation: &Installation) -> Vec<WebhookView<'_>> {
 
 pub(super) fn check_path(webhook: &WebhookView<'_>, role: Role, mode: Mode) -> Check {
     let subject = format!("path of {}", webhook.label());
-    let path = match (&webhook.client_config.service, &webhook.client_config.url) {
-        (Some(service), _) => service.path.clone().unwrap_or_default(),
-        (None, Some(url)) => url
-            .strip_prefix("https://")
-            .and_then(|rest| rest.find('/').map(|i| rest[i..].to_string()))
-            .unwrap_or_default(),
-        (None, None) => String::new(),
-    };
-    let path = path.split('?').next().unwrap_or_default().to_string();
+    let path = webhook.path();
     // The cluster-wide switch calls /validate-all, which fails open on a
     // lookup failure as its webhook does; /validate there works too, but
     // denies a lookup failure with 503 under failurePolicy Ignore.
