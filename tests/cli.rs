@@ -442,9 +442,10 @@ fn serve_dev_answers_over_tls_and_exits_0_on_sigterm() {
         );
     }
     assert!(
-        rest.iter()
-            .any(|l| l.contains("\"decision\"") && l.contains("\"result\":\"patched\"")),
-        "no decision line: {rest:?}"
+        rest.iter().any(|l| l.contains("\"decision\"")
+            && l.contains("\"result\":\"patched\"")
+            && l.contains("\"user\":\"alice\"")),
+        "no decision line naming who asked: {rest:?}"
     );
 }
 

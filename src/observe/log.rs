@@ -110,6 +110,9 @@ fn log_decision(
         })
         .unwrap_or("");
     let detail = bounded(detail, DETAIL_MAX);
+    // Who asked: the API server's authenticated user, bounded like a name
+    // (a token's user is whatever its issuer wrote).
+    let user = bounded(request.user_info.username.as_str(), NAME_MAX);
     info!(
         uid = request.uid.as_str(),
         webhook,
@@ -117,6 +120,7 @@ fn log_decision(
         namespace = request.namespace.as_deref().unwrap_or(""),
         kind = object.kind.as_str(),
         name = name.as_str(),
+        user = user.as_ref(),
         owner = owner.as_ref(),
         mode = decision_mode,
         result = answered.result(),
