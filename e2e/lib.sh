@@ -61,14 +61,14 @@ e2e_build() {
   e2e_kube_select
   e2e_build_plane
   local want stamp="$E2E_BIN/.stamp"
-  want="$(e2e_stamp_of go.mod go.sum harness scenarios cmd/createbench helm)"
+  want="$(e2e_stamp_of go.mod go.sum harness scenarios cmd/createbench cmd/k8s-suite helm)"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-    log "scenarios, createbench, Helm and chartcheck up to date in $E2E_BIN"
+    log "scenarios, createbench, k8s-suite, Helm and chartcheck up to date in $E2E_BIN"
   else
     local start=$SECONDS
-    log "building the scenarios, createbench, Helm 4, Helm 3 and chartcheck (nice -n 19)"
+    log "building the scenarios, createbench, k8s-suite, Helm 4, Helm 3 and chartcheck (nice -n 19)"
     mkdir -p "$E2E_BIN"
-    (cd "$E2E_DIR" && nice -n 19 go build -trimpath -o "$E2E_BIN/" ./cmd/createbench)
+    (cd "$E2E_DIR" && nice -n 19 go build -trimpath -o "$E2E_BIN/" ./cmd/createbench ./cmd/k8s-suite)
     (cd "$E2E_DIR" && nice -n 19 go test -c -trimpath -o "$E2E_BIN/scenarios.test" ./scenarios)
     bash "$E2E_DIR/helm/build" "$E2E_BIN"
     (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -o "$E2E_BIN/" ./chartcheck)
@@ -121,18 +121,42 @@ e2e_build_plane() {
   local start=$SECONDS
   log "building etcd, kube-apiserver and kube-controller-manager of Kubernetes $E2E_KUBE_VERSION (nice -n 19)"
   mkdir -p "$E2E_PLANE_BIN"
-  # The version Kubernetes' own build (hack/lib/version.sh) stamps in;
-  # without it the server says v0.0.0-master and Helm refuses the
-  # chart's kubeVersion.
+  (cd "$E2E_DIR" && nice -n 19 go build -modfile="$E2E_PLANE_MOD" -trimpath -ldflags "$(e2e_version_ldflags)" \
+    -o "$E2E_PLANE_BIN/" ./cmd/etcd ./cmd/kube-apiserver ./cmd/kube-controller-manager)
+  echo "$want" >"$stamp"
+  log "control plane of Kubernetes $E2E_KUBE_VERSION built in $((SECONDS - start)) s"
+}
+
+# The version Kubernetes' own build (hack/lib/version.sh) stamps in;
+# without it the server says v0.0.0-master and Helm refuses the chart's
+# kubeVersion.
+e2e_version_ldflags() {
   local k8s="$E2E_KUBE_VERSION" ldflags="" pkg
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $pkg.gitVersion=$k8s -X $pkg.gitMajor=$(cut -d. -f1 <<<"${k8s#v}")"
     ldflags+=" -X $pkg.gitMinor=$(cut -d. -f2 <<<"$k8s") -X $pkg.gitTreeState=clean"
   done
-  (cd "$E2E_DIR" && nice -n 19 go build -modfile="$E2E_PLANE_MOD" -trimpath -ldflags "$ldflags" \
-    -o "$E2E_PLANE_BIN/" ./cmd/etcd ./cmd/kube-apiserver ./cmd/kube-controller-manager)
+  echo "$ldflags"
+}
+
+# For e2e/k8s-suite: kube-scheduler, kubemark's hollow node and e2e.test
+# (Kubernetes' own end-to-end tests, the sig-apps, sig-api-machinery and
+# sig-network sources) of $E2E_KUBE_VERSION, built like the plane.
+e2e_build_k8s_suite() {
+  local want stamp="$E2E_PLANE_BIN/.stamp-suite" rel="${E2E_PLANE_MOD#"$E2E_DIR/"}"
+  want="$(e2e_stamp_of "$rel" "${rel%.mod}.sum" cmd/kube-scheduler cmd/kubemark cmd/k8s-e2e)"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    log "kube-scheduler, kubemark and e2e.test of Kubernetes $E2E_KUBE_VERSION up to date in $E2E_PLANE_BIN"
+    return
+  fi
+  local start=$SECONDS
+  log "building kube-scheduler, kubemark and e2e.test of Kubernetes $E2E_KUBE_VERSION (nice -n 19)"
+  (cd "$E2E_DIR" && nice -n 19 go build -modfile="$E2E_PLANE_MOD" -trimpath -ldflags "$(e2e_version_ldflags)" \
+    -o "$E2E_PLANE_BIN/" ./cmd/kube-scheduler ./cmd/kubemark)
+  (cd "$E2E_DIR" && nice -n 19 go test -c -modfile="$E2E_PLANE_MOD" -trimpath -ldflags "$(e2e_version_ldflags)" \
+    -o "$E2E_PLANE_BIN/e2e.test" ./cmd/k8s-e2e)
   echo "$want" >"$stamp"
-  log "control plane of Kubernetes $E2E_KUBE_VERSION built in $((SECONDS - start)) s"
+  log "kube-scheduler, kubemark and e2e.test of Kubernetes $E2E_KUBE_VERSION built in $((SECONDS - start)) s"
 }
 
 # With E2E_OWNERGUARD=image, the image must be there before anything is

@@ -45,7 +45,7 @@ const GateProbe = "e2e.ownerguard.io/gate-probe"
 // same network namespace).
 func StartGate(name string) (*Gate, error) {
 	g := &Gate{Name: name, arrived: make(chan admissionv1.AdmissionRequest, 1), open: make(chan struct{})}
-	server, url, caBundle, err := serveWebhook("gate", "/gate", http.HandlerFunc(g.serve))
+	server, url, caBundle, err := ServeWebhook("gate", "/gate", http.HandlerFunc(g.serve))
 	if err != nil {
 		return nil, err
 	}

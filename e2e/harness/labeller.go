@@ -31,7 +31,7 @@ type Labeller struct {
 // the same network namespace).
 func StartLabeller(name, label, value string) (*Labeller, error) {
 	l := &Labeller{Name: name, Label: label, Value: value}
-	server, url, caBundle, err := serveWebhook("labeller", "/label", http.HandlerFunc(l.serve))
+	server, url, caBundle, err := ServeWebhook("labeller", "/label", http.HandlerFunc(l.serve))
 	if err != nil {
 		return nil, err
 	}
@@ -39,10 +39,10 @@ func StartLabeller(name, label, value string) (*Labeller, error) {
 	return l, nil
 }
 
-// serveWebhook serves h over HTTPS on a port of 127.0.0.1 with a
+// ServeWebhook serves h over HTTPS on a port of 127.0.0.1 with a
 // certificate of a CA of its own, and returns the server, the URL of path
 // and the CA bundle a webhook configuration gives the API server.
-func serveWebhook(cn, path string, h http.Handler) (*http.Server, string, []byte, error) {
+func ServeWebhook(cn, path string, h http.Handler) (*http.Server, string, []byte, error) {
 	ca, err := NewCA("e2e-" + cn + "-ca")
 	if err != nil {
 		return nil, "", nil, err

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -117,7 +118,7 @@ type PKI struct {
 
 // NewPKI writes a fresh CA, the API server's serving certificate, a fresh
 // service-account key pair and the static tokens.
-func NewPKI(dir string, nodeIP, serviceIP net.IP) (*PKI, error) {
+func NewPKI(dir string, nodeIP, serviceIP net.IP, extra []Identity, policy string) (*PKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -157,6 +158,12 @@ func NewPKI(dir string, nodeIP, serviceIP net.IP) (*PKI, error) {
 	// the bootstrap RBAC policy binds its roles to.
 	tokens := fmt.Sprintf("%s,e2e-admin,e2e-admin,\"system:masters\"\n%s,system:kube-controller-manager,system:kube-controller-manager\n%s,%s,%s,\"system:masters\"\n",
 		p.AdminToken, p.KCMToken, p.OwnerguardAdminToken, OwnerguardAdmin, OwnerguardAdmin)
+	for _, id := range extra {
+		tokens += fmt.Sprintf("%s,%s,%s,\"%s\"\n", id.Token, id.User, id.User, strings.Join(id.Groups, ","))
+	}
+	if policy == "" {
+		policy = auditPolicy
+	}
 	files := map[string][]byte{
 		p.CAFile:      ca.CertPEM,
 		p.ServerCert:  certPEM,
@@ -164,7 +171,7 @@ func NewPKI(dir string, nodeIP, serviceIP net.IP) (*PKI, error) {
 		p.SAKey:       pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey)),
 		p.SAPub:       pemBlock("PUBLIC KEY", saPub),
 		p.TokenFile:   []byte(tokens),
-		p.AuditPolicy: []byte(auditPolicy),
+		p.AuditPolicy: []byte(policy),
 	}
 	for path, data := range files {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -172,6 +179,13 @@ func NewPKI(dir string, nodeIP, serviceIP net.IP) (*PKI, error) {
 		}
 	}
 	return p, nil
+}
+
+// Identity is one more static token of the API server: its user and
+// groups (Config.Identities).
+type Identity struct {
+	Token, User string
+	Groups      []string
 }
 
 // OwnerguardAdmin is the user of PKI.OwnerguardAdminToken.

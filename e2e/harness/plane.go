@@ -26,6 +26,10 @@ type Config struct {
 	NodeIP      net.IP // the advertise address, on the network namespace's dummy interface
 	ServiceCIDR string
 	ServiceIP   net.IP // the first address of ServiceCIDR: the kubernetes Service
+	// More static tokens, and the audit policy in place of the scenarios'
+	// one (both empty for e2e/run).
+	Identities  []Identity
+	AuditPolicy string
 }
 
 // ConfigFromEnv reads E2E_BIN, E2E_PLANE_BIN, E2E_WORK, E2E_NODE_IP and
@@ -67,11 +71,22 @@ type Plane struct {
 	// kubeadm's): every controller, the collector included, calls the API
 	// server as the controller manager's own user.
 	SharedKCMCredentials bool
+	// Controllers the controller manager runs, when not the scenarios'
+	// list (Controllers): "*" runs every one enabled by default.
+	KCMControllers []string
+	// More controller manager flags.
+	KCMArgs []string
+	// API server flags in place of the scenarios' own of the same name,
+	// or added.
+	APIServerArgs []string
+	// The scheduler and the hollow nodes, when started (nodes.go).
+	Scheduler   *Process
+	HollowNodes []*Process
 }
 
 // NewPlane makes the PKI and the kubeconfigs; nothing runs yet.
 func NewPlane(c Config) (*Plane, error) {
-	pki, err := NewPKI(filepath.Join(c.Work, "pki"), c.NodeIP, c.ServiceIP)
+	pki, err := NewPKI(filepath.Join(c.Work, "pki"), c.NodeIP, c.ServiceIP, c.Identities, c.AuditPolicy)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +131,7 @@ func (p *Plane) StartEtcd(ctx context.Context) error {
 }
 
 func (p *Plane) apiServerArgs(port int) []string {
-	return []string{
+	return withOverrides([]string{
 		"--etcd-servers=" + EtcdClientURL,
 		"--bind-address=0.0.0.0",
 		"--secure-port=" + strconv.Itoa(port),
@@ -138,7 +153,33 @@ func (p *Plane) apiServerArgs(port int) []string {
 		"--audit-log-path=" + filepath.Join(p.Logs, fmt.Sprintf("audit-%d.log", port)),
 		"--audit-log-format=json",
 		"--profiling=false",
+	}, p.APIServerArgs)
+}
+
+// withOverrides: the flags of args, each one that overrides names in its
+// place (a list flag such as --authorization-mode appends when repeated).
+func withOverrides(args, overrides []string) []string {
+	name := func(arg string) string { n, _, _ := strings.Cut(arg, "="); return n }
+	out := make([]string, 0, len(args)+len(overrides))
+	used := map[string]bool{}
+	for _, arg := range args {
+		replaced := false
+		for _, o := range overrides {
+			if name(o) == name(arg) {
+				out = append(out, o)
+				used[o], replaced = true, true
+			}
+		}
+		if !replaced {
+			out = append(out, arg)
+		}
 	}
+	for _, o := range overrides {
+		if !used[o] {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // StartAPIServer starts an API server on port (APIPort for the main one;
@@ -211,27 +252,32 @@ var Controllers = []string{
 func (p *Plane) StartKCM(ctx context.Context) error {
 	kubeconfig := filepath.Join(p.Work, "kcm.kubeconfig")
 	controllers := ""
-	for i, c := range Controllers {
+	list := Controllers
+	if p.KCMControllers != nil {
+		list = p.KCMControllers
+	}
+	for i, c := range list {
 		if i > 0 {
 			controllers += ","
 		}
 		controllers += c
 	}
-	proc, err := Start("kube-controller-manager", p.Logs, nil, filepath.Join(p.PlaneBin, "kube-controller-manager"),
-		"--kubeconfig="+kubeconfig,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
+	args := append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
 		"--bind-address=127.0.0.1",
 		"--secure-port=10257",
-		"--controllers="+controllers,
-		"--use-service-account-credentials="+strconv.FormatBool(!p.SharedKCMCredentials),
-		"--service-account-private-key-file="+p.PKI.SAKey,
-		"--root-ca-file="+p.PKI.CAFile,
+		"--controllers=" + controllers,
+		"--use-service-account-credentials=" + strconv.FormatBool(!p.SharedKCMCredentials),
+		"--service-account-private-key-file=" + p.PKI.SAKey,
+		"--root-ca-file=" + p.PKI.CAFile,
 		"--leader-elect=false",
 		// Collect quickly after a deletion: the scenarios time the collector.
 		"--concurrent-gc-syncs=20",
 		"--profiling=false",
-	)
+	}, p.KCMArgs...)
+	proc, err := Start("kube-controller-manager", p.Logs, nil, filepath.Join(p.PlaneBin, "kube-controller-manager"), args...)
 	if err != nil {
 		return err
 	}
@@ -283,6 +329,12 @@ func (p *Plane) Admin() *kubernetes.Clientset {
 
 // Stop everything, in reverse order.
 func (p *Plane) Stop() {
+	for _, node := range p.HollowNodes {
+		node.Stop(15 * time.Second)
+	}
+	if p.Scheduler != nil {
+		p.Scheduler.Stop(15 * time.Second)
+	}
 	if p.KCM != nil {
 		p.KCM.Stop(15 * time.Second)
 	}
@@ -300,7 +352,7 @@ func (p *Plane) Stop() {
 // Processes that are running, for the logs printed on a failure.
 func (p *Plane) Processes() []*Process {
 	var out []*Process
-	for _, proc := range []*Process{p.Etcd, p.APIServer, p.KCM} {
+	for _, proc := range append([]*Process{p.Etcd, p.APIServer, p.KCM, p.Scheduler}, p.HollowNodes...) {
 		if proc != nil {
 			out = append(out, proc)
 		}

@@ -1,0 +1,333 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// compare reads the runs' result.json and says, in words and as a row of
+// the docs' table, whether ownerguard held: no Kubernetes component
+// refused, no test that passes in the baseline failing guarded unless
+// explained, no baseline failure left unlisted. Exit 1 otherwise.
+func compare(args []string) int {
+	fs := flag.NewFlagSet("compare", flag.ExitOnError)
+	reports := fs.String("reports", "", "the directory holding baseline/ and guarded/")
+	set := fs.String("set", "", "the test set's name, for the table")
+	explainedFile := fs.String("explained", "", "guarded-only failures and why (name || reason)")
+	baselineFile := fs.String("baseline-failures", "", "tests left out because they fail without ownerguard (name || reason)")
+	_ = fs.Parse(args)
+
+	runs := map[string]*Result{}
+	for _, run := range []string{"baseline", "guarded", "worker-gone"} {
+		data, err := os.ReadFile(filepath.Join(*reports, run, "result.json"))
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		var r Result
+		if err := json.Unmarshal(data, &r); err != nil {
+			fmt.Fprintf(os.Stderr, "%s/result.json: %v\n", run, err)
+			return 1
+		}
+		runs[run] = &r
+	}
+	if len(runs) == 0 {
+		fmt.Fprintln(os.Stderr, "no run's result.json in", *reports)
+		return 1
+	}
+	explained, err := readReasons(*explainedFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	listed, err := readReasons(*baselineFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+
+	ok := true
+	fail := func(format string, args ...any) {
+		ok = false
+		fmt.Printf("FAIL: "+format+"\n", args...)
+	}
+	baseline, guarded, gone := runs["baseline"], runs["guarded"], runs["worker-gone"]
+	for _, r := range []*Result{baseline, guarded, gone} {
+		for _, name := range r.retriedNames() {
+			fmt.Printf("%s: failed once, tried again (now %s): %s\n", r.Run, r.Tests[name], name)
+		}
+		if r != nil && len(r.LeftOut) > 0 {
+			fmt.Printf("%s: %d tests of the set left out by e2e/k8s-suite.d/skip (their names are in %s/result.json)\n", r.Run, len(r.LeftOut), r.Run)
+		}
+	}
+	// The baseline runs the listed failures too: each must fail there.
+	if baseline != nil {
+		for _, name := range sorted(baseline.Tests) {
+			_, isListed := listed[name]
+			switch {
+			case baseline.Tests[name] == "failed" && !isListed:
+				fail("fails without ownerguard and is not listed in e2e/k8s-suite.d/baseline-failures: %s: %s", name, firstLine(baseline.Failures[name]))
+			case baseline.Tests[name] == "passed" && isListed:
+				fail("listed in e2e/k8s-suite.d/baseline-failures but passes without ownerguard: %s", name)
+			}
+		}
+		for _, name := range sorted(listed) {
+			if _, ran := baseline.Tests[name]; !ran && contains(baseline.LeftOut, name) {
+				fmt.Printf("note: listed in baseline-failures, left out by the skip rules: %s\n", name)
+			}
+		}
+	}
+	fmt.Printf("%d tests left out of the guarded runs: they fail without ownerguard (e2e/k8s-suite.d/baseline-failures)\n", len(listed))
+	// Refusals in the namespaces of one test's run (its e2e-run id).
+	refusedIn := func(r *Result, name string) int {
+		ids := map[string]bool{}
+		for _, id := range r.RunIDs[name] { // every try
+			if id == "" {
+				return -1
+			}
+			ids[id] = true
+		}
+		if len(ids) == 0 {
+			return -1
+		}
+		n := 0
+		for _, refusal := range r.Refused {
+			if ids[r.Namespaces[refusal.Namespace]] {
+				n++
+			}
+		}
+		for _, d := range r.Denied {
+			if ids[r.Namespaces[d.Namespace]] {
+				n++
+			}
+		}
+		return n
+	}
+	guardedOnly, explainedFailures := 0, 0
+	if guarded == nil {
+		fmt.Println("no guarded run: nothing to compare")
+	}
+	if guarded != nil {
+		if baseline != nil {
+			for _, name := range sorted(baseline.Tests) {
+				if baseline.Tests[name] != "passed" {
+					continue
+				}
+				if outcome, ran := guarded.Tests[name]; !ran || outcome == "skipped" {
+					fail("passes without ownerguard, did not run with it (%q): %s", outcome, name)
+				}
+			}
+		}
+		for _, name := range sorted(explained) {
+			if guarded.Tests[name] == "passed" {
+				fmt.Printf("note: explained in e2e/k8s-suite.d/explained, but passed with ownerguard (stale?): %s\n", name)
+			}
+		}
+		for _, name := range sorted(guarded.Tests) {
+			if guarded.Tests[name] != "failed" {
+				continue
+			}
+			if baseline != nil && baseline.Tests[name] == "failed" {
+				continue // said above
+			}
+			guardedOnly++
+			if why, found := explained[name]; found {
+				reason, failure, counted := strings.Cut(why, "||")
+				reason, failure = strings.TrimSpace(reason), strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(failure), "failure:"))
+				// An explanation holds only when nothing was refused in
+				// the test's namespaces and either the test passes once
+				// its worker is gone, or (a test that counts every pod of
+				// its namespace, the worker among them) its failure says
+				// exactly that.
+				var said *regexp.Regexp
+				if counted {
+					var err error
+					if said, err = regexp.Compile(failure); err != nil || failure == "" || said.MatchString("no report") {
+						fail("explained with a failure that is empty, not a regular expression or matches a run that crashed (%v): %s", err, name)
+						continue
+					}
+				}
+				switch refused := refusedIn(guarded, name); {
+				case refused < 0:
+					fail("explained, but its run's namespaces are unknown (no e2e-run id in its log): %s", name)
+				case refused > 0:
+					fail("explained, but ownerguard refused %d writes in its namespaces: %s", refused, name)
+				case counted && !said.MatchString(guarded.Failures[name]):
+					fail("explained by its failure %q, but it failed otherwise: %s: %s", failure, name, firstLine(guarded.Failures[name]))
+				case !counted && (gone == nil || gone.Tests[name] != "passed"):
+					fail("explained, but does not pass once its worker is gone (the worker-gone run): %s", name)
+				case !counted && refusedIn(gone, name) != 0:
+					fail("explained, but ownerguard refused writes in its namespaces in the worker-gone run: %s", name)
+				default:
+					explainedFailures++
+					fmt.Printf("explained: %s: %s\n", name, reason)
+				}
+				continue
+			}
+			fail("passes without ownerguard, fails with it: %s: %s", name, firstLine(guarded.Failures[name]))
+		}
+		// ownerguard must really have judged: workers started, writes
+		// labelled, and Kubernetes' components' writes reviewed.
+		components := 0
+		for who, byKind := range guarded.Decisions {
+			if strings.HasPrefix(who, "kube-controller-manager") || who == "kube-scheduler" || who == "kubelet" || who == "kube-apiserver" {
+				components += total(byKind)
+			}
+		}
+		if guarded.Workers == 0 || total(guarded.Labelled) == 0 || components == 0 {
+			fail("the guarded run did not go through ownerguard: %d workers, %d writes labelled, %d reviews of Kubernetes components", guarded.Workers, total(guarded.Labelled), components)
+		}
+	}
+	for _, r := range []*Result{guarded, gone} {
+		if r == nil {
+			continue
+		}
+		for _, refusal := range r.Refused {
+			if kubernetesComponent(refusal.User) {
+				fail("%s: ownerguard refused Kubernetes: %s %s %s/%s by %s (%d): %s", r.Run, refusal.Verb, refusal.Resource, refusal.Namespace, refusal.Name, refusal.User, refusal.Code, refusal.Message)
+			}
+		}
+		for _, d := range r.Denied {
+			if kubernetesComponent(d.User) {
+				fail("%s: ownerguard's decision log: %s %s %s/%s by %s: %s", r.Run, d.Operation, d.Kind, d.Namespace, d.Name, d.User, d.Detail)
+			}
+		}
+		if len(r.LeftNamespaces) > 0 {
+			fail("%s: the tests' namespaces not deleted 3 minutes after the tests: %s", r.Run, strings.Join(r.LeftNamespaces, ", "))
+		}
+	}
+
+	// The table: one row per run and the decisions by identity.
+	fmt.Println()
+	fmt.Printf("| run | Kubernetes | set | tests run | passed | failed | skipped by e2e.test | refusals of Kubernetes components | refusals of the tests | guarded-only failures (explained) | minutes |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, run := range []string{"baseline", "guarded", "worker-gone"} {
+		r := runs[run]
+		if r == nil {
+			continue
+		}
+		counts := map[string]int{}
+		for _, outcome := range r.Tests {
+			counts[outcome]++
+		}
+		components, tests := 0, 0
+		for _, refusal := range r.Refused {
+			if kubernetesComponent(refusal.User) {
+				components++
+			} else {
+				tests++
+			}
+		}
+		only := "-"
+		if run == "guarded" {
+			only = fmt.Sprintf("%d (%d)", guardedOnly, explainedFailures)
+		}
+		fmt.Printf("| %s | %s | %s | %d | %d | %d | %d | %d | %d | %s | %.0f |\n", run, r.Kubernetes, *set,
+			counts["passed"]+counts["failed"], counts["passed"], counts["failed"], counts["skipped"], components, tests, only, float64(r.Seconds)/60)
+	}
+	if guarded != nil {
+		fmt.Println()
+		fmt.Printf("Reviews ownerguard decided in the guarded run (%d workers started, %d writes labelled):\n\n", guarded.Workers, total(guarded.Labelled))
+		fmt.Println("| requesting identity | reviews | kinds (operation kind result: count) |")
+		fmt.Println("|---|---|---|")
+		for _, who := range sortedKeys(guarded.Decisions) {
+			byKind := guarded.Decisions[who]
+			var parts []string
+			for _, k := range sorted(byKind) {
+				parts = append(parts, fmt.Sprintf("%s: %d", k, byKind[k]))
+			}
+			fmt.Printf("| %s | %d | %s |\n", who, total(byKind), strings.Join(parts, ", "))
+		}
+	}
+	fmt.Println()
+	if !ok {
+		fmt.Println("k8s-suite: ownerguard did not hold (the FAIL lines above)")
+		return 1
+	}
+	if guarded == nil {
+		fmt.Println("k8s-suite: the baseline's failures are all listed; no guarded run to judge")
+		return 0
+	}
+	fmt.Println("k8s-suite: ownerguard held: no Kubernetes component refused, every guarded-only failure explained")
+	return 0
+}
+
+func firstLine(text string) string {
+	text = strings.TrimSpace(text)
+	if i := strings.Index(text, "\n"); i >= 0 {
+		text = text[:i]
+	}
+	return text
+}
+
+// readReasons reads "name || reason" lines (# comments, blank lines); the
+// reason keeps any further "|| ..." part.
+func readReasons(path string) (map[string]string, error) {
+	out := map[string]string{}
+	if path == "" {
+		return out, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	scanner := bufio.NewScanner(f)
+	for scanner.Scan() {
+		line := strings.TrimSpace(scanner.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, reason, found := strings.Cut(line, "||")
+		if !found || strings.TrimSpace(reason) == "" {
+			return nil, fmt.Errorf("%s: %q: want \"test name || why\"", path, line)
+		}
+		out[strings.TrimSpace(name)] = strings.TrimSpace(reason)
+	}
+	return out, scanner.Err()
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func sorted[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func sortedKeys(m map[string]map[string]int) []string { return sorted(m) }
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func (r *Result) retriedNames() []string {
+	if r == nil {
+		return nil
+	}
+	return r.Retried
+}

@@ -1,0 +1,399 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"ownerguard.io/e2e/harness"
+)
+
+// The owner labels (the chart's default key prefix) and the worker pods.
+const (
+	ownerPodLabel = "ownerguard.io/owner-pod"
+	ownerUIDLabel = "ownerguard.io/owner-uid"
+	// Every worker pod carries it; nothing the tests select has it.
+	workerLabel = "e2e.ownerguard.io/worker"
+	// The labeller's configuration: its name sorts before ownerguard's,
+	// so the API server calls it first.
+	labellerConfig = "e2e-k8s-suite-owner-labeller"
+)
+
+// workerLabeller plays the worker's client for every test of the suite:
+// each object the tests create in a namespace of theirs (the framework
+// labels them e2e-run) gets the owner labels of a worker pod running in
+// that namespace, on its metadata and on every template a controller
+// makes objects from; an update of a labelled object keeps them, as a
+// worker writes every object it owns. The first labelled create of a
+// namespace starts its worker (a pod of its own, scheduled and run by a
+// hollow node); a worker that is gone (a test deleted every pod of its
+// namespace) is replaced for the creates after it.
+type workerLabeller struct {
+	client kubernetes.Interface
+	server *http.Server
+	// workerGone: a test's deletion of an object its namespace's worker
+	// owns deletes that worker too, as a worker that ends with its step
+	// (the worker-gone run, for the explained failures).
+	workerGone bool
+
+	mu      sync.Mutex
+	worker  map[string]*corev1.Pod // by namespace: the live worker
+	started int
+	counts  map[string]int // labelled requests, by "OPERATION resource"
+	// One namespace's first creates wait for its worker; others do not.
+	starting map[string]*sync.Mutex
+}
+
+func startWorkerLabeller(ctx context.Context, c kubernetes.Interface, suiteUser string, workerGone bool) (*workerLabeller, error) {
+	l := &workerLabeller{client: c, worker: map[string]*corev1.Pod{}, counts: map[string]int{}, workerGone: workerGone, starting: map[string]*sync.Mutex{}}
+	operations := []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}
+	if workerGone {
+		operations = append(operations, "DELETE")
+	}
+	server, url, caBundle, err := harness.ServeWebhook("worker-labeller", "/label", http.HandlerFunc(l.serve))
+	if err != nil {
+		return nil, err
+	}
+	l.server = server
+	// It starts worker pods, but not for a dry run.
+	none := admissionregistrationv1.SideEffectClassNoneOnDryRun
+	fail := admissionregistrationv1.Fail
+	never := admissionregistrationv1.NeverReinvocationPolicy
+	scope := admissionregistrationv1.NamespacedScope
+	timeout := int32(20)
+	_, err = c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: labellerConfig},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			// Not under ownerguard.io: the audit log names ownerguard's
+			// webhooks by that suffix.
+			Name:         "worker-labeller.e2e.k8s-suite.test",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: operations,
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*"}, Scope: &scope},
+			}},
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "e2e-run", Operator: metav1.LabelSelectorOpExists}}},
+			MatchConditions: []admissionregistrationv1.MatchCondition{
+				// The tests' own writes: what a worker's client writes.
+				{Name: "the-tests", Expression: fmt.Sprintf("request.userInfo.username == %q", suiteUser)},
+				// Requests that persist nothing a worker would own.
+				{Name: "persisted", Expression: "!(request.resource.group in ['authorization.k8s.io', 'authentication.k8s.io']) && request.resource.resource != 'bindings'"},
+			},
+			SideEffects:             &none,
+			FailurePolicy:           &fail,
+			ReinvocationPolicy:      &never,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		_ = server.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *workerLabeller) close(ctx context.Context, c kubernetes.Interface) {
+	_ = c.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, labellerConfig, metav1.DeleteOptions{})
+	_ = l.server.Close()
+}
+
+func (l *workerLabeller) workers() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.started
+}
+
+func (l *workerLabeller) labelled() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range l.counts {
+		out[k] = v
+	}
+	return out
+}
+
+func (l *workerLabeller) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+		http.Error(w, "bad review", http.StatusBadRequest)
+		return
+	}
+	req := review.Request
+	response := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	var patch []op
+	var err error
+	if req.Operation == admissionv1.Delete {
+		l.endWorkerOf(req) // a deletion carries no object to label
+	} else {
+		patch, err = l.patch(r.Context(), req)
+	}
+	if err != nil {
+		response.Allowed = false
+		response.Result = &metav1.Status{Code: http.StatusInternalServerError, Message: "e2e worker labeller: " + err.Error()}
+	} else if len(patch) > 0 {
+		response.Patch, _ = json.Marshal(patch)
+		pt := admissionv1.PatchTypeJSONPatch
+		response.PatchType = &pt
+		l.mu.Lock()
+		l.counts[string(req.Operation)+" "+req.Resource.Resource]++
+		l.mu.Unlock()
+	}
+	review.Response = response
+	review.Request = nil
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(review)
+}
+
+type op struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+// patch labels the object of a create with the namespace's worker; an
+// update only when the object it replaces was labelled, with that
+// object's own owner (a worker labels what it owns, not what it finds).
+func (l *workerLabeller) patch(ctx context.Context, req *admissionv1.AdmissionRequest) ([]op, error) {
+	var object map[string]any
+	if err := json.Unmarshal(req.Object.Raw, &object); err != nil {
+		return nil, fmt.Errorf("the object: %w", err)
+	}
+	var owner map[string]string
+	switch req.Operation {
+	case admissionv1.Create:
+		if meta, _ := object["metadata"].(map[string]any); meta != nil {
+			if labels, _ := meta["labels"].(map[string]any); labels != nil && labels[ownerPodLabel] != nil {
+				return nil, nil // labelled by the test itself
+			}
+		}
+		worker, err := l.workerOf(ctx, req.Namespace, req.DryRun != nil && *req.DryRun)
+		if err != nil {
+			return nil, err
+		}
+		if worker == nil {
+			return nil, nil // a dry run before the namespace's worker
+		}
+		owner = map[string]string{ownerPodLabel: worker.Name, ownerUIDLabel: string(worker.UID)}
+	case admissionv1.Update:
+		var old map[string]any
+		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+			return nil, fmt.Errorf("the old object: %w", err)
+		}
+		meta, _ := old["metadata"].(map[string]any)
+		labels, _ := meta["labels"].(map[string]any)
+		name, _ := labels[ownerPodLabel].(string)
+		if name == "" {
+			return nil, nil
+		}
+		owner = map[string]string{ownerPodLabel: name}
+		if uid, _ := labels[ownerUIDLabel].(string); uid != "" {
+			owner[ownerUIDLabel] = uid
+		}
+	default:
+		return nil, nil
+	}
+	var ops []op
+	for _, path := range labelledMetadata(object) {
+		ops = append(ops, labelOps(object, path, owner)...)
+	}
+	return ops, nil
+}
+
+// labelledMetadata are the paths of the object's metadata and of every
+// template in it a controller makes objects from: pod templates (a
+// workload's, a PodTemplate's, a CronJob's Job template and its pod
+// template), a StatefulSet's claim templates and every generic ephemeral
+// volume's claim template (a pod's and its templates').
+func labelledMetadata(object map[string]any) [][]string {
+	paths := [][]string{{"metadata"}}
+	// Templates are those of Kubernetes' own kinds: a custom resource's
+	// spec.template is its own business.
+	apiVersion, _ := object["apiVersion"].(string)
+	if group, _, found := strings.Cut(apiVersion, "/"); found && group != "apps" && group != "batch" {
+		return paths
+	}
+	var podSpec func(spec map[string]any, at []string)
+	podSpec = func(spec map[string]any, at []string) {
+		volumes, _ := spec["volumes"].([]any)
+		for i, v := range volumes {
+			volume, _ := v.(map[string]any)
+			ephemeral, _ := volume["ephemeral"].(map[string]any)
+			if template, _ := ephemeral["volumeClaimTemplate"].(map[string]any); template != nil {
+				paths = append(paths, appendPath(at, "volumes", fmt.Sprint(i), "ephemeral", "volumeClaimTemplate", "metadata"))
+			}
+		}
+	}
+	podTemplate := func(template map[string]any, at []string) {
+		if template == nil {
+			return
+		}
+		paths = append(paths, appendPath(at, "metadata"))
+		if spec, _ := template["spec"].(map[string]any); spec != nil {
+			podSpec(spec, appendPath(at, "spec"))
+		}
+	}
+	if template, _ := object["template"].(map[string]any); template != nil && object["kind"] == "PodTemplate" {
+		podTemplate(template, []string{"template"})
+	}
+	spec, _ := object["spec"].(map[string]any)
+	if spec == nil {
+		return paths
+	}
+	if object["kind"] == "Pod" && object["apiVersion"] == "v1" {
+		podSpec(spec, []string{"spec"})
+	}
+	if template, _ := spec["template"].(map[string]any); template != nil {
+		podTemplate(template, []string{"spec", "template"})
+	}
+	if job, _ := spec["jobTemplate"].(map[string]any); job != nil {
+		paths = append(paths, []string{"spec", "jobTemplate", "metadata"})
+		if jobSpec, _ := job["spec"].(map[string]any); jobSpec != nil {
+			template, _ := jobSpec["template"].(map[string]any)
+			podTemplate(template, []string{"spec", "jobTemplate", "spec", "template"})
+		}
+	}
+	claims, _ := spec["volumeClaimTemplates"].([]any)
+	for i := range claims {
+		paths = append(paths, []string{"spec", "volumeClaimTemplates", fmt.Sprint(i), "metadata"})
+	}
+	return paths
+}
+
+func appendPath(at []string, more ...string) []string {
+	return append(append([]string(nil), at...), more...)
+}
+
+// labelOps adds the owner labels at the metadata of path, making the
+// metadata or its labels when missing; nothing when they are there.
+func labelOps(object map[string]any, path []string, owner map[string]string) []op {
+	var node any = object
+	for _, key := range path {
+		switch n := node.(type) {
+		case map[string]any:
+			node = n[key]
+		case []any:
+			var i int
+			fmt.Sscan(key, &i)
+			node = n[i]
+		}
+	}
+	pointer := "/" + strings.Join(path, "/")
+	meta, _ := node.(map[string]any)
+	if meta == nil {
+		labels := map[string]any{}
+		for k, v := range owner {
+			labels[k] = v
+		}
+		return []op{{Op: "add", Path: pointer, Value: map[string]any{"labels": labels}}}
+	}
+	labels, _ := meta["labels"].(map[string]any)
+	if labels == nil {
+		labels = map[string]any{}
+		for k, v := range owner {
+			labels[k] = v
+		}
+		return []op{{Op: "add", Path: pointer + "/labels", Value: labels}}
+	}
+	var ops []op
+	for k, v := range owner {
+		if labels[k] != v {
+			ops = append(ops, op{Op: "add", Path: pointer + "/labels/" + strings.ReplaceAll(k, "/", "~1"), Value: v})
+		}
+	}
+	return ops
+}
+
+// endWorkerOf deletes the worker that owns the object a test deletes
+// (its owner label names the namespace's current worker), after the
+// answer: the objects it owns alone are then collected with it.
+func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
+	var old struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(req.OldObject.Raw, &old) != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	worker := l.worker[req.Namespace]
+	if worker == nil || old.Metadata.Labels[ownerPodLabel] != worker.Name {
+		return
+	}
+	delete(l.worker, req.Namespace)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		time.Sleep(100 * time.Millisecond)
+		_ = l.client.CoreV1().Pods(worker.Namespace).Delete(ctx, worker.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &worker.UID}})
+	}()
+}
+
+// workerOf is the namespace's live worker, started on first use: a pod
+// the hollow nodes run, created by the suite's runner (not the tests, so
+// not labelled), and replaced when gone, being deleted or finished.
+func (l *workerLabeller) workerOf(ctx context.Context, namespace string, dryRun bool) (*corev1.Pod, error) {
+	l.mu.Lock()
+	start := l.starting[namespace]
+	if start == nil {
+		start = &sync.Mutex{}
+		l.starting[namespace] = start
+	}
+	l.mu.Unlock()
+	start.Lock()
+	defer start.Unlock()
+	l.mu.Lock()
+	pod := l.worker[namespace]
+	l.mu.Unlock()
+	if pod != nil {
+		current, err := l.client.CoreV1().Pods(namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err == nil && current.UID == pod.UID && current.DeletionTimestamp == nil &&
+			current.Status.Phase != corev1.PodSucceeded && current.Status.Phase != corev1.PodFailed {
+			return pod, nil
+		}
+	}
+	if dryRun {
+		// A dry run changes nothing: it starts no worker.
+		return nil, nil
+	}
+	zero := int64(0)
+	automount := false
+	pod = &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "ownerguard-worker-", Labels: map[string]string{workerLabel: "true"}},
+		Spec: corev1.PodSpec{
+			Containers:                    []corev1.Container{{Name: "worker", Image: "registry.k8s.io/pause:3.10"}},
+			TerminationGracePeriodSeconds: &zero,
+			AutomountServiceAccountToken:  &automount,
+		},
+	}
+	// The namespace's default ServiceAccount may be a moment behind it.
+	var created *corev1.Pod
+	err := harness.Until(ctx, 15*time.Second, 200*time.Millisecond, "the worker of "+namespace, func() error {
+		var err error
+		created, err = l.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.worker[namespace] = created
+	l.started++
+	l.mu.Unlock()
+	return created, nil
+}

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+)
+
+// Result of one run, written to result.json.
+type Result struct {
+	Run        string `json:"run"`
+	Kubernetes string `json:"kubernetes"`
+	Seconds    int    `json:"seconds"`
+	// Every test that ran: passed, failed or skipped (by e2e.test itself:
+	// a test that needs what this cluster has not).
+	Tests map[string]string `json:"tests"`
+	// Each test's run (its e2e.test process), and the run each namespace
+	// was made by (its e2e-run label): which refusals were whose.
+	RunIDs map[string][]string `json:"runIDs"`
+	// What each failed test said, as its report has it.
+	Failures   map[string]string `json:"failures,omitempty"`
+	Namespaces map[string]string `json:"namespaces"`
+	// Guarded only: the reviews ownerguard decided, by requesting
+	// identity (a component's users folded into one name), then by
+	// "kind result"; its refusals whole.
+	Decisions map[string]map[string]int `json:"decisions,omitempty"`
+	Denied    []Denial                  `json:"denied,omitempty"`
+	Workers   int                       `json:"workers,omitempty"`
+	// Namespaces of the tests still there (or stuck) once the tests were
+	// over and their deletion waited for.
+	LeftNamespaces []string `json:"leftNamespaces,omitempty"`
+	// Tests that failed and were tried again (their last try counts).
+	Retried []string `json:"retried,omitempty"`
+	// Tests the focus selected and the skip rules left out.
+	LeftOut  []string       `json:"leftOut,omitempty"`
+	Labelled map[string]int `json:"labelled,omitempty"`
+	// From the API server's audit log: every write refused by an
+	// ownerguard webhook or failed calling one, whoever made it.
+	Refused []Refusal `json:"refused"`
+}
+
+// Denial is one decision line with result "denied".
+type Denial struct {
+	User, Operation, Namespace, Kind, Name, Detail string
+}
+
+// Refusal is one audited write that an ownerguard webhook refused, or that
+// failed because calling it failed.
+type Refusal struct {
+	User, Verb, Namespace, Resource, Name, Message string
+	Code                                           int
+}
+
+// readJUnit reads e2e.test's JUnit report: each test case by name, with
+// its outcome.
+func readJUnit(path string) (map[string]string, error) {
+	tests, _, err := readJUnitFailures(path)
+	return tests, err
+}
+
+// readJUnitFailures is readJUnit with each failure's text.
+func readJUnitFailures(path string) (map[string]string, map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	type text struct {
+		Text string `xml:",chardata"`
+	}
+	var suites struct {
+		Suites []struct {
+			Cases []struct {
+				Name    string    `xml:"name,attr"`
+				Status  string    `xml:"status,attr"`
+				Failure *text     `xml:"failure"`
+				Error   *text     `xml:"error"`
+				Log     *text     `xml:"system-err"`
+				Skipped *struct{} `xml:"skipped"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(data, &suites); err != nil {
+		return nil, nil, err
+	}
+	tests, failures := map[string]string{}, map[string]string{}
+	for _, suite := range suites.Suites {
+		for _, c := range suite.Cases {
+			// Ginkgo names a case by its node's type and the spec's text.
+			c.Name = strings.TrimPrefix(c.Name, "[It] ")
+			// The suite's own set-up and tear-down are not tests.
+			if strings.HasPrefix(c.Name, "[SynchronizedBeforeSuite]") || strings.HasPrefix(c.Name, "[SynchronizedAfterSuite]") ||
+				strings.HasPrefix(c.Name, "[ReportAfterSuite]") || strings.HasPrefix(c.Name, "[ReportBeforeSuite]") {
+				if c.Failure != nil || c.Error != nil {
+					tests[c.Name] = "failed"
+				}
+				continue
+			}
+			switch {
+			case c.Failure != nil || c.Error != nil:
+				tests[c.Name] = "failed"
+				if c.Failure != nil {
+					failures[c.Name] = c.Failure.Text
+				} else {
+					failures[c.Name] = c.Error.Text
+				}
+				// What the test logged (its steps, what it saw) after it.
+				if c.Log != nil {
+					failures[c.Name] += "\n--- its log ---\n" + c.Log.Text
+				}
+			case c.Skipped != nil:
+				tests[c.Name] = "skipped"
+			default:
+				tests[c.Name] = "passed"
+			}
+		}
+	}
+	return tests, failures, nil
+}
+
+// identity folds a user into who it is: the controller manager's
+// controllers (under their own service accounts or its own user), the
+// scheduler, the kubelets, the API server, the tests, anyone else by name.
+func identity(user string) string {
+	switch {
+	case user == "system:kube-controller-manager":
+		return "kube-controller-manager"
+	case strings.HasPrefix(user, "system:serviceaccount:kube-system:"):
+		return "kube-controller-manager (" + strings.TrimPrefix(user, "system:serviceaccount:kube-system:") + ")"
+	case user == "system:kube-scheduler":
+		return "kube-scheduler"
+	case strings.HasPrefix(user, "system:node:"):
+		return "kubelet"
+	case user == "system:apiserver":
+		return "kube-apiserver"
+	case user == SuiteUser:
+		return "the tests (" + SuiteUser + ")"
+	}
+	return user
+}
+
+// kubernetesComponent: the identity is one of Kubernetes' own components,
+// which must never be refused.
+func kubernetesComponent(user string) bool {
+	return user == "system:kube-controller-manager" || user == "system:kube-scheduler" || user == "system:apiserver" ||
+		strings.HasPrefix(user, "system:serviceaccount:kube-system:") || strings.HasPrefix(user, "system:node:")
+}
+
+// readDecisions counts ownerguard's decision lines (JSON log) by
+// identity and "operation kind result", and keeps the denials and the
+// warnings (a warning is what enforce would have refused). A decision
+// line that does not parse, or names no user (a build from before the
+// log named who asked), is an error: the count would be blind.
+func readDecisions(path string) (map[string]map[string]int, []Denial, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	counts := map[string]map[string]int{}
+	var denied []Denial
+	scanner := bufio.NewScanner(f)
+	scanner.Buffer(make([]byte, 1<<20), 64<<20)
+	for scanner.Scan() {
+		line := scanner.Bytes()
+		if !strings.Contains(string(line), `"decision"`) {
+			continue
+		}
+		// ownerguard's JSON lines put the event's fields beside its
+		// message.
+		var d struct {
+			Message, User, Operation, Namespace, Kind, Name, Result, Detail, Mode string
+		}
+		if err := json.Unmarshal(line, &d); err != nil {
+			return nil, nil, fmt.Errorf("%s: a decision line that does not parse: %.300s", path, line)
+		}
+		if d.Message != "decision" {
+			continue
+		}
+		if d.User == "" || d.Result == "" {
+			return nil, nil, fmt.Errorf("%s: a decision line without its user or result (an ownerguard older than this suite?): %.300s", path, line)
+		}
+		who := identity(d.User)
+		if counts[who] == nil {
+			counts[who] = map[string]int{}
+		}
+		counts[who][d.Operation+" "+d.Kind+" "+d.Result]++
+		if d.Result == "denied" || d.Result == "warned" {
+			denied = append(denied, Denial{User: d.User, Operation: d.Operation, Namespace: d.Namespace, Kind: d.Kind, Name: d.Name, Detail: d.Result + ": " + d.Detail})
+		}
+	}
+	return counts, denied, scanner.Err()
+}
+
+// readRefusals reads the API server's audit logs (JSON lines; every file
+// of the run, rotated ones included): every write refused by an
+// ownerguard webhook, failed because calling one failed, let through
+// because calling one failed (failurePolicy Ignore: the API server
+// records it as a failed-open annotation), or refused before any call by
+// a webhook's match condition.
+func readRefusals(paths []string) ([]Refusal, error) {
+	var out []Refusal
+	for _, path := range paths {
+		refused, err := readRefusalsOf(path)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, refused...)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].User < out[j].User })
+	return out, nil
+}
+
+func readRefusalsOf(path string) ([]Refusal, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Refusal
+	scanner := bufio.NewScanner(f)
+	scanner.Buffer(make([]byte, 1<<20), 64<<20)
+	for scanner.Scan() {
+		var event struct {
+			Stage string `json:"stage"`
+			Verb  string `json:"verb"`
+			User  struct {
+				Username string `json:"username"`
+			} `json:"user"`
+			ObjectRef struct {
+				Resource, Namespace, Name, Subresource string
+			} `json:"objectRef"`
+			ResponseStatus struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"responseStatus"`
+			Annotations map[string]string `json:"annotations"`
+		}
+		if err := json.Unmarshal(scanner.Bytes(), &event); err != nil {
+			return nil, fmt.Errorf("%s: an audit event that does not parse: %w", path, err)
+		}
+		if event.Stage != "ResponseComplete" {
+			continue
+		}
+		message, code := event.ResponseStatus.Message, event.ResponseStatus.Code
+		failedOpen := ""
+		for key, value := range event.Annotations {
+			if strings.HasPrefix(key, "failed-open.") && strings.Contains(value, "ownerguard.io") {
+				failedOpen = key + "=" + value
+			}
+		}
+		refused := code >= 400 && (strings.Contains(message, "ownerguard.io") ||
+			// A match condition that fails to evaluate refuses under
+			// failurePolicy Fail before any call, naming no webhook.
+			strings.Contains(message, "matchCondition") || strings.Contains(message, "cost budget"))
+		if !refused && failedOpen == "" {
+			continue
+		}
+		if failedOpen != "" {
+			message = "failed open: " + failedOpen + "; " + message
+		}
+		resource := event.ObjectRef.Resource
+		if event.ObjectRef.Subresource != "" {
+			resource += "/" + event.ObjectRef.Subresource
+		}
+		out = append(out, Refusal{User: event.User.Username, Verb: event.Verb, Namespace: event.ObjectRef.Namespace,
+			Resource: resource, Name: event.ObjectRef.Name, Message: message, Code: code})
+	}
+	return out, scanner.Err()
+}
