@@ -233,6 +233,10 @@ impl ObjectHead<'_> {
 pub struct ObjectMeta<'a> {
     #[serde(default, borrow)]
     pub name: Option<Text<'a>>,
+    /// What an UPDATE was written against (see `decide::update`'s stale
+    /// writes).
+    #[serde(default, borrow)]
+    pub resource_version: Option<Text<'a>>,
     #[serde(default, borrow)]
     pub generate_name: Option<Text<'a>>,
     #[serde(default, borrow)]

@@ -3567,3 +3567,50 @@ fn rule_16_under_the_shared_identity_only_the_collectors_shape_goes_unjudged() {
     let allowed = mutate(&as_user(review, CONTROLLER_MANAGER), HashMap::new()).unwrap();
     assert!(allowed.patch.is_empty() && allowed.warnings.is_empty());
 }
+
+/// An UPDATE of a labelled object whose worker is gone, adding the
+/// worker's reference back (a controller writing from a cache older than
+/// the collector's removal), written against resourceVersion `new` of an
+/// object stored at `stored`, in API group `group`.
+fn stale_update(new: &str, stored: &str, group: &str) -> AdmissionRequest<'static> {
+    let mut old = object(owner_labels("w-1", "uid-1"), None);
+    old["metadata"]["resourceVersion"] = json!(stored);
+    let mut object = object(
+        owner_labels("w-1", "uid-1"),
+        Some(json!([pod_reference("w-1", "uid-1", Some(false))])),
+    );
+    object["metadata"]["resourceVersion"] = json!(new);
+    let mut review = request("UPDATE", object, Some(old)).1;
+    review["resource"]["group"] = json!(group);
+    decoded(review).unwrap()
+}
+
+#[test]
+fn a_stale_update_the_api_server_will_answer_with_a_conflict_is_not_judged() {
+    let gone = || lookups(&[("w-1", Ok(None))]);
+    // Written against the stored version: judged, and refused (the
+    // worker is gone).
+    assert!(mutate(&stale_update("10", "10", ""), gone()).is_err());
+    // Against an older one: the API server answers 409 after the mutating
+    // webhooks and stores nothing; nothing to judge, nothing to patch.
+    let allowed = mutate(&stale_update("9", "10", ""), gone()).unwrap();
+    assert!(allowed.patch.is_empty() && allowed.owner.is_none());
+    let allowed = mutate(&stale_update("9", "10", "discovery.k8s.io"), gone()).unwrap();
+    assert!(allowed.patch.is_empty());
+    // What the API server does not answer with a conflict is judged:
+    // `0` (an unconditional update), the same number written otherwise,
+    // a version that is no number (refused by the API server itself), and
+    // a group an aggregated API server may store as it likes.
+    for (new, stored, group) in [
+        ("0", "10", ""),
+        ("010", "10", ""),
+        ("+9", "10", ""),
+        ("", "10", ""),
+        ("9", "10", "example.com"),
+    ] {
+        assert!(
+            mutate(&stale_update(new, stored, group), gone()).is_err(),
+            "{new} against {stored} in {group:?} was not judged"
+        );
+    }
+}

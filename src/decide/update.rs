@@ -92,6 +92,9 @@ pub(super) fn plan<'a>(
     if is_collectors_removal(request, labels) {
         return Ok(None);
     }
+    if is_stale_write(request) {
+        return Ok(None);
+    }
     let (object, head) = object_of(request, labels)?;
     let meta = &head.metadata;
     let old = request.old_object.as_ref().map(|o| &o.metadata);
@@ -646,4 +649,45 @@ fn is_statefulset_controller(request: &AdmissionRequest) -> bool {
     let user = request.user_info.username.as_str();
     user == "system:serviceaccount:kube-system:statefulset-controller"
         || user == crate::decide::resolve::CONTROLLER_MANAGER
+}
+
+/// Groups kube-apiserver serves from its own storage, where an UPDATE
+/// written against another resourceVersion than the stored one ends in a
+/// conflict. An aggregated API server may store what it likes: its
+/// groups are not here.
+const STORED_BY_THE_API_SERVER: &[&str] = &["", "apps", "batch", "discovery.k8s.io", "policy"];
+
+/// An UPDATE written against an older version of the object: its
+/// `resourceVersion` is set (not `0`, which asks for an unconditional
+/// update) and is not the stored object's. The API server runs the
+/// mutating webhooks before it compares them, then answers with a conflict
+/// and stores nothing (validating webhooks never see it): a controller
+/// writing from a stale cache (the endpointslice controller, while a
+/// namespace is torn down, after the collector changed the slice) then
+/// retries on the current object. Judging the stale copy could only refuse
+/// a write that cannot happen. Compared as the API server does: decimal
+/// digits only, as a 64-bit number (`0123` is `123`, not stale).
+fn is_stale_write(request: &AdmissionRequest) -> bool {
+    fn version(text: Option<&crate::admission::Text>) -> Option<u64> {
+        let text = text?.as_str();
+        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        text.parse().ok()
+    }
+    let (Some(object), Some(old)) = (&request.object, &request.old_object) else {
+        return false;
+    };
+    if request.operation.as_str() != "UPDATE"
+        || !STORED_BY_THE_API_SERVER.contains(&request.resource.group.as_str())
+    {
+        return false;
+    }
+    match (
+        version(object.metadata.resource_version.as_ref()),
+        version(old.metadata.resource_version.as_ref()),
+    ) {
+        (Some(new), Some(stored)) => new != 0 && new != stored,
+        _ => false,
+    }
 }
