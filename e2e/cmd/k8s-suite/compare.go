@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -82,7 +83,7 @@ func compare(args []string) int {
 			}
 		}
 		for _, name := range sorted(listed) {
-			if _, ran := baseline.Tests[name]; !ran && contains(baseline.LeftOut, name) {
+			if _, ran := baseline.Tests[name]; !ran && slices.Contains(baseline.LeftOut, name) {
 				fmt.Printf("note: listed in baseline-failures, left out by the skip rules: %s\n", name)
 			}
 		}
@@ -240,7 +241,7 @@ func compare(args []string) int {
 		fmt.Printf("Reviews ownerguard decided in the guarded run (%d workers started, %d writes labelled):\n\n", guarded.Workers, total(guarded.Labelled))
 		fmt.Println("| requesting identity | reviews | kinds (operation kind result: count) |")
 		fmt.Println("|---|---|---|")
-		for _, who := range sortedKeys(guarded.Decisions) {
+		for _, who := range sorted(guarded.Decisions) {
 			byKind := guarded.Decisions[who]
 			var parts []string
 			for _, k := range sorted(byKind) {
@@ -297,15 +298,6 @@ func readReasons(path string) (map[string]string, error) {
 	return out, scanner.Err()
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 func sorted[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -314,8 +306,6 @@ func sorted[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
-
-func sortedKeys(m map[string]map[string]int) []string { return sorted(m) }
 
 func total(m map[string]int) int {
 	n := 0

@@ -55,14 +55,8 @@ type Refusal struct {
 	Code                                           int
 }
 
-// readJUnit reads e2e.test's JUnit report: each test case by name, with
-// its outcome.
-func readJUnit(path string) (map[string]string, error) {
-	tests, _, err := readJUnitFailures(path)
-	return tests, err
-}
-
-// readJUnitFailures is readJUnit with each failure's text.
+// readJUnitFailures reads e2e.test's JUnit report: each test case by
+// name, with its outcome, and each failure's text (its log after it).
 func readJUnitFailures(path string) (map[string]string, map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {

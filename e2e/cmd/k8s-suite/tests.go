@@ -141,15 +141,13 @@ var runIDLine = regexp.MustCompile(`Starting e2e run "([0-9a-f-]+)"`)
 // outcome from its JUnit report (none: it did not finish, failed) and its
 // run's id from its log.
 func runTest(ctx context.Context, o options, kubeconfig string, n int, name string) (outcome, runID, failure string) {
-	outcome, log := runTestLogged(ctx, o, kubeconfig, n, name)
+	outcome, log, failure := runTestLogged(ctx, o, kubeconfig, n, name)
 	data, _ := os.ReadFile(log)
 	if m := runIDLine.FindSubmatch(data); m != nil {
 		runID = string(m[1])
 	}
 	if outcome == "failed" {
-		_, failures, err := readJUnitFailures(filepath.Join(o.out, "tests", fmt.Sprint(n), "junit_01.xml"))
-		failure = failures[name]
-		if err != nil || failure == "" {
+		if failure == "" {
 			failure = "no report: see tests/" + fmt.Sprint(n) + ".log"
 		}
 		if len(failure) > 64<<10 {
@@ -159,11 +157,13 @@ func runTest(ctx context.Context, o options, kubeconfig string, n int, name stri
 	return outcome, runID, failure
 }
 
-func runTestLogged(ctx context.Context, o options, kubeconfig string, n int, name string) (string, string) {
+// runTestLogged runs the test and reads its report once: its outcome, its
+// log's path and, when it failed, what its report says.
+func runTestLogged(ctx context.Context, o options, kubeconfig string, n int, name string) (string, string, string) {
 	logPath := filepath.Join(o.out, "tests", fmt.Sprint(n)+".log")
 	dir := filepath.Join(o.out, "tests", fmt.Sprint(n))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "failed", logPath
+		return "failed", logPath, ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.testTimeout+2*time.Minute)
 	defer cancel()
@@ -185,7 +185,7 @@ func runTestLogged(ctx context.Context, o options, kubeconfig string, n int, nam
 	cmd := exec.CommandContext(ctx, o.e2eTest, args...)
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		return "failed", logPath
+		return "failed", logPath, ""
 	}
 	defer logFile.Close()
 	fmt.Fprintf(logFile, "=== %s\n", name)
@@ -193,18 +193,18 @@ func runTestLogged(ctx context.Context, o options, kubeconfig string, n int, nam
 	cmd.Dir = dir
 	cmd.WaitDelay = 30 * time.Second
 	_ = cmd.Run()
-	outcomes, err := readJUnit(filepath.Join(dir, "junit_01.xml"))
+	outcomes, failures, err := readJUnitFailures(filepath.Join(dir, "junit_01.xml"))
 	if err != nil {
 		fmt.Fprintf(logFile, "\n=== no report: %v\n", err)
-		return "failed", logPath
+		return "failed", logPath, ""
 	}
 	outcome, found := outcomes[name]
 	if !found {
-		return "failed", logPath
+		return "failed", logPath, ""
 	}
 	for other, o := range outcomes {
 		if other != name && o == "failed" && strings.HasPrefix(other, "[") { // the suite's set-up failed
-			return "failed", logPath
+			return "failed", logPath, failures[name]
 		}
 	}
 	if outcome == "skipped" {
@@ -212,8 +212,8 @@ func runTestLogged(ctx context.Context, o options, kubeconfig string, n int, nam
 		// focus missed ran nothing: that is the runner's fault, not a skip.
 		if data, _ := os.ReadFile(logFile.Name()); strings.Contains(string(data), "Will run 0 of") {
 			fmt.Fprintf(logFile, "\n=== the focus selected nothing\n")
-			return "failed", logPath
+			return "failed", logPath, ""
 		}
 	}
-	return outcome, logPath
+	return outcome, logPath, failures[name]
 }
