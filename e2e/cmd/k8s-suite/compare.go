@@ -181,7 +181,7 @@ func compare(args []string) int {
 		// labelled, and Kubernetes' components' writes reviewed.
 		components := 0
 		for who, byKind := range guarded.Decisions {
-			if strings.HasPrefix(who, "kube-controller-manager") || who == "kube-scheduler" || who == "kubelet" || who == "kube-apiserver" {
+			if componentIdentity(who) {
 				components += total(byKind)
 			}
 		}

@@ -136,11 +136,16 @@ func identity(user string) string {
 	return user
 }
 
-// kubernetesComponent: the identity is one of Kubernetes' own components,
+// kubernetesComponent: the user is one of Kubernetes' own components,
 // which must never be refused.
 func kubernetesComponent(user string) bool {
-	return user == "system:kube-controller-manager" || user == "system:kube-scheduler" || user == "system:apiserver" ||
-		strings.HasPrefix(user, "system:serviceaccount:kube-system:") || strings.HasPrefix(user, "system:node:")
+	return componentIdentity(identity(user))
+}
+
+// componentIdentity: an identity, as identity folds users, that is one of
+// Kubernetes' own components.
+func componentIdentity(who string) bool {
+	return strings.HasPrefix(who, "kube-controller-manager") || who == "kube-scheduler" || who == "kubelet" || who == "kube-apiserver"
 }
 
 // readDecisions counts ownerguard's decision lines (JSON log) by

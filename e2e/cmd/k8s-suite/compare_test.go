@@ -1,0 +1,201 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The verdict is the suite's oracle: each way ownerguard can fail to hold
+// must turn it red, and a run that held must stay green.
+
+const (
+	passes   = "[sig-apps] Job passes"
+	listed   = "[sig-apps] Job needs a runtime"
+	outlives = "[sig-apps] Job pods outlive it"
+	counts   = "[sig-apps] Job counts the pods"
+)
+
+// held: a baseline and guarded run in which ownerguard held, with one
+// failure explained by the worker-gone run and one by its own words.
+func held() (baseline, guarded, gone *Result) {
+	baseline = &Result{Run: "baseline", Tests: map[string]string{passes: "passed", listed: "failed", outlives: "passed", counts: "passed"}}
+	guarded = &Result{
+		Run:        "guarded",
+		Tests:      map[string]string{passes: "passed", outlives: "failed", counts: "failed"},
+		RunIDs:     map[string][]string{passes: {"run-1"}, outlives: {"run-2"}, counts: {"run-3"}},
+		Namespaces: map[string]string{"job-1": "run-1", "job-2": "run-2", "job-3": "run-3"},
+		Failures:   map[string]string{outlives: "timed out", counts: "[FAILED] expected 2 pods, got 3 pods"},
+		Decisions: map[string]map[string]int{
+			"kube-controller-manager (job-controller)": {"CREATE Pod allowed": 4},
+			"the tests (e2e-k8s-suite)":                {"CREATE Job allowed": 3},
+		},
+		Workers:  3,
+		Labelled: map[string]int{"CREATE Job": 3},
+	}
+	gone = &Result{
+		Run:        "worker-gone",
+		Tests:      map[string]string{outlives: "passed"},
+		RunIDs:     map[string][]string{outlives: {"run-9"}},
+		Namespaces: map[string]string{"job-9": "run-9"},
+	}
+	return baseline, guarded, gone
+}
+
+const explainedText = outlives + " || the pods are the worker's too\n" +
+	counts + " || the test counts the worker pod || failure: expected 2 pods, got 3 pods\n"
+
+func verdict(t *testing.T, explained string, runs ...*Result) int {
+	t.Helper()
+	dir := t.TempDir()
+	for _, r := range runs {
+		if r == nil {
+			continue
+		}
+		data, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(dir, r.Run), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, r.Run, "result.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte("# comment\n\n"+text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	return compare([]string{"-reports", dir, "-set", "test",
+		"-explained", write("explained", explained),
+		"-baseline-failures", write("baseline-failures", listed+" || no container runtime\n")})
+}
+
+func TestVerdictHeld(t *testing.T) {
+	baseline, guarded, gone := held()
+	if got := verdict(t, explainedText, baseline, guarded, gone); got != 0 {
+		t.Fatalf("a run in which ownerguard held: exit %d, want 0", got)
+	}
+}
+
+func TestVerdictFails(t *testing.T) {
+	for name, spoil := range map[string]func(baseline, guarded, gone *Result) string{
+		"a controller refused, in the audit log": func(_, g, _ *Result) string {
+			g.Refused = append(g.Refused, Refusal{User: "system:serviceaccount:kube-system:endpointslice-controller", Verb: "update", Namespace: "elsewhere", Code: 400})
+			return explainedText
+		},
+		"the controller manager's own user refused": func(_, g, _ *Result) string {
+			g.Refused = append(g.Refused, Refusal{User: "system:kube-controller-manager", Verb: "create", Namespace: "elsewhere", Code: 403})
+			return explainedText
+		},
+		"a kubelet denied, in the decision log": func(_, g, _ *Result) string {
+			g.Denied = append(g.Denied, Denial{User: "system:node:hollow-node-0", Operation: "UPDATE", Kind: "Pod", Namespace: "elsewhere"})
+			return explainedText
+		},
+		"a controller refused in the worker-gone run": func(_, _, gone *Result) string {
+			gone.Refused = append(gone.Refused, Refusal{User: "system:serviceaccount:kube-system:generic-garbage-collector", Namespace: "elsewhere"})
+			return explainedText
+		},
+		"a guarded-only failure not explained": func(_, _, _ *Result) string {
+			return counts + " || the test counts the worker pod || failure: expected 2 pods, got 3 pods\n"
+		},
+		"explained, but failed otherwise": func(_, g, _ *Result) string {
+			g.Failures[counts] = "[FAILED] the quota was never calculated"
+			return explainedText
+		},
+		"explained by a failure that matches a crash": func(_, g, _ *Result) string {
+			return outlives + " || the pods are the worker's too\n" + counts + " || why || failure: .*\n"
+		},
+		"explained, but does not pass once the worker is gone": func(_, _, gone *Result) string {
+			gone.Tests[outlives] = "failed"
+			return explainedText
+		},
+		"explained, but no worker-gone run": func(_, _, gone *Result) string {
+			gone.Tests = map[string]string{}
+			return explainedText
+		},
+		"explained, but the test's own write refused in its namespace": func(_, g, _ *Result) string {
+			g.Refused = append(g.Refused, Refusal{User: SuiteUser, Verb: "create", Namespace: "job-2", Code: 403})
+			return explainedText
+		},
+		"explained, but its namespace unknown": func(_, g, _ *Result) string {
+			g.RunIDs[outlives] = []string{""}
+			return explainedText
+		},
+		"a baseline failure not listed": func(b, _, _ *Result) string {
+			b.Tests["[sig-apps] Job new failure"] = "failed"
+			return explainedText
+		},
+		"a listed baseline failure that passes": func(b, _, _ *Result) string {
+			b.Tests[listed] = "passed"
+			return explainedText
+		},
+		"a baseline pass that did not run guarded": func(_, g, _ *Result) string {
+			delete(g.Tests, passes)
+			return explainedText
+		},
+		"a baseline pass skipped guarded": func(_, g, _ *Result) string {
+			g.Tests[passes] = "skipped"
+			return explainedText
+		},
+		"no review of a Kubernetes component": func(_, g, _ *Result) string {
+			delete(g.Decisions, "kube-controller-manager (job-controller)")
+			return explainedText
+		},
+		"no worker started": func(_, g, _ *Result) string {
+			g.Workers = 0
+			return explainedText
+		},
+		"a test's namespace left behind": func(_, g, _ *Result) string {
+			g.LeftNamespaces = []string{"job-2"}
+			return explainedText
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			baseline, guarded, gone := held()
+			explained := spoil(baseline, guarded, gone)
+			if got := verdict(t, explained, baseline, guarded, gone); got != 1 {
+				t.Fatalf("exit %d, want 1", got)
+			}
+		})
+	}
+}
+
+// The tests' own refusals elsewhere (a test that asks for a refusal) do
+// not fail the verdict; they are counted in the table.
+func TestVerdictTestsRefusedElsewhere(t *testing.T) {
+	baseline, guarded, gone := held()
+	guarded.Refused = append(guarded.Refused, Refusal{User: SuiteUser, Verb: "create", Namespace: "job-1", Code: 403})
+	if got := verdict(t, explainedText, baseline, guarded, gone); got != 0 {
+		t.Fatalf("exit %d, want 0", got)
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	for user, want := range map[string]struct {
+		who       string
+		component bool
+	}{
+		"system:kube-controller-manager":                           {"kube-controller-manager", true},
+		"system:serviceaccount:kube-system:statefulset-controller": {"kube-controller-manager (statefulset-controller)", true},
+		"system:kube-scheduler":                                    {"kube-scheduler", true},
+		"system:node:hollow-node-1":                                {"kubelet", true},
+		"system:apiserver":                                         {"kube-apiserver", true},
+		SuiteUser:                                                  {"the tests (" + SuiteUser + ")", false},
+		"system:serviceaccount:e2e-run-1:default":                  {"system:serviceaccount:e2e-run-1:default", false},
+		"system:serviceaccount:ownerguard:ownerguard":              {"system:serviceaccount:ownerguard:ownerguard", false},
+	} {
+		if who := identity(user); who != want.who || kubernetesComponent(user) != want.component {
+			t.Errorf("%s: identity %q, component %v; want %q, %v", user, who, kubernetesComponent(user), want.who, want.component)
+		}
+	}
+	if !strings.HasPrefix(identity("system:serviceaccount:kube-system:x"), "kube-controller-manager") {
+		t.Error("a kube-system service account is the controller manager's")
+	}
+}
