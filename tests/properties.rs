@@ -1091,18 +1091,50 @@ fn updates() -> impl Strategy<Value = Case> {
         old_spec(),
         shape(),
         prop::collection::vec(edit(), 1..3),
+        versions(),
     )
-        .prop_map(|(knobs, envelope, place, who, old, shape, edits)| {
-            let old = old.render(&knobs, &shape);
-            let mut new = old.clone();
-            for edit in &edits {
-                apply_edit(&mut new, edit, knobs.prefix());
-            }
-            Case {
-                review: review(&envelope, "UPDATE", &place, &who, new, old),
-                knobs,
-            }
-        })
+        .prop_map(
+            |(knobs, envelope, place, who, old, shape, edits, (written, stored))| {
+                let mut old = old.render(&knobs, &shape);
+                let mut new = old.clone();
+                for edit in &edits {
+                    apply_edit(&mut new, edit, knobs.prefix());
+                }
+                for (object, version) in [(&mut new, written), (&mut old, stored)] {
+                    if let (Some(version), Some(meta)) = (
+                        version,
+                        object.get_mut("metadata").and_then(Value::as_object_mut),
+                    ) {
+                        meta.insert("resourceVersion".into(), json!(version));
+                    }
+                }
+                Case {
+                    review: review(&envelope, "UPDATE", &place, &who, new, old),
+                    knobs,
+                }
+            },
+        )
+}
+
+/// The resourceVersions an UPDATE is written against and the stored
+/// object has: mostly none (the other generators' cases), else the same,
+/// an older one (the API server answers with a conflict), or what it does
+/// not read as older (`0`: unconditional; `010` is 10; no number).
+fn versions() -> impl Strategy<Value = (Option<&'static str>, Option<&'static str>)> {
+    prop_oneof![
+        6 => Just((None, None)),
+        1 => prop::sample::select(vec![
+            (Some("10"), Some("10")),
+            (Some("9"), Some("10")),
+            (Some("11"), Some("10")),
+            (Some("0"), Some("10")),
+            (Some("010"), Some("10")),
+            (Some("+9"), Some("10")),
+            (Some(""), Some("10")),
+            (Some("9"), None),
+            (Some("18446744073709551616"), Some("10")),
+        ]),
+    ]
 }
 
 /// The collector's own UPDATEs: it removes references, nothing else.

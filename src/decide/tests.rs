@@ -3573,6 +3573,15 @@ fn rule_16_under_the_shared_identity_only_the_collectors_shape_goes_unjudged() {
 /// the collector's removal), written against resourceVersion `new` of an
 /// object stored at `stored`, in API group `group`.
 fn stale_update(new: &str, stored: &str, group: &str) -> AdmissionRequest<'static> {
+    stale_update_in(new, stored, group, "v1")
+}
+
+fn stale_update_in(
+    new: &str,
+    stored: &str,
+    group: &str,
+    version: &str,
+) -> AdmissionRequest<'static> {
     let mut old = object(owner_labels("w-1", "uid-1"), None);
     old["metadata"]["resourceVersion"] = json!(stored);
     let mut object = object(
@@ -3582,6 +3591,7 @@ fn stale_update(new: &str, stored: &str, group: &str) -> AdmissionRequest<'stati
     object["metadata"]["resourceVersion"] = json!(new);
     let mut review = request("UPDATE", object, Some(old)).1;
     review["resource"]["group"] = json!(group);
+    review["resource"]["version"] = json!(version);
     decoded(review).unwrap()
 }
 
@@ -3603,9 +3613,14 @@ fn a_stale_update_the_api_server_will_answer_with_a_conflict_is_not_judged() {
     // a group an aggregated API server may store as it likes.
     for (new, stored, group) in [
         ("0", "10", ""),
+        ("00", "10", ""),
         ("010", "10", ""),
         ("+9", "10", ""),
+        (" 9", "10", ""),
         ("", "10", ""),
+        ("18446744073709551616", "10", ""),
+        ("9", "", ""),
+        ("9", "abc", ""),
         ("9", "10", "example.com"),
     ] {
         assert!(
@@ -3613,4 +3628,11 @@ fn a_stale_update_the_api_server_will_answer_with_a_conflict_is_not_judged() {
             "{new} against {stored} in {group:?} was not judged"
         );
     }
+    // An aggregated API server registered for another version of a
+    // group's name (`v2.apps`) stores as it likes: judged.
+    assert!(mutate(&stale_update_in("9", "10", "apps", "v2"), gone()).is_err());
+    // The validating webhook sees only what passed the API server's
+    // version check: the stored version, judged, the backstop of a
+    // mutating webhook after ownerguard's that would change the version.
+    assert!(validate(&stale_update("10", "10", "apps"), gone()).is_err());
 }

@@ -653,8 +653,9 @@ fn is_statefulset_controller(request: &AdmissionRequest) -> bool {
 
 /// Groups kube-apiserver serves from its own storage, where an UPDATE
 /// written against another resourceVersion than the stored one ends in a
-/// conflict. An aggregated API server may store what it likes: its
-/// groups are not here.
+/// conflict (custom resources too, should one be approved into these
+/// groups: the same generic store). An aggregated API server may store
+/// what it likes: its groups are not here.
 const STORED_BY_THE_API_SERVER: &[&str] = &["", "apps", "batch", "discovery.k8s.io", "policy"];
 
 /// An UPDATE written against an older version of the object: its
@@ -678,8 +679,12 @@ fn is_stale_write(request: &AdmissionRequest) -> bool {
     let (Some(object), Some(old)) = (&request.object, &request.old_object) else {
         return false;
     };
+    // The version too: an aggregated API server may be registered for
+    // another version of these groups' names (`v2.apps`), and store as it
+    // likes; each of them serves `v1` alone.
     if request.operation.as_str() != "UPDATE"
         || !STORED_BY_THE_API_SERVER.contains(&request.resource.group.as_str())
+        || request.resource.version.as_str() != "v1"
     {
         return false;
     }

@@ -253,6 +253,21 @@ pub fn judge(
         ));
     }
     check_wire(review, hook, answer, &mut v);
+    // A write against an older version of the object: kube-apiserver runs
+    // the mutating webhooks, then compares versions and answers 409,
+    // storing nothing (the validating webhooks never see it). Nothing is
+    // applied, so nothing to judge as the collector would; refusing it on
+    // /mutate refuses a write that cannot happen, where the writer (a
+    // controller's stale cache) expects the conflict that makes it retry.
+    if written_against_an_older_version(request) {
+        if hook == Hook::Mutate && answer["response"]["allowed"] != true {
+            v.push(format!(
+                "denied an UPDATE written against an older version (the API server answers it with a conflict): {}",
+                answer["response"]["status"]["message"]
+            ));
+        }
+        return v.into_result();
+    }
     // /validate-all: no requester check, and a failed lookup allowed.
     let all_settings;
     let settings = if hook == Hook::ValidateAll {
@@ -452,6 +467,31 @@ impl Violations {
 
 // ---------------------------------------------------------------------------
 // The wire: what the API server checks of any answer.
+
+/// kube-apiserver's own groups (its generic store compares versions on
+/// every UPDATE), each served at `v1` only.
+const OPTIMISTIC_GROUPS: [&str; 5] = ["", "apps", "batch", "discovery.k8s.io", "policy"];
+
+/// An UPDATE whose object names a resourceVersion (as Go's
+/// `strconv.ParseUint(s, 10, 64)` reads it: decimal digits, no sign),
+/// not 0 (an unconditional update), other than the stored object's.
+fn written_against_an_older_version(request: &Value) -> bool {
+    fn version(object: &Value) -> Option<u64> {
+        let text = object["metadata"]["resourceVersion"].as_str()?;
+        if text.is_empty() || !text.chars().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        text.parse().ok()
+    }
+    let resource = &request["resource"];
+    request["operation"] == "UPDATE"
+        && OPTIMISTIC_GROUPS.contains(&resource["group"].as_str().unwrap_or("?"))
+        && resource["version"] == "v1"
+        && match (version(&request["object"]), version(&request["oldObject"])) {
+            (Some(new), Some(stored)) => new != 0 && new != stored,
+            _ => false,
+        }
+}
 
 fn check_wire(review: &Value, hook: Hook, answer: &Value, v: &mut Violations) {
     let sent = review["apiVersion"]
