@@ -50,6 +50,13 @@ e2e_stamp_of() {
     | sort -z | xargs -0 sha256sum; sha256sum lib.sh) | sha256sum | cut -d' ' -f1
 }
 
+# e2e_up_to_date STAMP FILE...: whether the build STAMP records read the
+# FILEs as they are; if not, E2E_WANT is what to record once built.
+e2e_up_to_date() {
+  E2E_WANT="$(e2e_stamp_of "${@:2}")"
+  [[ -f "$1" && "$(cat "$1")" == "$E2E_WANT" ]]
+}
+
 # The Go binaries, each rebuilt when its sources, module files or
 # e2e/lib.sh changed: the control plane of the selected minor from its own
 # module file (e2e/plane/k8s-<minor>.mod: Kubernetes' own pinned
@@ -60,9 +67,9 @@ e2e_build() {
   e2e_image_present
   e2e_kube_select
   e2e_build_plane
-  local want stamp="$E2E_BIN/.stamp"
-  want="$(e2e_stamp_of go.mod go.sum harness scenarios cmd/createbench cmd/k8s-suite helm)"
-  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  e2e_build_nodes
+  local stamp="$E2E_BIN/.stamp"
+  if e2e_up_to_date "$stamp" go.mod go.sum harness scenarios cmd/createbench cmd/k8s-suite helm; then
     log "scenarios, createbench, k8s-suite, Helm and chartcheck up to date in $E2E_BIN"
   else
     local start=$SECONDS
@@ -72,7 +79,7 @@ e2e_build() {
     (cd "$E2E_DIR" && nice -n 19 go test -c -trimpath -o "$E2E_BIN/scenarios.test" ./scenarios)
     bash "$E2E_DIR/helm/build" "$E2E_BIN"
     (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -o "$E2E_BIN/" ./chartcheck)
-    echo "$want" >"$stamp"
+    echo "$E2E_WANT" >"$stamp"
     log "built in $((SECONDS - start)) s"
   fi
   log "building ownerguard (cargo build --release)"
@@ -112,9 +119,8 @@ e2e_report_crds() {
 # from e2e/cmd (upstream's mains, the same on every minor) built with
 # `-modfile` e2e/plane/k8s-<minor>.mod.
 e2e_build_plane() {
-  local want stamp="$E2E_PLANE_BIN/.stamp" rel="${E2E_PLANE_MOD#"$E2E_DIR/"}"
-  want="$(e2e_stamp_of "$rel" "${rel%.mod}.sum" cmd/etcd cmd/kube-apiserver cmd/kube-controller-manager)"
-  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  local stamp="$E2E_PLANE_BIN/.stamp" rel="${E2E_PLANE_MOD#"$E2E_DIR/"}"
+  if e2e_up_to_date "$stamp" "$rel" "${rel%.mod}.sum" cmd/etcd cmd/kube-apiserver cmd/kube-controller-manager; then
     log "control plane of Kubernetes $E2E_KUBE_VERSION up to date in $E2E_PLANE_BIN"
     return
   fi
@@ -123,7 +129,7 @@ e2e_build_plane() {
   mkdir -p "$E2E_PLANE_BIN"
   (cd "$E2E_DIR" && nice -n 19 go build -modfile="$E2E_PLANE_MOD" -trimpath -ldflags "$(e2e_version_ldflags)" \
     -o "$E2E_PLANE_BIN/" ./cmd/etcd ./cmd/kube-apiserver ./cmd/kube-controller-manager)
-  echo "$want" >"$stamp"
+  echo "$E2E_WANT" >"$stamp"
   log "control plane of Kubernetes $E2E_KUBE_VERSION built in $((SECONDS - start)) s"
 }
 
@@ -139,24 +145,38 @@ e2e_version_ldflags() {
   echo "$ldflags"
 }
 
-# For e2e/k8s-suite: kube-scheduler, kubemark's hollow node and e2e.test
-# (Kubernetes' own end-to-end tests, the sig-apps, sig-api-machinery and
-# sig-network sources) of $E2E_KUBE_VERSION, built like the plane.
-e2e_build_k8s_suite() {
-  local want stamp="$E2E_PLANE_BIN/.stamp-suite" rel="${E2E_PLANE_MOD#"$E2E_DIR/"}"
-  want="$(e2e_stamp_of "$rel" "${rel%.mod}.sum" cmd/kube-scheduler cmd/kubemark cmd/k8s-e2e)"
-  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-    log "kube-scheduler, kubemark and e2e.test of Kubernetes $E2E_KUBE_VERSION up to date in $E2E_PLANE_BIN"
+# kube-scheduler and kubemark's hollow node of $E2E_KUBE_VERSION, built
+# like the plane: the scenarios' kubelet, and the nodes of e2e/k8s-suite.
+e2e_build_nodes() {
+  local stamp="$E2E_PLANE_BIN/.stamp-nodes" rel="${E2E_PLANE_MOD#"$E2E_DIR/"}"
+  if e2e_up_to_date "$stamp" "$rel" "${rel%.mod}.sum" cmd/kube-scheduler cmd/kubemark; then
+    log "kube-scheduler and kubemark of Kubernetes $E2E_KUBE_VERSION up to date in $E2E_PLANE_BIN"
     return
   fi
   local start=$SECONDS
-  log "building kube-scheduler, kubemark and e2e.test of Kubernetes $E2E_KUBE_VERSION (nice -n 19)"
+  log "building kube-scheduler and kubemark of Kubernetes $E2E_KUBE_VERSION (nice -n 19)"
   (cd "$E2E_DIR" && nice -n 19 go build -modfile="$E2E_PLANE_MOD" -trimpath -ldflags "$(e2e_version_ldflags)" \
     -o "$E2E_PLANE_BIN/" ./cmd/kube-scheduler ./cmd/kubemark)
+  echo "$E2E_WANT" >"$stamp"
+  log "kube-scheduler and kubemark of Kubernetes $E2E_KUBE_VERSION built in $((SECONDS - start)) s"
+}
+
+# For e2e/k8s-suite: e2e.test (Kubernetes' own end-to-end tests, the
+# sig-apps, sig-api-machinery and sig-network sources) of
+# $E2E_KUBE_VERSION, built like the plane, beside its nodes.
+e2e_build_k8s_suite() {
+  e2e_build_nodes
+  local stamp="$E2E_PLANE_BIN/.stamp-suite" rel="${E2E_PLANE_MOD#"$E2E_DIR/"}"
+  if e2e_up_to_date "$stamp" "$rel" "${rel%.mod}.sum" cmd/k8s-e2e; then
+    log "e2e.test of Kubernetes $E2E_KUBE_VERSION up to date in $E2E_PLANE_BIN"
+    return
+  fi
+  local start=$SECONDS
+  log "building e2e.test of Kubernetes $E2E_KUBE_VERSION (nice -n 19)"
   (cd "$E2E_DIR" && nice -n 19 go test -c -modfile="$E2E_PLANE_MOD" -trimpath -ldflags "$(e2e_version_ldflags)" \
     -o "$E2E_PLANE_BIN/e2e.test" ./cmd/k8s-e2e)
-  echo "$want" >"$stamp"
-  log "kube-scheduler, kubemark and e2e.test of Kubernetes $E2E_KUBE_VERSION built in $((SECONDS - start)) s"
+  echo "$E2E_WANT" >"$stamp"
+  log "e2e.test of Kubernetes $E2E_KUBE_VERSION built in $((SECONDS - start)) s"
 }
 
 # With E2E_OWNERGUARD=image, the image must be there before anything is

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -74,21 +75,41 @@ func DefaultStorageClass(ctx context.Context, c kubernetes.Interface) error {
 }
 
 // StartScheduler starts kube-scheduler with token and waits for its
-// /healthz.
-func (p *Plane) StartScheduler(ctx context.Context, token string) error {
+// /healthz. With a schedulerName, its one profile has that name: it
+// schedules only the pods that ask for it (spec.schedulerName), and leaves
+// every other pod as it is (no status written, no event).
+func (p *Plane) StartScheduler(ctx context.Context, token, schedulerName string) error {
 	kubeconfig := filepath.Join(p.Work, "scheduler.kubeconfig")
 	if err := Kubeconfig(kubeconfig, APIURL(APIPort), p.PKI.CAFile, token); err != nil {
 		return err
 	}
-	proc, err := Start("kube-scheduler", p.Logs, nil, filepath.Join(p.PlaneBin, "kube-scheduler"),
-		"--kubeconfig="+kubeconfig,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
+	args := []string{
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
 		"--bind-address=127.0.0.1",
 		"--secure-port=10259",
-		"--leader-elect=false",
 		"--profiling=false",
-	)
+	}
+	if schedulerName == "" {
+		args = append(args, "--kubeconfig="+kubeconfig, "--leader-elect=false")
+	} else {
+		// With --config, the client and leader election come from it.
+		config := filepath.Join(p.Work, "scheduler.yaml")
+		data := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %q
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: %q
+`, kubeconfig, schedulerName)
+		if err := os.WriteFile(config, []byte(data), 0o600); err != nil {
+			return err
+		}
+		args = append(args, "--config="+config)
+	}
+	proc, err := Start("kube-scheduler", p.Logs, nil, filepath.Join(p.PlaneBin, "kube-scheduler"), args...)
 	if err != nil {
 		return err
 	}
@@ -98,8 +119,10 @@ func (p *Plane) StartScheduler(ctx context.Context, token string) error {
 }
 
 // StartHollowNodes starts one hollow kubelet per identity (NodeIdentities)
-// and waits until every node is Ready.
-func (p *Plane) StartHollowNodes(ctx context.Context, nodes []Identity) error {
+// and waits until every node is Ready. Its Node carries taints from the
+// start (as a provisioner registers it): only the pods that tolerate them
+// run there.
+func (p *Plane) StartHollowNodes(ctx context.Context, nodes []Identity, taints ...corev1.Taint) error {
 	admin := p.Admin()
 	for i, id := range nodes {
 		name := HollowNodeName(i)
@@ -108,7 +131,8 @@ func (p *Plane) StartHollowNodes(ctx context.Context, nodes []Identity) error {
 		// once and, finding none, retries only after 140 s, with the
 		// node NotReady until then. The kubelet registers into it.
 		_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-			Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}}}, metav1.CreateOptions{})
+			Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}},
+			Spec: corev1.NodeSpec{Taints: taints}}, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("node %s: %w", name, err)
 		}
@@ -135,7 +159,7 @@ func (p *Plane) StartHollowNodes(ctx context.Context, nodes []Identity) error {
 		}
 		p.HollowNodes = append(p.HollowNodes, proc)
 	}
-	return Until(ctx, 120*time.Second, 500*time.Millisecond, "every hollow node Ready", func() error {
+	err := Until(ctx, 120*time.Second, 500*time.Millisecond, "every hollow node Ready", func() error {
 		for i := range nodes {
 			node, err := admin.CoreV1().Nodes().Get(ctx, HollowNodeName(i), metav1.GetOptions{})
 			if err != nil {
@@ -156,4 +180,22 @@ func (p *Plane) StartHollowNodes(ctx context.Context, nodes []Identity) error {
 		}
 		return nil
 	})
+	if err != nil || len(taints) == 0 {
+		return err
+	}
+	// The API server tainted each new Node not-ready; the node-lifecycle
+	// controller lifts that once the node is Ready, where it runs. Where
+	// it does not (e2e/run: it would evict the stand-in node's pods), the
+	// node's own taints are set back here, as it would leave them.
+	for i := range nodes {
+		node, err := admin.CoreV1().Nodes().Get(ctx, HollowNodeName(i), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Spec.Taints = taints
+		if _, err := admin.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("node %s: its taints: %w", node.Name, err)
+		}
+	}
+	return nil
 }

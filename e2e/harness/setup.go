@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 )
@@ -26,17 +27,38 @@ type Cluster struct {
 	Admin *kubernetes.Clientset
 	Inst  *Installation
 	Guard *Ownerguard
+
+	// The scenarios' kubelet: the credentials of the scheduler and the
+	// hollow node Up starts.
+	scheduler Identity
+	nodes     []Identity
 }
+
+// The scenarios that need a kubelet (a worker whose phase the kubelet
+// writes, a graceful deletion its node confirms) ask for it: their pods
+// name KubeletScheduler, the real kube-scheduler's one profile, and
+// tolerate KubeletTaint, the taint of the one hollow node (kubemark: the
+// real kubelet with a fake container runtime). Every other pod stays as
+// the scenarios make it: unscheduled, its status theirs to write, and
+// the chart's pods run by the Node stand-in.
+const KubeletScheduler = "ownerguard-e2e-kubelet"
+
+// KubeletTaint keeps every pod that does not tolerate it, a DaemonSet's
+// among them, off the hollow node.
+var KubeletTaint = corev1.Taint{Key: "e2e.ownerguard.io/kubelet", Effect: corev1.TaintEffectNoSchedule}
 
 // Up starts etcd, the API server and the controller manager, installs the
 // chart from repo/charts/ownerguard and runs ownerguard for it (recording
 // into record when not empty). On an error, what started is stopped.
 func Up(ctx context.Context, cfg Config, repo, record string) (*Cluster, error) {
+	scheduler, nodes := NodeIdentities(1)
+	cfg.Identities = append(append(cfg.Identities, scheduler), nodes...)
 	plane, err := NewPlane(cfg)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Plane: plane}
+	plane.APIServerArgs = append(plane.APIServerArgs, NodeAPIServerArgs...)
+	c := &Cluster{Plane: plane, scheduler: scheduler, nodes: nodes}
 	if err := c.up(ctx, repo, record); err != nil {
 		c.Down()
 		return nil, err
@@ -60,6 +82,12 @@ func (c *Cluster) up(ctx context.Context, repo, record string) error {
 	}
 	c.Admin = plane.Admin()
 	if err := plane.StartKCM(ctx); err != nil {
+		return err
+	}
+	if err := plane.StartScheduler(ctx, c.scheduler.Token, KubeletScheduler); err != nil {
+		return err
+	}
+	if err := plane.StartHollowNodes(ctx, c.nodes, KubeletTaint); err != nil {
 		return err
 	}
 	args := append([]string{"install", ReleaseName, Chart(repo),

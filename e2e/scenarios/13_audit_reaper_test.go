@@ -4,9 +4,9 @@ package scenarios
 // finds what was made with the webhook uninstalled (leaked, a missing
 // reference), --fix repairs the second through the webhooks, and deleting
 // the owner then collects it; the reaper (`serve --reap-finished`) releases
-// what a worker owns once its pod has been Failed (set through the status
-// subresource, as the kubelet does) for the grace period, and of two
-// replicas only the Lease's holder reaps.
+// what a worker owns once its pod has been Failed (by its kubelet: the
+// scenarios' hollow node, its deadline passed) for the grace period, and
+// of two replicas only the Lease's holder reaps.
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // auditLines runs `ownerguard audit --output json` on ns as the admin: its
@@ -121,7 +122,8 @@ func TestAudit(t *testing.T) {
 func TestReaper(t *testing.T) {
 	ctx := ctxFor(t, 4*time.Minute)
 	ns := newNamespace(t, "reaper", workerRules)
-	w := newWorker(t, ns, "worker-reaped")
+	// The worker runs on the scenarios' kubelet, which fails it.
+	w := runningWorker(t, ns, "worker-reaped", nil)
 	labels := ownedLabels(w.Name(), "")
 	_, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("reaped-prompt", labels), metav1.CreateOptions{})
 	must(t, err, "the worker's ConfigMap")
@@ -157,13 +159,31 @@ func TestReaper(t *testing.T) {
 		return nil
 	}), "the Lease")
 
-	// The worker fails, as the kubelet writes it.
-	pod, err := admin.CoreV1().Pods(ns).Get(ctx, w.Name(), metav1.GetOptions{})
-	must(t, err, "the worker")
-	pod.Status.Phase = corev1.PodFailed
-	_, err = admin.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
-	must(t, err, "the worker fails")
-	failedAt := time.Now()
+	// The worker fails: given a deadline already past, its kubelet fails
+	// it (DeadlineExceeded). The time is the watch event's, as the
+	// reaper's is (which may come a few milliseconds sooner).
+	watch, err := admin.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + w.Name(), ResourceVersion: w.Pod.ResourceVersion})
+	must(t, err, "watch the worker")
+	defer watch.Stop()
+	_, err = admin.CoreV1().Pods(ns).Patch(ctx, w.Name(), types.MergePatchType, []byte(`{"spec":{"activeDeadlineSeconds":1}}`), metav1.PatchOptions{})
+	must(t, err, "give the worker a deadline")
+	var failedAt time.Time
+	for failedAt.IsZero() {
+		select {
+		case event, open := <-watch.ResultChan():
+			if !open {
+				t.Fatal("the worker's watch ended before it failed")
+			}
+			if pod, ok := event.Object.(*corev1.Pod); ok && pod.Status.Phase == corev1.PodFailed {
+				failedAt = time.Now()
+				if pod.Status.Reason != "DeadlineExceeded" {
+					t.Fatalf("the worker failed for %q, not its kubelet's DeadlineExceeded", pod.Status.Reason)
+				}
+			}
+		case <-ctx.Done():
+			t.Fatal("the worker's kubelet did not fail it")
+		}
+	}
 
 	time.Sleep(after / 2)
 	if _, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, "reaped-prompt", metav1.GetOptions{}); err != nil {
@@ -179,7 +199,7 @@ func TestReaper(t *testing.T) {
 		return err
 	})
 	must(t, err, "the reaper releases the finished worker's agent")
-	if since := time.Since(failedAt); since < after {
+	if since := time.Since(failedAt); since < after-200*time.Millisecond {
 		t.Errorf("reaped %v after the failure, before the grace period %v", since, after)
 	}
 	if _, err := admin.CoreV1().Pods(ns).Get(ctx, w.Name(), metav1.GetOptions{}); err != nil {
@@ -198,7 +218,7 @@ func TestReaper(t *testing.T) {
 		t.Errorf("%d replicas lead", n)
 	}
 	// The release told on the finished worker (kubectl describe pod).
-	reapedEvent := untilPodEvent(ctx, t, pod, "Reaped")
+	reapedEvent := untilPodEvent(ctx, t, w.Pod, "Reaped")
 	if !strings.Contains(reapedEvent.Note, "1 pod(s), 0 Job(s), 1 ConfigMap(s)") {
 		t.Errorf("the Reaped event says %q", reapedEvent.Note)
 	}

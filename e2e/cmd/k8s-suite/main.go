@@ -134,7 +134,7 @@ func run(ctx context.Context, o options) error {
 	if err := step("a default StorageClass (the host-path provisioner)", func() error { return harness.DefaultStorageClass(ctx, cluster.Admin) }); err != nil {
 		return err
 	}
-	if err := step("kube-scheduler", func() error { return plane.StartScheduler(ctx, scheduler.Token) }); err != nil {
+	if err := step("kube-scheduler", func() error { return plane.StartScheduler(ctx, scheduler.Token, "") }); err != nil {
 		return err
 	}
 	if err := step(fmt.Sprintf("%d hollow nodes Ready", o.nodes), func() error { return plane.StartHollowNodes(ctx, nodes) }); err != nil {
