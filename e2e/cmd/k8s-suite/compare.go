@@ -144,7 +144,12 @@ func compare(args []string) int {
 			guardedOnly++
 			if why, found := explained[name]; found {
 				reason, failure, counted := strings.Cut(why, "||")
-				reason, failure = strings.TrimSpace(reason), strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(failure), "failure:"))
+				reason, failure = strings.TrimSpace(reason), strings.TrimSpace(failure)
+				if counted && !strings.HasPrefix(failure, "failure:") {
+					fail("explained with a second part that is not \"failure: REGULAR EXPRESSION\": %s", name)
+					continue
+				}
+				failure = strings.TrimSpace(strings.TrimPrefix(failure, "failure:"))
 				// An explanation holds only when nothing was refused in
 				// the test's namespaces and either the test passes once
 				// its worker is gone, or (a test that counts every pod of
@@ -176,6 +181,13 @@ func compare(args []string) int {
 				continue
 			}
 			fail("passes without ownerguard, fails with it: %s: %s", name, firstLine(guarded.Failures[name]))
+		}
+		// A test tried again after a failed try: a refusal in any try's
+		// namespaces is not hidden by a pass after it.
+		for _, name := range guarded.Retried {
+			if refused := refusedIn(guarded, name); refused != 0 {
+				fail("tried again after a failure, and ownerguard refused writes in its namespaces (%d): %s", refused, name)
+			}
 		}
 		// ownerguard must really have judged: workers started, writes
 		// labelled, and Kubernetes' components' writes reviewed.

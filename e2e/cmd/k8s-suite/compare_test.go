@@ -152,6 +152,20 @@ func TestVerdictFails(t *testing.T) {
 			g.Workers = 0
 			return explainedText
 		},
+		"a test refused, then passed when tried again": func(_, g, _ *Result) string {
+			g.Retried = []string{passes}
+			g.RunIDs[passes] = []string{"run-0", "run-1"}
+			g.Namespaces["job-0"] = "run-0"
+			g.Refused = append(g.Refused, Refusal{User: SuiteUser, Verb: "create", Namespace: "job-0", Code: 403})
+			return explainedText
+		},
+		"a second part that is not a failure": func(_, _, _ *Result) string {
+			return outlives + " || the pods are the worker's too\n" + counts + " || why || expected 2 pods, got 3 pods\n"
+		},
+		"kube-proxy refused": func(_, g, _ *Result) string {
+			g.Refused = append(g.Refused, Refusal{User: "system:kube-proxy", Verb: "update", Namespace: "elsewhere", Code: 403})
+			return explainedText
+		},
 		"a test's namespace left behind": func(_, g, _ *Result) string {
 			g.LeftNamespaces = []string{"job-2"}
 			return explainedText
@@ -190,6 +204,8 @@ func TestIdentity(t *testing.T) {
 		SuiteUser:                                                  {"the tests (" + SuiteUser + ")", false},
 		"system:serviceaccount:e2e-run-1:default":                  {"system:serviceaccount:e2e-run-1:default", false},
 		"system:serviceaccount:ownerguard:ownerguard":              {"system:serviceaccount:ownerguard:ownerguard", false},
+		"system:kube-proxy":                                        {"system:kube-proxy", true},
+		"system:serviceaccount:kube-system:cloud-node-manager":     {"kube-controller-manager (cloud-node-manager)", true},
 	} {
 		if who := identity(user); who != want.who || kubernetesComponent(user) != want.component {
 			t.Errorf("%s: identity %q, component %v; want %q, %v", user, who, kubernetesComponent(user), want.who, want.component)
@@ -197,5 +213,53 @@ func TestIdentity(t *testing.T) {
 	}
 	if !strings.HasPrefix(identity("system:serviceaccount:kube-system:x"), "kube-controller-manager") {
 		t.Error("a kube-system service account is the controller manager's")
+	}
+}
+
+// The audit log's refusals: ownerguard's, the labeller's, a match
+// condition's, a call that failed open, and a write ownerguard's patch
+// made invalid; not another webhook's, nor an invalid write it did not
+// touch.
+func TestReadRefusals(t *testing.T) {
+	event := func(code int, message string, annotations map[string]string) string {
+		data, _ := json.Marshal(map[string]any{
+			"stage": "ResponseComplete", "verb": "update",
+			"user":           map[string]any{"username": "system:serviceaccount:kube-system:statefulset-controller"},
+			"objectRef":      map[string]any{"resource": "persistentvolumeclaims", "namespace": "ns", "name": "data-0"},
+			"responseStatus": map[string]any{"code": code, "message": message},
+			"annotations":    annotations,
+		})
+		return string(data)
+	}
+	mutated := map[string]string{"mutation.webhook.admission.k8s.io/round_0_index_1": `{"configuration":"ownerguard","webhook":"mutate.ownerguard.io","mutated":true}`}
+	untouched := map[string]string{"mutation.webhook.admission.k8s.io/round_0_index_1": `{"configuration":"ownerguard","webhook":"mutate.ownerguard.io","mutated":false}`}
+	lines := []string{
+		event(403, `admission webhook "mutate.ownerguard.io" denied the request: no`, nil),
+		event(400, `admission webhook "`+labellerWebhook+`" denied the request: e2e worker labeller: no worker`, nil),
+		event(500, `failed to evaluate matchCondition "labelled"`, nil),
+		event(200, "", map[string]string{"failed-open.validating.webhook.admission.k8s.io/round_0_index_0": "validate.ownerguard.io"}),
+		event(422, `PersistentVolumeClaim "data-0" is invalid`, mutated),
+		// Not ownerguard's doing:
+		event(422, `PersistentVolumeClaim "data-0" is invalid`, untouched),
+		event(409, `Operation cannot be fulfilled: the object has been modified`, mutated),
+		event(403, `admission webhook "other.example.com" denied the request: no`, nil),
+		`{"stage":"RequestReceived","verb":"update","responseStatus":{"code":403,"message":"ownerguard.io"}}`,
+	}
+	path := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused, err := readRefusals([]string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var messages []string
+	for _, r := range refused {
+		messages = append(messages, r.Message)
+	}
+	got := strings.Join(messages, "\n")
+	if len(refused) != 5 || !strings.Contains(got, "invalid once ownerguard patched it") || !strings.Contains(got, "failed open") ||
+		!strings.Contains(got, labellerWebhook) || !strings.Contains(got, "matchCondition") {
+		t.Fatalf("%d refusals, want ownerguard's, the labeller's, the match condition's, the failed-open call and the invalid patch:\n%s", len(refused), got)
 	}
 }

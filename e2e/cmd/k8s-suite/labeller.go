@@ -55,6 +55,10 @@ type workerLabeller struct {
 	starting map[string]*sync.Mutex
 }
 
+// labellerWebhook is the labeller's webhook (its configuration's name
+// sorts before ownerguard's, so it is called first).
+const labellerWebhook = "worker-labeller.e2e.k8s-suite.test"
+
 func startWorkerLabeller(ctx context.Context, c kubernetes.Interface, suiteUser string, workerGone bool) (*workerLabeller, error) {
 	l := &workerLabeller{client: c, worker: map[string]*corev1.Pod{}, counts: map[string]int{}, workerGone: workerGone, starting: map[string]*sync.Mutex{}}
 	operations := []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}
@@ -77,7 +81,7 @@ func startWorkerLabeller(ctx context.Context, c kubernetes.Interface, suiteUser 
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			// Not under ownerguard.io: the audit log names ownerguard's
 			// webhooks by that suffix.
-			Name:         "worker-labeller.e2e.k8s-suite.test",
+			Name:         labellerWebhook,
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: operations,

@@ -177,9 +177,15 @@ func run(ctx context.Context, o options) error {
 		// configurations go first.
 		labeller.close(ctx, cluster.Admin)
 		removeWebhooks(ctx, cluster.Admin)
-		// Every decision line is out within milliseconds of its answer.
-		copyFile(cluster.Guard.Log, filepath.Join(o.out, "ownerguard.log"))
-		result.Decisions, result.Denied, err = readDecisions(filepath.Join(o.out, "ownerguard.log"))
+		// Then ownerguard stops: every review in flight answered and its
+		// decision line written before the log is read, whole.
+		guardLog := cluster.Guard.Log
+		cluster.Guard.Stop(30 * time.Second)
+		cluster.Guard = nil
+		if err := copyFile(guardLog, filepath.Join(o.out, "ownerguard.log")); err != nil {
+			return err
+		}
+		result.Decisions, result.Denied, err = readDecisions(guardLog)
 		if err != nil {
 			return err
 		}
@@ -193,7 +199,9 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("no audit log in %s", plane.Logs)
 	}
 	for _, a := range audits {
-		copyFile(a, filepath.Join(o.out, filepath.Base(a)))
+		if err := copyFile(a, filepath.Join(o.out, filepath.Base(a))); err != nil {
+			return err
+		}
 	}
 	result.Refused, err = readRefusals(audits)
 	if err != nil {
@@ -235,11 +243,12 @@ func installGuard(ctx context.Context, c *harness.Cluster) error {
 	return c.StartGuard(ctx, "")
 }
 
-func copyFile(from, to string) {
+func copyFile(from, to string) error {
 	data, err := os.ReadFile(from)
-	if err == nil {
-		_ = os.WriteFile(to, data, 0o644)
+	if err != nil {
+		return err
 	}
+	return os.WriteFile(to, data, 0o644)
 }
 
 func log(format string, args ...any) {
