@@ -16,6 +16,8 @@ const (
 	listed   = "[sig-apps] Job needs a runtime"
 	outlives = "[sig-apps] Job pods outlive it"
 	counts   = "[sig-apps] Job counts the pods"
+	// Left out of the baseline; run guarded, its outcome not judged.
+	flakyTest = "[sig-apps] Job sometimes passes"
 )
 
 // held: a baseline and guarded run in which ownerguard held, with one
@@ -24,7 +26,7 @@ func held() (baseline, guarded, gone *Result) {
 	baseline = &Result{Run: "baseline", Tests: map[string]string{passes: "passed", listed: "failed", outlives: "passed", counts: "passed"}}
 	guarded = &Result{
 		Run:        "guarded",
-		Tests:      map[string]string{passes: "passed", outlives: "failed", counts: "failed"},
+		Tests:      map[string]string{passes: "passed", outlives: "failed", counts: "failed", flakyTest: "failed"},
 		RunIDs:     map[string][]string{passes: {"run-1"}, outlives: {"run-2"}, counts: {"run-3"}},
 		Namespaces: map[string]string{"job-1": "run-1", "job-2": "run-2", "job-3": "run-3"},
 		Failures:   map[string]string{outlives: "timed out", counts: "[FAILED] expected 2 pods, got 3 pods"},
@@ -74,7 +76,8 @@ func verdict(t *testing.T, explained string, runs ...*Result) int {
 	}
 	return compare([]string{"-reports", dir, "-set", "test",
 		"-explained", write("explained", explained),
-		"-baseline-failures", write("baseline-failures", listed+" || no container runtime\n")})
+		"-baseline-failures", write("baseline-failures", listed+" || no container runtime\n"),
+		"-flaky", write("flaky", flakyTest+" || passes or fails by chance\n")})
 }
 
 func TestVerdictHeld(t *testing.T) {
@@ -164,6 +167,12 @@ func TestVerdictFails(t *testing.T) {
 		},
 		"kube-proxy refused": func(_, g, _ *Result) string {
 			g.Refused = append(g.Refused, Refusal{User: "system:kube-proxy", Verb: "update", Namespace: "elsewhere", Code: 403})
+			return explainedText
+		},
+		"a flaky test's run refused a controller": func(_, g, _ *Result) string {
+			g.RunIDs[flakyTest] = []string{"run-4"}
+			g.Namespaces["job-4"] = "run-4"
+			g.Refused = append(g.Refused, Refusal{User: "system:serviceaccount:kube-system:job-controller", Verb: "create", Namespace: "job-4", Code: 403})
 			return explainedText
 		},
 		"a test's namespace left behind": func(_, g, _ *Result) string {
