@@ -251,18 +251,19 @@ func readRefusalsOf(path string) ([]Refusal, error) {
 			continue
 		}
 		message, code := event.ResponseStatus.Message, event.ResponseStatus.Code
-		failedOpen := ""
+		// ownerguard's annotations: a call that failed open, and a patch
+		// it made (then a 422: what its patch made of the write was
+		// invalid).
+		failedOpen, mutated := "", ""
 		for key, value := range event.Annotations {
-			if strings.HasPrefix(key, "failed-open.") && strings.Contains(value, "ownerguard.io") {
-				failedOpen = key + "=" + value
+			if !strings.Contains(value, "ownerguard.io") {
+				continue
 			}
-		}
-		// What ownerguard's patch made of a write that the API server
-		// then found invalid (its mutation annotation, then a 422).
-		mutated := ""
-		for key, value := range event.Annotations {
-			if strings.HasPrefix(key, "mutation.webhook.admission.k8s.io/") && strings.Contains(value, "ownerguard.io") &&
-				strings.Contains(strings.ReplaceAll(value, " ", ""), `"mutated":true`) {
+			switch {
+			case strings.HasPrefix(key, "failed-open."):
+				failedOpen = key + "=" + value
+			case strings.HasPrefix(key, "mutation.webhook.admission.k8s.io/") &&
+				strings.Contains(strings.ReplaceAll(value, " ", ""), `"mutated":true`):
 				mutated = key + "=" + value
 			}
 		}
