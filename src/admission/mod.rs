@@ -277,13 +277,18 @@ where
                 fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                     f.write_str("a key of userInfo.extra")
                 }
-                fn visit_str<E>(self, key: &str) -> Result<Key, E> {
+                fn visit_bytes<E: serde::de::Error>(self, key: &[u8]) -> Result<Key, E> {
                     Ok(Key([EXTRA_POD_NAME, EXTRA_POD_UID]
                         .into_iter()
-                        .find(|k| *k == key)))
+                        .find(|k| k.as_bytes() == key)))
+                }
+                fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Key, E> {
+                    self.visit_bytes(key.as_bytes())
                 }
             }
-            deserializer.deserialize_str(Visitor)
+            // Matched by its bytes, as a field's name: most keys are
+            // passed over, so none is checked for UTF-8 first.
+            deserializer.deserialize_identifier(Visitor)
         }
     }
 

@@ -183,6 +183,17 @@ impl<W: Write> Write for Patient<W> {
     }
 }
 
+impl LogWriter {
+    /// Hands a whole line over, without a copy. Blocks only while the
+    /// queue is full: no line is dropped.
+    pub fn send_line(&self, line: Vec<u8>) {
+        if !line.is_empty() {
+            // The writer stopped (the process is ending): nowhere to write.
+            let _ = self.lines.send(line);
+        }
+    }
+}
+
 impl Write for LogWriter {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
         if !line.is_empty() {

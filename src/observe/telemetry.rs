@@ -11,12 +11,13 @@
 //! rather than being dropped (the decision log is an audit trail).
 
 use std::io::{BufWriter, IsTerminal};
+use std::sync::OnceLock;
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::JsonFields;
 
 use super::json_lines::JsonLines;
-use super::log_writer::{self, WriterGuard};
+use super::log_writer::{self, LogWriter, WriterGuard};
 use super::text_fields::EscapedFields;
 
 /// How log lines are written: `--log-format` (the flag is in
@@ -40,6 +41,18 @@ pub struct LogGuard {
     _writer: WriterGuard,
 }
 
+/// Where lines written without `tracing` go ([`direct_json`]): set once the
+/// process logs JSON through [`init`].
+static DIRECT_JSON: OnceLock<LogWriter> = OnceLock::new();
+
+/// The log writer a JSON line may be handed to directly, without
+/// `tracing`'s dispatch, when the process logs JSON through [`init`]:
+/// the decision log's line, one a review, written as `JsonLines` writes
+/// it. `None` otherwise (text, tests, a subscriber of someone else's).
+pub(crate) fn direct_json() -> Option<&'static LogWriter> {
+    DIRECT_JSON.get()
+}
+
 pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
     let filter = EnvFilter::try_from_env("OWNERGUARD_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
@@ -57,7 +70,7 @@ pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
     // Colours only for a person at a terminal, never into a log collector.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(writer)
+        .with_writer(writer.clone())
         .with_ansi(std::io::stderr().is_terminal());
     let result = match format {
         // Every field escaped: names come from the request (text_fields.rs).
@@ -68,7 +81,10 @@ pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
         LogFormat::Json => builder
             .fmt_fields(JsonFields::new())
             .event_format(JsonLines::default())
-            .try_init(),
+            .try_init()
+            .inspect(|()| {
+                let _ = DIRECT_JSON.set(writer.clone());
+            }),
     };
     // Already set (a second init in tests): keep the first.
     drop(result);
