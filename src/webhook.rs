@@ -3,7 +3,6 @@
 //! observers (metrics, the decision log, `--record`). Shared by the HTTP
 //! handlers and `ownerguard review`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::admission::{AdmissionResponse, DecodeError, Review, ReviewVersion, Status};
 use crate::decide::denial::Denial;
-use crate::decide::{self, Allowed, Endpoint, LookupNeed, Mode, Policy, WebhookKind};
+use crate::decide::{self, Allowed, Endpoint, LookupNeed, Lookups, Mode, Policy, WebhookKind};
 use crate::observe::DecisionLog;
 use crate::observe::Metrics;
 use crate::observe::unlabelled::{UnlabelledCreate, UnlabelledCreates};
@@ -274,7 +273,7 @@ impl Webhook {
         namespace: &str,
         needs: &[&LookupNeed],
         deadline: Instant,
-    ) -> HashMap<String, Lookup> {
+    ) -> Lookups {
         let budget = deadline.saturating_duration_since(Instant::now());
         let lookups = needs.iter().map(|&need| async move {
             let query = PodQuery {
@@ -307,10 +306,7 @@ impl Webhook {
 /// another owner exists. A Pod reference counts as absent when the lookup
 /// found no pod of that name, or one of another uid; a pod that exists
 /// (finished or being deleted included) is an owner.
-fn collector_fate(
-    request: &crate::admission::AdmissionRequest<'_>,
-    lookups: &HashMap<String, Lookup>,
-) -> String {
+fn collector_fate(request: &crate::admission::AdmissionRequest<'_>, lookups: &Lookups) -> String {
     let references = request
         .object
         .as_ref()
@@ -352,7 +348,7 @@ struct Decided {
     /// The namespace every lookup was made in.
     namespace: String,
     needs: Vec<LookupNeed>,
-    lookups: HashMap<String, Lookup>,
+    lookups: Lookups,
     /// The refusals a mode softened, in the order they came.
     violations: Vec<Denial>,
 }

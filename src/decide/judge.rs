@@ -2,12 +2,10 @@
 //! alive, with its uid; and the warnings and the owner for the audit
 //! annotations, gathered as it goes.
 
-use std::collections::HashMap;
-
 use crate::decide::denial::Denial;
 use crate::decide::resolve::Claim;
 use crate::decide::subject::Subject;
-use crate::owner::{Finished, Lookup, Source};
+use crate::owner::{Finished, Source};
 
 use super::CheckedOwner;
 
@@ -30,7 +28,7 @@ pub(super) enum Liveness {
 /// owner for the audit annotations as it goes.
 pub(super) struct Judge<'a> {
     pub(super) at: Subject,
-    pub(super) lookups: &'a HashMap<String, Lookup>,
+    pub(super) lookups: &'a super::Lookups,
     pub(super) fail_open: bool,
     /// A finished pod is an owner (`/validate-all` only).
     pub(super) finished_is_owner: bool,

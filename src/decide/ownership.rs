@@ -52,7 +52,7 @@ pub(super) fn keeps_pod_uid(
     let uid_label = label(old, &labels.pod)
         .and(label(old, &labels.uid))
         .filter(|uid| !uid.is_empty());
-    let pod_uids: HashSet<&str> = references(old)
+    let pod_uids: super::Set<&str> = references(old)
         .iter()
         .filter(|r| r.means_pod() && !r.uid.is_empty())
         .map(|r| r.uid.as_str())

@@ -11,8 +11,6 @@
 //! list it appends with `-`, which leaves the indices of other operations
 //! valid.
 
-use std::collections::HashSet;
-
 use crate::admission::write;
 use crate::admission::{ObjectMeta, OwnerReference, Template};
 
@@ -25,7 +23,7 @@ pub struct MetadataPatch {
     /// Maps and lists this patch creates (their pointers, as written), so
     /// that a second entry goes into them instead of replacing them. A set:
     /// an object may have thousands of templates, each a map created.
-    created: HashSet<Vec<u8>>,
+    created: super::Set<Vec<u8>>,
 }
 
 impl MetadataPatch {

@@ -5,8 +5,6 @@
 //! Every name that comes out of here as a [`Claim`] is a valid pod name:
 //! what is looked up cannot carry anything an API path would read.
 
-use std::collections::{HashMap, HashSet};
-
 use crate::admission::{ObjectMeta, OwnerReference, Text};
 use crate::decide::denial::{Denial, SameName};
 use crate::decide::requester::{Delegate, Requester, RequesterCheck};
@@ -303,7 +301,7 @@ pub fn reference_owners(
     // One name, one uid: a Pod reference naming the label's owner, or the
     // pod of another reference, under another uid contradicts it (a pod
     // replaced under the same name is another pod).
-    let mut uids_by_name: HashMap<&str, &str> = HashMap::new();
+    let mut uids_by_name: super::Map<&str, &str> = super::Map::default();
     if let Some(owner) = owner {
         uids_by_name.insert(&owner.name, &owner.uid);
     }
@@ -327,7 +325,7 @@ pub fn reference_owners(
     }
     // One uid, one pod: every entry carrying the uid of the label's owner
     // or of a Pod reference must be that very reference.
-    let mut pods_by_uid: HashMap<&str, &str> = HashMap::new();
+    let mut pods_by_uid: super::Map<&str, &str> = super::Map::default();
     if let Some(owner) = owner {
         pods_by_uid.insert(&owner.uid, &owner.name);
     }
@@ -337,7 +335,7 @@ pub fn reference_owners(
     // An entry the update kept (`skip`) is judged only against the Pod
     // references it adds: one added under the uid of a kept entry of
     // another tuple contradicts it as much as on CREATE.
-    let added_uids: HashSet<&str> = claims.iter().map(|claim| claim.uid.as_str()).collect();
+    let added_uids: super::Set<&str> = claims.iter().map(|claim| claim.uid.as_str()).collect();
     for (index, reference) in references(meta).iter().enumerate() {
         if skip(reference) && !added_uids.contains(reference.uid.as_str()) {
             continue;

@@ -2,8 +2,6 @@
 //! `decide` with the lookups a scenario implies, and checks the exact
 //! denial variant or the patched metadata.
 
-use std::collections::HashMap;
-
 use serde_json::{Value, json};
 
 use super::*;
@@ -74,7 +72,7 @@ fn pod_reference(name: &str, uid: &str, block: Option<bool>) -> Value {
     reference
 }
 
-fn running(pods: &[(&str, &str)]) -> HashMap<String, Lookup> {
+fn running(pods: &[(&str, &str)]) -> crate::decide::Lookups {
     pods.iter()
         .map(|(name, uid)| {
             let pod = ObservedPod::running(*uid);
@@ -93,7 +91,7 @@ fn run(
     request: &AdmissionRequest,
     webhook: WebhookKind,
     policy: &Policy,
-    lookups: HashMap<String, Lookup>,
+    lookups: crate::decide::Lookups,
 ) -> Result<Allowed, Denial> {
     match plan(request, webhook, policy)? {
         None => Ok(Allowed::default()),
@@ -110,7 +108,7 @@ fn run(
     }
 }
 
-fn mutate(request: &AdmissionRequest, lookups: HashMap<String, Lookup>) -> Result<Allowed, Denial> {
+fn mutate(request: &AdmissionRequest, lookups: crate::decide::Lookups) -> Result<Allowed, Denial> {
     run(request, WebhookKind::Mutate, &Policy::default(), lookups)
 }
 
@@ -125,7 +123,7 @@ fn patched(object: &Value, allowed: &Allowed) -> Value {
 #[test]
 fn create_without_owner_label_or_pod_reference_is_allowed_unchanged() {
     let (req, _) = request("CREATE", object(json!({"app": "x"}), None), None);
-    let allowed = mutate(&req, HashMap::new()).unwrap();
+    let allowed = mutate(&req, crate::decide::Lookups::default()).unwrap();
     assert!(allowed.patch.is_empty());
     assert!(allowed.owner.is_none());
 }
@@ -226,7 +224,7 @@ fn existing_reference_without_block_owner_deletion_gets_it_false() {
 #[test]
 fn owner_not_found_is_denied_403() {
     let (req, _) = request("CREATE", object(owner_labels("w-1", "uid-1"), None), None);
-    let lookups = HashMap::from([(
+    let lookups = crate::decide::Lookups::from_iter([(
         "w-1".to_string(),
         Lookup {
             source: Source::Cache,
@@ -265,7 +263,7 @@ fn owner_being_deleted_is_owner_terminating() {
         terminating: true,
         ..ObservedPod::running("uid-1")
     };
-    let lookups = HashMap::from([(
+    let lookups = crate::decide::Lookups::from_iter([(
         "w-1".to_string(),
         Lookup {
             source: Source::Api,
@@ -276,11 +274,11 @@ fn owner_being_deleted_is_owner_terminating() {
     assert!(matches!(err, Denial::OwnerTerminating { .. }), "{err:?}");
 }
 
-fn failed_lookup() -> HashMap<String, Lookup> {
+fn failed_lookup() -> crate::decide::Lookups {
     let error = LookupError::TimedOut {
         after: std::time::Duration::from_secs(2),
     };
-    HashMap::from([(
+    crate::decide::Lookups::from_iter([(
         "w-1".to_string(),
         Lookup {
             source: Source::Api,
@@ -357,7 +355,7 @@ fn client_set_pod_reference_to_a_missing_pod_is_denied() {
         Some(json!([pod_reference("gone", "uid-9", None)])),
     );
     let (req, _) = request("CREATE", obj, None);
-    let lookups = HashMap::from([(
+    let lookups = crate::decide::Lookups::from_iter([(
         "gone".to_string(),
         Lookup {
             source: Source::Inventory,
@@ -378,7 +376,7 @@ fn pod_reference_without_uid_is_malformed_reference() {
         Some(json!([{"apiVersion": "v1", "kind": "Pod", "name": "w-1"}])),
     );
     let (req, _) = request("CREATE", obj, None);
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(
         matches!(err, Denial::MalformedReference { field: "uid", .. }),
         "{err:?}"
@@ -395,7 +393,7 @@ fn cluster_scoped_object_with_owner_label_is_cluster_scoped() {
         .unwrap()
         .remove("namespace");
     let req: AdmissionRequest = decoded(review).unwrap();
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(matches!(err, Denial::ClusterScoped { .. }), "{err:?}");
 }
 
@@ -407,7 +405,7 @@ fn generate_name_names_the_object_before_it_has_a_name() {
     let (req, _) = request("CREATE", obj, None);
     let err = mutate(
         &req,
-        HashMap::from([(
+        crate::decide::Lookups::from_iter([(
             "w-1".to_string(),
             Lookup {
                 source: Source::Cache,
@@ -482,7 +480,7 @@ fn update_may_not_change_the_owner_label() {
         Some(json!([pod_reference("w-1", "uid-1", Some(false))])),
     );
     let (req, _) = request("UPDATE", new, Some(old));
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(matches!(err, Denial::OwnerLabelChanged { .. }), "{err:?}");
 }
 
@@ -491,7 +489,7 @@ fn update_may_not_add_the_owner_label() {
     let old = object(json!({}), None);
     let new = object(owner_labels("w-1", "uid-1"), None);
     let (req, _) = request("UPDATE", new, Some(old));
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(matches!(err, Denial::OwnerLabelAdded { .. }), "{err:?}");
     assert!(err.to_string().contains("create a new object"), "{err}");
 }
@@ -528,7 +526,7 @@ fn update_making_the_owner_reference_blocking_is_unblocked() {
         Some(json!([pod_reference("w-1", "uid-1", Some(true))])),
     );
     let (req, _) = request("UPDATE", new.clone(), Some(old.clone()));
-    let allowed = mutate(&req, HashMap::new()).unwrap();
+    let allowed = mutate(&req, crate::decide::Lookups::default()).unwrap();
     assert_eq!(
         patched(&new, &allowed)["metadata"]["ownerReferences"][0]["blockOwnerDeletion"],
         false
@@ -538,7 +536,7 @@ fn update_making_the_owner_reference_blocking_is_unblocked() {
         &req,
         WebhookKind::Validate,
         &Policy::default(),
-        HashMap::new(),
+        crate::decide::Lookups::default(),
     )
     .unwrap_err();
     assert!(matches!(err, Denial::BlockingReference { .. }), "{err:?}");
@@ -550,13 +548,13 @@ fn update_of_an_object_labelled_before_install_is_allowed() {
     let mut new = old.clone();
     new["data"] = json!({"changed": "yes"});
     let (req, _) = request("UPDATE", new, Some(old));
-    let allowed = mutate(&req, HashMap::new()).unwrap();
+    let allowed = mutate(&req, crate::decide::Lookups::default()).unwrap();
     assert!(allowed.patch.is_empty());
     let allowed = run(
         &req,
         WebhookKind::Validate,
         &Policy::default(),
-        HashMap::new(),
+        crate::decide::Lookups::default(),
     )
     .unwrap();
     assert!(allowed.patch.is_empty());
@@ -570,7 +568,7 @@ fn update_adding_a_pod_reference_checks_it_as_on_create() {
         Some(json!([pod_reference("gone", "uid-9", None)])),
     );
     let (req, _) = request("UPDATE", new, Some(old));
-    let lookups = HashMap::from([(
+    let lookups = crate::decide::Lookups::from_iter([(
         "gone".to_string(),
         Lookup {
             source: Source::Cache,
@@ -594,7 +592,7 @@ fn update_keeping_the_pod_references_looks_nothing_up() {
 #[test]
 fn update_without_old_object_is_missing_old_object() {
     let (req, _) = request("UPDATE", object(owner_labels("w-1", "uid-1"), None), None);
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(matches!(err, Denial::MissingOldObject { .. }), "{err:?}");
 }
 
@@ -627,7 +625,7 @@ fn warnings_stay_under_120_characters() {
 /// such pod, `Err(())` for a failed lookup.
 type Found<'a> = Result<Option<(&'a str, bool)>, ()>;
 
-fn lookups(pods: &[(&str, Found<'_>)]) -> HashMap<String, Lookup> {
+fn lookups(pods: &[(&str, Found<'_>)]) -> crate::decide::Lookups {
     pods.iter()
         .map(|(name, outcome)| {
             let outcome = match outcome {
@@ -649,7 +647,7 @@ fn lookups(pods: &[(&str, Found<'_>)]) -> HashMap<String, Lookup> {
         .collect()
 }
 
-fn validate(request: &AdmissionRequest, pods: HashMap<String, Lookup>) -> Result<Allowed, Denial> {
+fn validate(request: &AdmissionRequest, pods: crate::decide::Lookups) -> Result<Allowed, Denial> {
     run(request, WebhookKind::Validate, &Policy::default(), pods)
 }
 
@@ -705,7 +703,7 @@ fn a_reference_that_means_a_pod_must_be_exactly_v1_pod() {
     ] {
         let entry = json!({"apiVersion": api_version, "kind": kind, "name": "w-1", "uid": "uid-9"});
         let (req, _) = request("CREATE", object(json!({}), Some(json!([entry]))), None);
-        let err = mutate(&req, HashMap::new()).unwrap_err();
+        let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
         assert!(
             matches!(err, Denial::InexactPodReference { .. }),
             "{api_version} {kind}: {err:?}"
@@ -720,7 +718,7 @@ fn two_pod_references_with_one_uid_contradict_each_other() {
         pod_reference("w-2", "uid-1", None)
     ]);
     let (req, _) = request("CREATE", object(json!({}), Some(refs)), None);
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(
         matches!(err, Denial::ContradictingReference { index: 1, .. }),
         "{err:?}"
@@ -838,7 +836,7 @@ fn a_uid_label_without_the_owner_label_is_a_half_claim() {
         object(json!({"ownerguard.io/owner-uid": "uid-1"}), None),
         None,
     );
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(matches!(err, Denial::HalfClaim { .. }), "{err:?}");
     assert_eq!(err.code(), 400);
 }
@@ -935,13 +933,13 @@ fn update_may_not_make_any_pod_reference_blocking() {
         Some(json!([pod_reference("w-2", "uid-2", Some(true))])),
     );
     let (req, _) = request("UPDATE", new.clone(), Some(old));
-    let allowed = mutate(&req, HashMap::new()).unwrap();
+    let allowed = mutate(&req, crate::decide::Lookups::default()).unwrap();
     assert_eq!(
         patched(&new, &allowed)["metadata"]["ownerReferences"][0]["blockOwnerDeletion"],
         false
     );
     assert_eq!(allowed.warnings.len(), 1);
-    let err = validate(&req, HashMap::new()).unwrap_err();
+    let err = validate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(matches!(err, Denial::BlockingReference { .. }), "{err:?}");
     // The object has no owner label: the mutating webhook never sees it,
     // so the message does not send the user there.
@@ -959,7 +957,13 @@ fn the_garbage_collector_may_orphan_whatever_the_owner() {
     for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
         // The owner still shows as running: an orphaning owner is only
         // Terminating. Nothing is looked up, nothing restored.
-        let allowed = run(&req, webhook, &Policy::default(), HashMap::new()).unwrap();
+        let allowed = run(
+            &req,
+            webhook,
+            &Policy::default(),
+            crate::decide::Lookups::default(),
+        )
+        .unwrap();
         assert!(allowed.patch.is_empty(), "{:?}", allowed.patch);
     }
 }
@@ -1063,7 +1067,12 @@ fn owner_labels_may_go_once_no_running_owner_holds_the_object() {
     // Orphaned: the collector removed the reference, the owner is gone.
     let orphan = object(owner_labels("w-1", "uid-1"), Some(json!([])));
     let (req, _) = request("UPDATE", object(json!({}), Some(json!([]))), Some(orphan));
-    assert!(mutate(&req, HashMap::new()).unwrap().patch.is_empty());
+    assert!(
+        mutate(&req, crate::decide::Lookups::default())
+            .unwrap()
+            .patch
+            .is_empty()
+    );
     // Still owned by a running owner: refused, with the way out.
     let (req, _) = request(
         "UPDATE",
@@ -1088,7 +1097,7 @@ fn removing_only_the_owner_label_leaves_half_a_claim() {
         new,
         Some(object(owner_labels("w-1", "uid-1"), Some(json!([])))),
     );
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(matches!(err, Denial::HalfClaim { .. }), "{err:?}");
 }
 
@@ -1212,7 +1221,7 @@ fn self_without_pod_identity_is_denied_400() {
         object(json!({"ownerguard.io/owner-pod": "Self"}), None),
         None,
     );
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(
         matches!(err, Denial::SelfWithoutPodIdentity { .. }),
         "{err:?}"
@@ -1229,7 +1238,7 @@ fn a_worker_naming_another_pod_hears_that_first_not_the_uid() {
     );
     // Its $HOSTNAME was not its pod name (an indexed Job, say).
     let req = from_pod(review, "step-7-0-x7k2p", "uid-7");
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(matches!(err, Denial::RequesterNotOwner { .. }), "{err:?}");
     let message = err.to_string();
     assert!(message.contains("downward API"), "{message}");
@@ -1604,7 +1613,7 @@ fn an_update_of_an_object_with_thousands_of_references_is_linear_work() {
     labels["x"] = json!("y");
     let new = object(labels, Some(json!(refs)));
     let (req, _) = request("UPDATE", new, Some(old));
-    let allowed = mutate(&req, HashMap::new()).unwrap();
+    let allowed = mutate(&req, crate::decide::Lookups::default()).unwrap();
     assert!(allowed.patch.is_empty());
 }
 
@@ -1619,7 +1628,12 @@ fn a_template_update_leaves_an_old_incomplete_template_alone() {
     let mut new = old.clone();
     new["metadata"]["labels"]["x"] = json!("y");
     let (req, _) = request("UPDATE", new, Some(old.clone()));
-    assert!(mutate(&req, HashMap::new()).unwrap().patch.is_empty());
+    assert!(
+        mutate(&req, crate::decide::Lookups::default())
+            .unwrap()
+            .patch
+            .is_empty()
+    );
     // A template the update labels anew is completed, once its owner is
     // found running with that uid, as on CREATE.
     let mut unlabelled = old.clone();
@@ -1706,12 +1720,12 @@ fn a_template_labelled_anew_on_update_is_checked_against_the_running_owner() {
 // SPEC §3 rule 11: a finished owner is no owner.
 
 /// Pod `name` with `uid`, finished in `phase`.
-fn finished(name: &str, uid: &str, phase: crate::owner::Finished) -> HashMap<String, Lookup> {
+fn finished(name: &str, uid: &str, phase: crate::owner::Finished) -> crate::decide::Lookups {
     let pod = ObservedPod {
         finished: Some(phase),
         ..ObservedPod::running(uid)
     };
-    HashMap::from([(
+    crate::decide::Lookups::from_iter([(
         name.to_string(),
         Lookup {
             source: Source::Api,
@@ -1782,7 +1796,7 @@ fn rule_11_a_finished_pod_being_deleted_is_told_as_being_deleted() {
         finished: Some(crate::owner::Finished::Succeeded),
         ..ObservedPod::running("uid-1")
     };
-    let lookups = HashMap::from([(
+    let lookups = crate::decide::Lookups::from_iter([(
         "w-1".to_string(),
         Lookup {
             source: Source::Api,
@@ -2287,7 +2301,11 @@ fn validate_all_refuses_what_the_collector_cannot_resolve() {
         json!({"apiVersion": "v1", "kind": "Pod", "name": "w-1?x=1", "uid": "uid-1"}),
         json!({"apiVersion": "v1", "kind": "Pod", "name": "w-1"}),
     ] {
-        let err = all(&ephemeral_claim(reference.clone()), HashMap::new()).unwrap_err();
+        let err = all(
+            &ephemeral_claim(reference.clone()),
+            crate::decide::Lookups::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.code(), 400, "{reference}: {err:?}");
     }
 }
@@ -2317,12 +2335,18 @@ fn the_collectors_removal_is_recognised_before_the_limit() {
         WebhookKind::Validate,
         WebhookKind::ValidateAll,
     ] {
-        let allowed = run(&collector, webhook, &Policy::default(), HashMap::new()).unwrap();
+        let allowed = run(
+            &collector,
+            webhook,
+            &Policy::default(),
+            crate::decide::Lookups::default(),
+        )
+        .unwrap();
         assert!(allowed.patch.is_empty(), "{webhook:?}");
     }
     // Anyone else making that update is refused before any lookup.
     let (person, _) = request("UPDATE", new, Some(old));
-    let err = mutate(&person, HashMap::new()).unwrap_err();
+    let err = mutate(&person, crate::decide::Lookups::default()).unwrap_err();
     assert!(matches!(err, Denial::TooManyReferences { .. }), "{err:?}");
     // The collector with malformed pod extras (it never has any) still
     // removes: identity is not checked before it.
@@ -2331,7 +2355,7 @@ fn the_collectors_removal_is_recognised_before_the_limit() {
         "system:serviceaccount:kube-system:generic-garbage-collector",
         json!({EXTRA_POD_NAME: ["w-1"]}),
     );
-    assert!(mutate(&odd, HashMap::new()).is_ok());
+    assert!(mutate(&odd, crate::decide::Lookups::default()).is_ok());
 }
 
 // Issue 14 item 7: no uid the requester did not name; homoglyphs; `/v1`.
@@ -2341,7 +2365,7 @@ fn a_changed_uid_label_is_refused_without_quoting_the_owners_uid() {
     let mut new = owned("w-1", "uid-secret-1");
     new["metadata"]["labels"]["ownerguard.io/owner-uid"] = json!("uid-mine");
     let (req, _) = request("UPDATE", new, Some(owned("w-1", "uid-secret-1")));
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(matches!(err, Denial::OwnerLabelChanged { .. }), "{err:?}");
     let message = err.to_string();
     assert!(!message.contains("uid-secret-1"), "{message}");
@@ -2389,7 +2413,9 @@ fn a_homoglyph_kind_is_spelt_out_in_the_denial() {
         &[json!({"apiVersion": "v1", "kind": "P\u{43e}d\u{200b}", "name": "w-2", "uid": "uid-2"})],
     );
     let (req, _) = request("CREATE", obj, None);
-    let message = mutate(&req, HashMap::new()).unwrap_err().to_string();
+    let message = mutate(&req, crate::decide::Lookups::default())
+        .unwrap_err()
+        .to_string();
     assert!(message.contains("kind 'P\\u{43e}d\\u{200b}'"), "{message}");
 }
 
@@ -2566,7 +2592,13 @@ fn rule_10_a_list_past_the_bound_is_refused_400_and_not_kept_whole() {
         WebhookKind::Validate,
         WebhookKind::ValidateAll,
     ] {
-        let err = run(&req, webhook, &Policy::default(), HashMap::new()).unwrap_err();
+        let err = run(
+            &req,
+            webhook,
+            &Policy::default(),
+            crate::decide::Lookups::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.code(), 400, "{webhook:?}: {err}");
         assert_eq!(err.rule(), "too-many-entries");
         assert!(
@@ -2591,7 +2623,7 @@ fn rule_10_a_list_past_the_bound_is_refused_400_and_not_kept_whole() {
     let mut job = job(json!({"app": "a"}));
     job["spec"]["template"]["spec"] = json!({"volumes": vec![json!(0); MAX_TEMPLATE_VOLUMES + 1]});
     let (req, _) = request("CREATE", job, None);
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(
         err.to_string().contains("spec.template.spec.volumes"),
         "{err}"
@@ -2608,7 +2640,7 @@ fn rule_10_a_list_past_the_bound_is_refused_400_and_not_kept_whole() {
         }})
     };
     let (req, _) = request("CREATE", set(4_000, 4_001), None);
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert!(
         err.to_string().contains(
             "spec.template.spec.volumes with spec.volumeClaimTemplates holds more than 8000"
@@ -2664,7 +2696,7 @@ fn rule_10_a_list_past_the_bound_is_refused_400_and_not_kept_whole() {
     bare["spec"] = stored["spec"].clone();
     let (_, review) = request("UPDATE", bare, Some(stored));
     let req = as_user(review, GARBAGE_COLLECTOR);
-    mutate(&req, HashMap::new()).unwrap();
+    mutate(&req, crate::decide::Lookups::default()).unwrap();
 
     // A template stored with more volumes than a person may now write: a
     // controller's update (a scale) and a person's that adds none pass;
@@ -2704,7 +2736,7 @@ fn rule_10_a_list_past_the_bound_is_refused_400_and_not_kept_whole() {
     };
     let (_, review) = request("UPDATE", many(0), Some(many(1)));
     let req = as_user(review, GARBAGE_COLLECTOR);
-    let err = mutate(&req, HashMap::new()).unwrap_err();
+    let err = mutate(&req, crate::decide::Lookups::default()).unwrap_err();
     assert_eq!(err.rule(), "too-many-entries", "{err}");
 }
 
@@ -3026,7 +3058,7 @@ fn rule_16_the_collector_is_recognised_as_the_controller_managers_own_user_too()
     for user in [GARBAGE_COLLECTOR, CONTROLLER_MANAGER] {
         let req = as_user(review.clone(), user);
         for webhook in [WebhookKind::Mutate, WebhookKind::Validate] {
-            let allowed = run(&req, webhook, &policy, HashMap::new()).unwrap();
+            let allowed = run(&req, webhook, &policy, crate::decide::Lookups::default()).unwrap();
             assert!(allowed.patch.is_empty(), "{user}: {:?}", allowed.patch);
         }
     }
@@ -3036,7 +3068,7 @@ fn rule_16_the_collector_is_recognised_as_the_controller_managers_own_user_too()
         &as_user(review, "alice"),
         WebhookKind::Mutate,
         &policy,
-        HashMap::new(),
+        crate::decide::Lookups::default(),
     )
     .unwrap_err();
     assert!(matches!(err, Denial::TooManyReferences { .. }), "{err:?}");
@@ -3063,7 +3095,11 @@ fn rule_16_the_collectors_unblocking_in_a_foreground_deletion_is_its_own() {
     );
     let (_, review) = request("UPDATE", new, Some(old));
     for user in [GARBAGE_COLLECTOR, CONTROLLER_MANAGER] {
-        let allowed = mutate(&as_user(review.clone(), user), HashMap::new()).unwrap();
+        let allowed = mutate(
+            &as_user(review.clone(), user),
+            crate::decide::Lookups::default(),
+        )
+        .unwrap();
         assert!(
             allowed.patch.is_empty() && allowed.warnings.is_empty(),
             "{user}"
@@ -3111,7 +3147,7 @@ fn rule_16_a_controllers_reference_to_the_pod_it_condemns_on_its_claim_is_admitt
         lookups(&[("db-2", Ok(None))]),
         lookups(&[("db-2", Ok(Some(("uid-other", false))))]),
         lookups(&[("db-2", Err(()))]),
-        HashMap::new(),
+        crate::decide::Lookups::default(),
     ] {
         let allowed = mutate(&req, pods).unwrap();
         let stored = patched(&new, &allowed);
@@ -3189,7 +3225,12 @@ fn rule_16_a_copy_updated_by_its_controller_is_never_refused() {
             .patch
             .is_empty()
     );
-    assert!(validate(&req, HashMap::new()).unwrap().patch.is_empty());
+    assert!(
+        validate(&req, crate::decide::Lookups::default())
+            .unwrap()
+            .patch
+            .is_empty()
+    );
     // By anyone else it is the update it looks like.
     let err = mutate(&as_user(review, "alice"), running(&[("w-1", "uid-1")])).unwrap_err();
     assert!(matches!(err, Denial::OwnerLabelAdded { .. }), "{err:?}");
@@ -3254,7 +3295,7 @@ fn an_update_that_keeps_the_references_is_judged_whatever_their_number() {
         review,
         "system:serviceaccount:kube-system:storage-version-migrator-controller",
     );
-    assert!(validate(&req, HashMap::new()).is_ok());
+    assert!(validate(&req, crate::decide::Lookups::default()).is_ok());
     // The collector's unblocking of a reference that had no value.
     let unset = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "uid-rs", "controller": true});
     let mut unblocked = unset.clone();
@@ -3427,14 +3468,24 @@ fn rule_16_a_services_labels_copied_by_its_controllers_are_never_refused() {
             assert!(allowed.patch.is_empty(), "{kind} by {user}");
         }
         // /validate lets every copy be.
-        assert!(validate(&req, HashMap::new()).unwrap().patch.is_empty());
+        assert!(
+            validate(&req, crate::decide::Lookups::default())
+                .unwrap()
+                .patch
+                .is_empty()
+        );
         // Labels that name no pod (Self without its annotation, no uid).
         for labels in [
             json!({"ownerguard.io/owner-pod": "Self", "ownerguard.io/owner-uid": "uid-1"}),
             json!({"ownerguard.io/owner-pod": "w-1"}),
         ] {
             let (req, _) = create_as(group, kind, user, labels);
-            assert!(mutate(&req, HashMap::new()).unwrap().patch.is_empty());
+            assert!(
+                mutate(&req, crate::decide::Lookups::default())
+                    .unwrap()
+                    .patch
+                    .is_empty()
+            );
         }
     }
     // Anyone else creating Endpoints is judged as ever.
@@ -3564,7 +3615,11 @@ fn rule_16_under_the_shared_identity_only_the_collectors_shape_goes_unjudged() {
         object(owner_labels("w-1", "uid-1"), Some(json!([]))),
         Some(owned("w-1", "uid-1")),
     );
-    let allowed = mutate(&as_user(review, CONTROLLER_MANAGER), HashMap::new()).unwrap();
+    let allowed = mutate(
+        &as_user(review, CONTROLLER_MANAGER),
+        crate::decide::Lookups::default(),
+    )
+    .unwrap();
     assert!(allowed.patch.is_empty() && allowed.warnings.is_empty());
 }
 

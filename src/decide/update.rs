@@ -13,7 +13,7 @@
 //!   adds one only to an object it owns already: no pod makes itself
 //!   co-owner of another worker's object, nor adopts an orphaned one.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use crate::admission::{AdmissionRequest, ObjectMeta, OwnerReference};
 use crate::decide::copies;
@@ -212,14 +212,14 @@ pub(super) fn plan<'a>(
     let mut released = false;
     // Indexed by uid: an object may carry thousands of references, and
     // comparing every pair would let one UPDATE hold a core for seconds.
-    let mut new_by_uid: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut new_by_uid: super::Map<&str, Vec<usize>> = super::Map::default();
     for (index, reference) in new_references.iter().enumerate() {
         new_by_uid.entry(&reference.uid).or_default().push(index);
     }
     // A Pod reference without uid (from before ownerguard: the API server
     // validates references after admission) identifies nothing to keep.
     let tracked = |r: &&OwnerReference| r.is_pod() && !r.uid.is_empty();
-    let old_pod_uids: HashSet<&str> = old_references
+    let old_pod_uids: super::Set<&str> = old_references
         .iter()
         .filter(tracked)
         .map(|r| r.uid.as_str())

@@ -21,7 +21,6 @@ pub use metrics::Metrics;
 pub use record::Recorder;
 pub use unlabelled::UnlabelledCreates;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::admission::{AdmissionRequest, AdmissionResponse, DecodeError};
@@ -60,7 +59,7 @@ pub struct Answered<'a> {
     /// What was asked of the owner lookup, and what it answered, by pod
     /// name (none when nothing needed a lookup).
     pub needs: &'a [LookupNeed],
-    pub lookups: &'a HashMap<String, Lookup>,
+    pub lookups: &'a crate::decide::Lookups,
     pub response: &'a AdmissionResponse,
     /// The response `AdmissionReview` as sent.
     pub answer: &'a [u8],

@@ -4,7 +4,6 @@
 //! read back into a [`State`]. One implementation: a rule the webhook
 //! learns, the audit knows.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -162,7 +161,7 @@ pub fn classify(
     let verdict = match decide::plan(&request, webhook, &policy) {
         Ok(None) => return None,
         Ok(Some(checks)) => {
-            let lookups: HashMap<String, Lookup> = checks
+            let lookups: crate::decide::Lookups = checks
                 .lookups()
                 .iter()
                 .map(|need| {
