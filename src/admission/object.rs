@@ -25,9 +25,10 @@ pub struct ObjectHead<'a> {
     pub kind: Option<Text<'a>>,
     #[serde(default, borrow, deserialize_with = "null_as_default")]
     pub metadata: ObjectMeta<'a>,
-    /// Only the templates of the spec (rule 12), when it has any.
+    /// Only the templates of the spec (rule 12), when it has any. Boxed:
+    /// most of a head's size, moved with it at every level of decoding.
     #[serde(default, deserialize_with = "lenient")]
-    pub spec: Option<SpecHead>,
+    pub spec: Option<Box<SpecHead>>,
 }
 
 impl ObjectHead<'_> {
