@@ -193,6 +193,30 @@ pub(crate) fn plain_prefix(bytes: &[u8]) -> usize {
     plain_prefix_portable(bytes)
 }
 
+/// [`plain_prefix`], and whether a byte of the run is outside ASCII, found
+/// in the same pass: a field's name is matched by its bytes only when it
+/// is ASCII ([`Reader::deserialize_identifier`](de::Deserializer::deserialize_identifier)).
+#[inline(always)]
+fn plain_ascii_prefix(bytes: &[u8]) -> (usize, bool) {
+    let mut pos = 0;
+    let mut high = false;
+    #[cfg(target_arch = "x86_64")]
+    while let Some(chunk) = bytes.get(pos..pos + 16) {
+        let (ends, outside) = sse2::string_ends_and_high(chunk);
+        if ends != 0 {
+            let run = ends.trailing_zeros();
+            // The bytes before the end: below bit `run`.
+            high |= outside & ((1u32 << run) - 1) != 0;
+            return (pos + run as usize, high);
+        }
+        high |= outside != 0;
+        pos += 16;
+    }
+    let run = plain_prefix_portable(&bytes[pos..]);
+    high |= !bytes[pos..pos + run].is_ascii();
+    (pos + run, high)
+}
+
 /// [`plain_prefix`] without SIMD: eight bytes at a time in a `u64`, then
 /// byte by byte.
 #[inline]
@@ -235,6 +259,15 @@ pub(crate) mod sse2 {
         let low = u8x16::splat(0x1F);
         let control = v.max(low).simd_eq(low);
         (quote | backslash | control).to_bitmask()
+    }
+
+    /// [`string_ends`], and the bytes of `chunk` outside ASCII (their top
+    /// bit, the sign the mask reads).
+    #[inline(always)]
+    pub(crate) fn string_ends_and_high(chunk: &[u8]) -> (u32, u32) {
+        let mut sixteen = [0u8; 16];
+        sixteen.copy_from_slice(chunk);
+        (string_ends(chunk), u8x16::new(sixteen).to_bitmask())
     }
 
     /// [`string_ends`], and DEL and every byte outside ASCII: what the
@@ -634,6 +667,21 @@ impl<'de> Reader<'de> {
         }
     }
 
+    /// A field's name that is not plain ASCII (an escape, a byte outside
+    /// ASCII), from `start`, read as any string that is read: out of the
+    /// common path, so that path stays small enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn rare_identifier<V: Visitor<'de>>(&mut self, start: usize, visitor: V) -> Result<V::Value> {
+        if self.peek() == Some(b'"') {
+            let name = utf8(&self.bytes[start..self.pos])?;
+            self.pos += 1;
+            visitor.visit_borrowed_str(name)
+        } else {
+            visitor.visit_string(self.string_rest(start)?)
+        }
+    }
+
     fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         self.depth += 1;
         // serde_json counts down from 128 and refuses at 0: 127 levels.
@@ -767,21 +815,14 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
         }
         self.pos += 1;
         let start = self.pos;
-        self.plain_run();
-        if self.peek() == Some(b'"') {
+        let (run, outside_ascii) = plain_ascii_prefix(&self.bytes[start..]);
+        self.pos += run;
+        if !outside_ascii && self.peek() == Some(b'"') {
             let name = &self.bytes[start..self.pos];
-            if !name.is_ascii() {
-                let name = utf8(name)?;
-                self.pos += 1;
-                return visitor.visit_borrowed_str(name);
-            }
             self.pos += 1;
             visitor.visit_borrowed_bytes(name)
         } else {
-            match self.string_rest(start) {
-                Ok(name) => visitor.visit_string(name),
-                Err(e) => Err(e),
-            }
+            self.rare_identifier(start, visitor)
         }
     }
 
@@ -1005,6 +1046,10 @@ mod tests {
             let expected = bytes.iter().position(|b| STRING_END[usize::from(*b)]).unwrap_or(bytes.len());
             proptest::prop_assert_eq!(plain_prefix(&bytes), expected);
             proptest::prop_assert_eq!(plain_prefix_portable(&bytes), expected);
+            proptest::prop_assert_eq!(
+                plain_ascii_prefix(&bytes),
+                (expected, !bytes[..expected].is_ascii())
+            );
         }
     }
 

@@ -43,8 +43,9 @@ use std::collections::{HashMap, HashSet};
 
 /// The hasher of the maps a decision builds, one set of them a review:
 /// foldhash, as the owner cache's, several times faster than SipHash on
-/// short keys and seeded per process, so the names a request carries
-/// cannot be chosen to collide.
+/// short keys and seeded at random per process (it does not claim
+/// SipHash's resistance to chosen collisions; a review's maps hold the
+/// few names one object carries, bounded by the review's size).
 pub type FastHash = foldhash::fast::RandomState;
 
 /// A map a decision builds ([`FastHash`]).

@@ -221,6 +221,76 @@ mod tests {
         assert_eq!(cut, format!("{}... (4000000 bytes)", "é".repeat(126)));
     }
 
+    /// The direct line is taken exactly when `tracing` would write the
+    /// event: under a filter by target and level, and never under one
+    /// that names a field or a span (which decides per event).
+    #[test]
+    fn the_direct_line_is_written_exactly_when_tracing_would_write_it() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        for directive in [
+            "info",
+            "warn",
+            "ownerguard=info",
+            "ownerguard::observe::log=warn,info",
+            "warn,ownerguard[{uid}]=info",
+            "warn,ownerguard[{error}]=info",
+            "warn,[decide]=info",
+        ] {
+            let sink = Sink::default();
+            let writer = sink.clone();
+            let filter = tracing_subscriber::EnvFilter::new(directive);
+            let direct = telemetry::writes_directly(&filter);
+            assert_eq!(direct, !directive.contains('['), "{directive}");
+            let subscriber = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(move || writer.clone())
+                .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+                .event_format(crate::observe::json_lines::JsonLines::default())
+                .finish();
+            let (taken, enabled) = tracing::subscriber::with_default(subscriber, || {
+                let enabled = tracing::enabled!(Level::INFO);
+                let taken = direct && enabled && tracing::Span::current().is_none();
+                let line = DecisionLine {
+                    uid: "u",
+                    webhook: "mutate",
+                    operation: "CREATE",
+                    namespace: "agents",
+                    kind: "Pod",
+                    name: "agent-*",
+                    user: "alice",
+                    owner: "",
+                    mode: "enforce",
+                    result: "allowed",
+                    code: 200,
+                    dry_run: false,
+                    duration_ms: 1.0,
+                    detail: "",
+                };
+                line.log();
+                (taken, enabled)
+            });
+            let written = !sink.0.lock().unwrap().is_empty();
+            // Under a per-event filter the line goes through `tracing`,
+            // which writes it or not; otherwise the two paths agree.
+            if direct {
+                assert_eq!(taken, written, "OWNERGUARD_LOG={directive}");
+            } else {
+                assert!(!taken, "OWNERGUARD_LOG={directive}: {enabled}");
+            }
+        }
+    }
+
     /// The line written directly is, byte for byte but the timestamp's
     /// value, the one the JSON format writes for the `info!` event through
     /// `tracing` (and tracing-subscriber's own JSON format, where no

@@ -53,10 +53,20 @@ pub(crate) fn direct_json() -> Option<&'static LogWriter> {
     DIRECT_JSON.get()
 }
 
+/// Whether lines may be written directly under `filter`: only when it
+/// filters by target and level alone. A directive that names a span or a
+/// field (`ownerguard[{error}]=info`) decides per event, from what the
+/// event carries, and the check the direct line makes (`enabled!`) carries
+/// nothing: such a filter keeps every line on `tracing`'s path.
+pub(crate) fn writes_directly(filter: &EnvFilter) -> bool {
+    !filter.to_string().contains('[')
+}
+
 pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
     let filter = EnvFilter::try_from_env("OWNERGUARD_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(default_level));
+    let direct = writes_directly(&filter);
     // Buffered: the writer thread writes what it has taken off the queue
     // in one `write(2)` and flushes once the queue is empty, instead of a
     // system call a line. A line is never split: BufWriter writes whole
@@ -83,7 +93,9 @@ pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
             .event_format(JsonLines::default())
             .try_init()
             .inspect(|()| {
-                let _ = DIRECT_JSON.set(writer.clone());
+                if direct {
+                    let _ = DIRECT_JSON.set(writer.clone());
+                }
             }),
     };
     // Already set (a second init in tests): keep the first.
