@@ -391,11 +391,11 @@ pub fn respond_in_mode(
         let messages: Vec<String> = violations.iter().map(ToString::to_string).collect();
         let rules: Vec<&str> = violations.iter().map(Denial::rule).collect();
         let notes = &mut response.audit_annotations;
-        notes.insert("mode".to_string(), mode.as_str().to_string());
-        notes.insert("violation".to_string(), messages.join(" | "));
-        notes.insert("violation-rules".to_string(), rules.join(","));
+        notes.insert("mode", mode.as_str().to_string());
+        notes.insert("violation", messages.join(" | "));
+        notes.insert("violation-rules", rules.join(","));
         if let Some(note) = stored_as_sent {
-            notes.insert("collector".to_string(), note.to_string());
+            notes.insert("collector", note.to_string());
         }
         if mode.warns() {
             // What decided the answer first, so that the warnings' budget
@@ -507,11 +507,8 @@ pub fn respond(
                 (webhook.mutates() && !allowed.patch.is_empty()).then(|| allowed.patch.to_json());
             let mut audit_annotations = std::collections::BTreeMap::new();
             if let Some(owner) = &allowed.owner {
-                audit_annotations.insert("owner".to_string(), owner.annotation());
-                audit_annotations.insert(
-                    "owner-source".to_string(),
-                    owner.source.as_str().to_string(),
-                );
+                audit_annotations.insert("owner", owner.annotation());
+                audit_annotations.insert("owner-source", owner.source.as_str().to_string());
             }
             AdmissionResponse {
                 uid: uid.to_string(),

@@ -16,7 +16,8 @@ pub struct AdmissionResponse {
     pub status: Option<Status>,
     /// The JSON Patch document (an array), written base64 on the wire.
     pub patch: Option<Vec<u8>>,
-    pub audit_annotations: BTreeMap<String, String>,
+    /// Keys are ownerguard's own (`owner`, `mode`, ...): never allocated.
+    pub audit_annotations: BTreeMap<&'static str, String>,
     pub warnings: Vec<String>,
 }
 

@@ -470,7 +470,12 @@ mod tests {
                     allowed: true,
                     status: Some(Status { status: "Success", message: message.clone(), reason: "", code: 200 }),
                     patch: (!patch.is_empty()).then(|| patch.to_json()),
-                    audit_annotations: audit.iter().cloned().collect(),
+                    // The keys are ownerguard's own, `&'static` in the
+                    // type: the generated ones live as long as the test.
+                    audit_annotations: audit
+                        .iter()
+                        .map(|(key, value)| (&*String::leak(key.clone()), value.clone()))
+                        .collect(),
                     warnings: warnings.clone(),
                 };
                 let answer: Value =
