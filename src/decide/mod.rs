@@ -140,33 +140,31 @@ impl CheckedOwner {
 /// How the object is named in messages: by name, or by `generateName`
 /// before the API server has generated the name.
 pub fn object_name(request: &AdmissionRequest) -> ObjectName {
+    let (kind, name, generated) = object_name_parts(request);
+    ObjectName {
+        kind: kind.to_string(),
+        name: name.to_string(),
+        generated,
+    }
+}
+
+/// [`object_name`]'s kind, name (or `generateName` prefix, then `true`),
+/// borrowed from the request.
+pub fn object_name_parts<'r>(request: &'r AdmissionRequest) -> (&'r str, &'r str, bool) {
     let head = request.object.as_ref().or(request.old_object.as_ref());
     let meta = head.map(|h| &h.metadata);
     let kind = Some(request.kind.kind.as_str())
         .filter(|k| !k.is_empty())
         .or_else(|| head.and_then(|h| h.kind.as_deref()))
-        .unwrap_or_default()
-        .to_string();
+        .unwrap_or_default();
     let name = meta
         .and_then(|m| m.name.as_deref())
         .or(request.name.as_deref())
         .filter(|n| !n.is_empty());
     match (name, meta.and_then(|m| m.generate_name.as_deref())) {
-        (Some(name), _) => ObjectName {
-            kind,
-            name: name.to_string(),
-            generated: false,
-        },
-        (None, Some(prefix)) if !prefix.is_empty() => ObjectName {
-            kind,
-            name: prefix.to_string(),
-            generated: true,
-        },
-        _ => ObjectName {
-            kind,
-            name: String::new(),
-            generated: false,
-        },
+        (Some(name), _) => (kind, name, false),
+        (None, Some(prefix)) if !prefix.is_empty() => (kind, prefix, true),
+        _ => (kind, "", false),
     }
 }
 

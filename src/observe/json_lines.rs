@@ -131,6 +131,21 @@ impl DirectLine {
         self
     }
 
+    /// `value` then `suffix`, as one string.
+    pub fn str_then(&mut self, key: &'static str, value: &str, suffix: &str) -> &mut Self {
+        if suffix.is_empty() {
+            return self.str(key, value);
+        }
+        self.key(key);
+        // Escaping is per character: the two parts escaped apart are the
+        // whole escaped. Writing into a `String` cannot fail.
+        self.line.push('"');
+        let _ = Escaped(&mut self.line).write_str(value);
+        let _ = Escaped(&mut self.line).write_str(suffix);
+        self.line.push('"');
+        self
+    }
+
     pub fn u64(&mut self, key: &'static str, value: u64) -> &mut Self {
         self.key(key);
         let mut digits = [0u8; 20];

@@ -82,17 +82,13 @@ fn log_decision(
     elapsed: std::time::Duration,
 ) {
     let (request, response) = (answered.request, answered.response);
-    let object = decide::object_name(request);
+    let (kind, name, generated) = decide::object_name_parts(request);
     // The name and the owner reach `/mutate` before the API server
     // validates them: a 3 MiB name would make a line of up to 18 MiB
     // (escaped), held in the log's queue. Any valid one is logged whole
-    // (the owner is `namespace/name/uid`).
-    let name = bounded(&object.name, NAME_MAX);
-    let name = if object.generated {
-        format!("{name}*")
-    } else {
-        name.into_owned()
-    };
+    // (the owner is `namespace/name/uid`); a `generateName` prefix is
+    // logged with a `*` after it.
+    let name = bounded(name, NAME_MAX);
     let owner = response
         .audit_annotations
         .get("owner")
@@ -121,8 +117,9 @@ fn log_decision(
         webhook,
         operation: request.operation.as_str(),
         namespace: request.namespace.as_deref().unwrap_or(""),
-        kind: object.kind.as_str(),
-        name: name.as_str(),
+        kind,
+        name: name.as_ref(),
+        generated,
         user: user.as_ref(),
         owner: owner.as_ref(),
         mode: decision_mode,
@@ -153,6 +150,8 @@ struct DecisionLine<'a> {
     namespace: &'a str,
     kind: &'a str,
     name: &'a str,
+    /// `name` is a `generateName` prefix: logged with a `*` after it.
+    generated: bool,
     user: &'a str,
     owner: &'a str,
     mode: &'static str,
@@ -166,13 +165,18 @@ struct DecisionLine<'a> {
 impl DecisionLine<'_> {
     /// Through `tracing`, in the format the process logs in.
     fn log(&self) {
+        let name = if self.generated {
+            std::borrow::Cow::Owned(format!("{}*", self.name))
+        } else {
+            std::borrow::Cow::Borrowed(self.name)
+        };
         info!(
             uid = self.uid,
             webhook = self.webhook,
             operation = self.operation,
             namespace = self.namespace,
             kind = self.kind,
-            name = self.name,
+            name = name.as_ref(),
             user = self.user,
             owner = self.owner,
             mode = self.mode,
@@ -194,7 +198,11 @@ impl DecisionLine<'_> {
             .str(key!("operation"), self.operation)
             .str(key!("namespace"), self.namespace)
             .str(key!("kind"), self.kind)
-            .str(key!("name"), self.name)
+            .str_then(
+                key!("name"),
+                self.name,
+                if self.generated { "*" } else { "" },
+            )
             .str(key!("user"), self.user)
             .str(key!("owner"), self.owner)
             .str(key!("mode"), self.mode)
@@ -267,7 +275,8 @@ mod tests {
                     operation: "CREATE",
                     namespace: "agents",
                     kind: "Pod",
-                    name: "agent-*",
+                    name: "agent-",
+                    generated: true,
                     user: "alice",
                     owner: "",
                     mode: "enforce",
@@ -296,7 +305,8 @@ mod tests {
     /// `tracing` (and tracing-subscriber's own JSON format, where no
     /// terminal control is in it): plain fields, fields that need escapes (quotes,
     /// controls, a terminal's controls, text outside ASCII), an empty one,
-    /// a denial's code, a float that is whole and one that is not.
+    /// a `generateName` prefix and its `*`, a denial's code, a float that
+    /// is whole and one that is not.
     #[test]
     fn the_direct_line_is_tracing_subscribers_json_line() {
         fn lines() -> [DecisionLine<'static>; 3] {
@@ -306,7 +316,8 @@ mod tests {
                 operation: "CREATE",
                 namespace: "agents",
                 kind: "Pod",
-                name: "agent-*",
+                name: "agent-",
+                generated: true,
                 user: "system:serviceaccount:agents:worker",
                 owner: "agents/worker-0/3c5b1f4e-8a0d-4f6e-9b1a-2d7c0e4f5a61",
                 mode: "enforce",
@@ -319,6 +330,7 @@ mod tests {
             [
                 DecisionLine {
                     name: "a\"b\\c\n\u{1}\u{7f}\u{9b}\u{202e}é",
+                    generated: false,
                     detail: "pod \"w\" in namespace \"agents\" is not running",
                     result: "denied",
                     code: 403,
