@@ -13,7 +13,10 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"ownerguard.io/e2e/harness"
@@ -323,15 +326,24 @@ func labelOps(object map[string]any, path []string, owner map[string]string) []o
 
 // endWorkerOf deletes the worker that owns the object a test deletes
 // (its owner label names the namespace's current worker), after the
-// answer: the objects it owns alone are then collected with it.
+// answer: the objects it owns alone are then collected with it. Not for
+// an object a controller of the test's owns (a daemon pod, a Deployment's
+// ReplicaSet): a test that deletes one waits for its controller to make
+// another, which the worker's end would take away with the controller.
 func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
 	var old struct {
 		Metadata struct {
-			Labels map[string]string `json:"labels"`
+			Labels          map[string]string       `json:"labels"`
+			OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
 		} `json:"metadata"`
 	}
 	if json.Unmarshal(req.OldObject.Raw, &old) != nil {
 		return
+	}
+	for _, ref := range old.Metadata.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller {
+			return
+		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -378,7 +390,12 @@ func (l *workerLabeller) workerOf(ctx context.Context, namespace string, dryRun 
 	zero := int64(0)
 	automount := false
 	pod = &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "ownerguard-worker-", Labels: map[string]string{workerLabel: "true"}},
+		// Named to sort after the tests' own pods: tests that take "the
+		// first running pod of the namespace" (the disruption tests evict
+		// it, write it into a budget's status) mean one of theirs, and the
+		// worker evicted would take the test's objects with it, the
+		// controllers' next creates refused, as the contract asks.
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "zz-ownerguard-worker-", Labels: map[string]string{workerLabel: "true"}},
 		Spec: corev1.PodSpec{
 			Containers:                    []corev1.Container{{Name: "worker", Image: "registry.k8s.io/pause:3.10"}},
 			TerminationGracePeriodSeconds: &zero,
@@ -394,6 +411,23 @@ func (l *workerLabeller) workerOf(ctx context.Context, namespace string, dryRun 
 	})
 	if err != nil {
 		return nil, err
+	}
+	// Not to be evicted by a test: the disruption tests evict "the first
+	// running pod of the namespace", which before their own pods run is
+	// the worker, and a worker evicted takes the test's objects with it
+	// while their controllers still make more (refused: their owner is
+	// gone). A budget of its own makes such an eviction fail as one under
+	// a budget does (a production worker may well have one too).
+	zeroUnavailable := intstr.FromInt32(0)
+	budget := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "zz-ownerguard-worker"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: &zeroUnavailable,
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{workerLabel: "true"}},
+		},
+	}
+	if _, err := l.client.PolicyV1().PodDisruptionBudgets(namespace).Create(ctx, budget, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("the worker's disruption budget in %s: %w", namespace, err)
 	}
 	l.mu.Lock()
 	l.worker[namespace] = created
