@@ -3,7 +3,7 @@
 //! server runs (decode, plan, the inventory's lookup, decide, the answer
 //! written, the observers told), on one thread. Run under callgrind twice
 //! with different N and the difference over the difference of N is the
-//! instructions a review costs (bench/profile.sh `parts` does that):
+//! instructions a review costs (by hand; docs/performance.md has the figures):
 //!
 //!   review_cost [--reviews N] [--body FILE] [--part all|decode|skip]
 //!               [--log json|text]

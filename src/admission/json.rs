@@ -246,40 +246,48 @@ fn plain_prefix_portable(bytes: &[u8]) -> usize {
 pub(crate) mod sse2 {
     use wide::u8x16;
 
-    /// The bytes of `chunk` (16) that end a plain run, one bit each, the
-    /// first byte the lowest bit.
+    /// The 16 bytes of `chunk` as one vector.
     #[inline(always)]
-    pub(crate) fn string_ends(chunk: &[u8]) -> u32 {
+    fn load(chunk: &[u8]) -> u8x16 {
         let mut sixteen = [0u8; 16];
         sixteen.copy_from_slice(chunk);
-        let v = u8x16::new(sixteen);
+        u8x16::new(sixteen)
+    }
+
+    /// The bytes of `v` that end a plain run (a quote, a backslash, a
+    /// control character), each all ones.
+    #[inline(always)]
+    fn ends(v: u8x16) -> u8x16 {
         let quote = v.simd_eq(u8x16::splat(b'"'));
         let backslash = v.simd_eq(u8x16::splat(b'\\'));
         // Unsigned v <= 0x1F: max(v, 0x1F) is 0x1F.
         let low = u8x16::splat(0x1F);
         let control = v.max(low).simd_eq(low);
-        (quote | backslash | control).to_bitmask()
+        quote | backslash | control
+    }
+
+    /// The bytes of `chunk` (16) that end a plain run, one bit each, the
+    /// first byte the lowest bit.
+    #[inline(always)]
+    pub(crate) fn string_ends(chunk: &[u8]) -> u32 {
+        ends(load(chunk)).to_bitmask()
     }
 
     /// [`string_ends`], and the bytes of `chunk` outside ASCII (their top
     /// bit, the sign the mask reads).
     #[inline(always)]
     pub(crate) fn string_ends_and_high(chunk: &[u8]) -> (u32, u32) {
-        let mut sixteen = [0u8; 16];
-        sixteen.copy_from_slice(chunk);
-        (string_ends(chunk), u8x16::new(sixteen).to_bitmask())
+        let v = load(chunk);
+        (ends(v).to_bitmask(), v.to_bitmask())
     }
 
     /// [`string_ends`], and DEL and every byte outside ASCII: what the
     /// log's escaping must look at (`observe::json_lines`).
     #[inline(always)]
     pub(crate) fn log_ends(chunk: &[u8]) -> u32 {
-        let mut sixteen = [0u8; 16];
-        sixteen.copy_from_slice(chunk);
-        let v = u8x16::new(sixteen);
-        let del = v.simd_eq(u8x16::splat(0x7f));
+        let v = load(chunk);
         // The top bit of each byte is its sign: set outside ASCII.
-        string_ends(chunk) | del.to_bitmask() | v.to_bitmask()
+        (ends(v) | v.simd_eq(u8x16::splat(0x7f))).to_bitmask() | v.to_bitmask()
     }
 }
 
@@ -316,14 +324,24 @@ impl<'de> Reader<'de> {
         }
     }
 
-    /// The next byte that is not whitespace, not consumed.
-    #[inline]
+    /// The next byte that is not whitespace, not consumed: the byte where
+    /// the reader is unless it can be whitespace (the API server writes
+    /// none), which only then is skipped.
+    #[inline(always)]
     fn next_token(&mut self) -> Result<u8> {
+        match self.bytes.get(self.pos) {
+            Some(&b) if b > b' ' => Ok(b),
+            _ => self.token_after_whitespace(),
+        }
+    }
+
+    fn token_after_whitespace(&mut self) -> Result<u8> {
         self.whitespace();
         self.peek()
             .ok_or_else(|| error("EOF while parsing a value"))
     }
 
+    #[inline]
     fn expect(&mut self, byte: u8, what: &str) -> Result<()> {
         if self.next_token().ok() == Some(byte) {
             self.pos += 1;
@@ -558,24 +576,23 @@ impl<'de> Reader<'de> {
     /// This is where most of a review's bytes go (the pod spec, its
     /// status, managed fields), so it is written for them: what is open is
     /// a stack of bits in a register (object or list, 64 levels a word,
-    /// deeper ones spilled to `self.open`), the next byte is taken as a
-    /// token unless it can be whitespace (the API server writes none), and
-    /// a key, its colon and a string value are each checked where they
-    /// stand, without a call per token.
+    /// deeper ones spilled to `self.open_words`), and a key, its colon and
+    /// a string value are each checked where they stand, without a call
+    /// per token.
     fn skip_value(&mut self) -> Result<()> {
         self.open_words.clear();
         // Bit 0 of `open`: the innermost container is an object.
         let mut open = 0u64;
         let mut depth = 0usize;
         'value: loop {
-            match self.token()? {
+            match self.next_token()? {
                 b'"' => {
                     self.pos += 1;
                     self.skip_string()?;
                 }
                 b'{' => {
                     self.pos += 1;
-                    if self.token()? == b'}' {
+                    if self.next_token()? == b'}' {
                         self.pos += 1;
                     } else {
                         self.push_open(&mut open, &mut depth, true);
@@ -585,7 +602,7 @@ impl<'de> Reader<'de> {
                 }
                 b'[' => {
                     self.pos += 1;
-                    if self.token()? == b']' {
+                    if self.next_token()? == b']' {
                         self.pos += 1;
                     } else {
                         self.push_open(&mut open, &mut depth, false);
@@ -603,7 +620,7 @@ impl<'de> Reader<'de> {
             // A value is done: close what it ends, or go on to the next.
             while depth > 0 {
                 let object = open & 1 == 1;
-                match (self.token()?, object) {
+                match (self.next_token()?, object) {
                     (b',', true) => {
                         self.pos += 1;
                         self.skip_key()?;
@@ -641,30 +658,15 @@ impl<'de> Reader<'de> {
         *depth += 1;
     }
 
-    /// The next byte as a token, not consumed: the byte itself unless it
-    /// can be whitespace, which only then is skipped.
-    #[inline(always)]
-    fn token(&mut self) -> Result<u8> {
-        match self.bytes.get(self.pos) {
-            Some(&b) if b > b' ' => Ok(b),
-            _ => self.next_token(),
-        }
-    }
-
     /// An object's key and its colon, passed over.
     #[inline(always)]
     fn skip_key(&mut self) -> Result<()> {
-        if self.token()? != b'"' {
+        if self.next_token()? != b'"' {
             return Err(error("key must be a string"));
         }
         self.pos += 1;
         self.skip_string()?;
-        if self.token()? == b':' {
-            self.pos += 1;
-            Ok(())
-        } else {
-            Err(error("expected `:`"))
-        }
+        self.expect(b':', "expected `:`")
     }
 
     /// A field's name that is not plain ASCII (an escape, a byte outside

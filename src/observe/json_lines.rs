@@ -118,27 +118,15 @@ impl DirectLine {
     }
 
     pub fn str(&mut self, key: &'static str, value: &str) -> &mut Self {
-        self.key(key);
-        if plain_prefix(value.as_bytes()) == value.len() {
-            self.line.reserve(value.len() + 2);
-            self.line.push('"');
-            self.line.push_str(value);
-            self.line.push('"');
-        } else {
-            // Writing into a `String` cannot fail.
-            let _ = write_str(&mut self.line, value);
-        }
-        self
+        self.str_then(key, value, "")
     }
 
     /// `value` then `suffix`, as one string.
     pub fn str_then(&mut self, key: &'static str, value: &str, suffix: &str) -> &mut Self {
-        if suffix.is_empty() {
-            return self.str(key, value);
-        }
         self.key(key);
         // Escaping is per character: the two parts escaped apart are the
-        // whole escaped. Writing into a `String` cannot fail.
+        // whole escaped (plain text passes whole). Writing into a `String`
+        // cannot fail.
         self.line.push('"');
         let _ = Escaped(&mut self.line).write_str(value);
         let _ = Escaped(&mut self.line).write_str(suffix);
@@ -148,15 +136,8 @@ impl DirectLine {
 
     pub fn u64(&mut self, key: &'static str, value: u64) -> &mut Self {
         self.key(key);
-        let mut digits = [0u8; 20];
-        let mut out = Digits {
-            buffer: &mut digits,
-            at: 0,
-        };
-        out.number(value, 1);
-        let at = out.at;
-        self.line
-            .push_str(std::str::from_utf8(&digits[..at]).unwrap_or_default());
+        // As `Fields` writes an integer.
+        let _ = write!(self.line, "{value}");
         self
     }
 
@@ -497,7 +478,7 @@ pub(super) mod tests {
 
     /// Lines written into memory.
     #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
+    pub(in crate::observe) struct Lines(pub(in crate::observe) Arc<Mutex<Vec<u8>>>);
 
     impl std::io::Write for Lines {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

@@ -229,23 +229,32 @@ mod tests {
         assert_eq!(cut, format!("{}... (4000000 bytes)", "é".repeat(126)));
     }
 
+    /// A patched create of a generated pod's line, plain text throughout.
+    fn sample_line() -> DecisionLine<'static> {
+        DecisionLine {
+            uid: "5f2c7a1e-9b3d-4c8e-a6f1-0d2e4b6c8a90",
+            webhook: "mutate",
+            operation: "CREATE",
+            namespace: "agents",
+            kind: "Pod",
+            name: "agent-",
+            generated: true,
+            user: "system:serviceaccount:agents:worker",
+            owner: "agents/worker-0/3c5b1f4e-8a0d-4f6e-9b1a-2d7c0e4f5a61",
+            mode: "enforce",
+            result: "patched",
+            code: 200,
+            dry_run: false,
+            duration_ms: 0.123_456_789,
+            detail: "",
+        }
+    }
+
     /// The direct line is taken exactly when `tracing` would write the
     /// event: under a filter by target and level, and never under one
     /// that names a field or a span (which decides per event).
     #[test]
     fn the_direct_line_is_written_exactly_when_tracing_would_write_it() {
-        use std::sync::{Arc, Mutex};
-        #[derive(Clone, Default)]
-        struct Sink(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         for directive in [
             "info",
             "warn",
@@ -255,38 +264,20 @@ mod tests {
             "warn,ownerguard[{error}]=info",
             "warn,[decide]=info",
         ] {
-            let sink = Sink::default();
-            let writer = sink.clone();
+            let sink = crate::observe::json_lines::tests::Lines::default();
             let filter = tracing_subscriber::EnvFilter::new(directive);
             let direct = telemetry::writes_directly(&filter);
             assert_eq!(direct, !directive.contains('['), "{directive}");
             let subscriber = tracing_subscriber::fmt()
                 .with_env_filter(filter)
-                .with_writer(move || writer.clone())
+                .with_writer(sink.clone())
                 .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
                 .event_format(crate::observe::json_lines::JsonLines::default())
                 .finish();
             let (taken, enabled) = tracing::subscriber::with_default(subscriber, || {
                 let enabled = tracing::enabled!(Level::INFO);
                 let taken = direct && enabled && tracing::Span::current().is_none();
-                let line = DecisionLine {
-                    uid: "u",
-                    webhook: "mutate",
-                    operation: "CREATE",
-                    namespace: "agents",
-                    kind: "Pod",
-                    name: "agent-",
-                    generated: true,
-                    user: "alice",
-                    owner: "",
-                    mode: "enforce",
-                    result: "allowed",
-                    code: 200,
-                    dry_run: false,
-                    duration_ms: 1.0,
-                    detail: "",
-                };
-                line.log();
+                sample_line().log();
                 (taken, enabled)
             });
             let written = !sink.0.lock().unwrap().is_empty();
@@ -310,23 +301,7 @@ mod tests {
     #[test]
     fn the_direct_line_is_tracing_subscribers_json_line() {
         fn lines() -> [DecisionLine<'static>; 3] {
-            let plain = DecisionLine {
-                uid: "5f2c7a1e-9b3d-4c8e-a6f1-0d2e4b6c8a90",
-                webhook: "mutate",
-                operation: "CREATE",
-                namespace: "agents",
-                kind: "Pod",
-                name: "agent-",
-                generated: true,
-                user: "system:serviceaccount:agents:worker",
-                owner: "agents/worker-0/3c5b1f4e-8a0d-4f6e-9b1a-2d7c0e4f5a61",
-                mode: "enforce",
-                result: "patched",
-                code: 200,
-                dry_run: false,
-                duration_ms: 0.123_456_789,
-                detail: "",
-            };
+            let plain = sample_line();
             [
                 DecisionLine {
                     name: "a\"b\\c\n\u{1}\u{7f}\u{9b}\u{202e}é",

@@ -185,23 +185,27 @@ impl<W: Write> Write for Patient<W> {
 
 impl LogWriter {
     /// Hands a whole line over, without a copy. Blocks only while the
-    /// queue is full: no line is dropped.
-    pub fn send_line(&self, line: Vec<u8>) {
-        if !line.is_empty() {
-            // The writer stopped (the process is ending): nowhere to write.
-            let _ = self.lines.send(line);
+    /// queue is full: no line is dropped. An empty line is not sent (the
+    /// guard's empty line is what stops the thread).
+    fn send(&self, line: Vec<u8>) -> std::io::Result<()> {
+        if line.is_empty() {
+            return Ok(());
         }
+        self.lines
+            .send(line)
+            .map_err(|_| std::io::Error::other("the log writer has stopped"))
+    }
+
+    /// [`send`](Self::send), for a line written without `tracing`.
+    pub fn send_line(&self, line: Vec<u8>) {
+        // The writer stopped (the process is ending): nowhere to write.
+        let _ = self.send(line);
     }
 }
 
 impl Write for LogWriter {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        if !line.is_empty() {
-            // Blocks only while the queue is full: no line is dropped.
-            self.lines
-                .send(line.to_vec())
-                .map_err(|_| std::io::Error::other("the log writer has stopped"))?;
-        }
+        self.send(line.to_vec())?;
         Ok(line.len())
     }
 
