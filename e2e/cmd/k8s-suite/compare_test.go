@@ -237,9 +237,9 @@ func TestIdentity(t *testing.T) {
 }
 
 // The audit log's refusals: ownerguard's, the labeller's, a match
-// condition's, a call that failed open, and a write ownerguard's patch
-// made invalid; not another webhook's, nor an invalid write it did not
-// touch.
+// condition's, a call that failed open, a write ownerguard's patch
+// made invalid, and one whose patch did not apply; not another
+// webhook's, nor an invalid or failed write it did not touch.
 func TestReadRefusals(t *testing.T) {
 	event := func(code int, message string, annotations map[string]string) string {
 		data, _ := json.Marshal(map[string]any{
@@ -259,7 +259,12 @@ func TestReadRefusals(t *testing.T) {
 		event(500, `failed to evaluate matchCondition "labelled"`, nil),
 		event(200, "", map[string]string{"failed-open.validating.webhook.admission.k8s.io/round_0_index_0": "validate.ownerguard.io"}),
 		event(422, `PersistentVolumeClaim "data-0" is invalid`, mutated),
+		// ownerguard's patch that does not apply: a bare 500, not mutated.
+		event(500, `Internal error occurred: add operation does not apply: doc is missing path`, untouched),
+		event(500, `Internal error occurred: json: cannot unmarshal string into Go struct field`,
+			map[string]string{"mutate.ownerguard.io/owner": "ns/zz-ownerguard-worker-abcde/1234"}),
 		// Not ownerguard's doing:
+		event(500, `Internal error occurred: etcdserver: request timed out`, nil),
 		event(422, `PersistentVolumeClaim "data-0" is invalid`, untouched),
 		event(409, `Operation cannot be fulfilled: the object has been modified`, mutated),
 		event(403, `admission webhook "other.example.com" denied the request: no`, nil),
@@ -278,8 +283,9 @@ func TestReadRefusals(t *testing.T) {
 		messages = append(messages, r.Message)
 	}
 	got := strings.Join(messages, "\n")
-	if len(refused) != 5 || !strings.Contains(got, "invalid once ownerguard patched it") || !strings.Contains(got, "failed open") ||
-		!strings.Contains(got, labellerWebhook) || !strings.Contains(got, "matchCondition") {
-		t.Fatalf("%d refusals, want ownerguard's, the labeller's, the match condition's, the failed-open call and the invalid patch:\n%s", len(refused), got)
+	if len(refused) != 7 || !strings.Contains(got, "invalid once ownerguard patched it") || !strings.Contains(got, "failed open") ||
+		!strings.Contains(got, labellerWebhook) || !strings.Contains(got, "matchCondition") ||
+		strings.Count(got, "failed once ownerguard answered") != 2 {
+		t.Fatalf("%d refusals, want ownerguard's, the labeller's, the match condition's, the failed-open call, the invalid patch and the two patches that did not apply:\n%s", len(refused), got)
 	}
 }

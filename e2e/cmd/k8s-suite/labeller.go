@@ -331,6 +331,10 @@ func labelOps(object map[string]any, path []string, owner map[string]string) []o
 // ReplicaSet): a test that deletes one waits for its controller to make
 // another, which the worker's end would take away with the controller.
 func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
+	// A dry run deletes nothing: the API server calls the hook for it too.
+	if req.DryRun != nil && *req.DryRun {
+		return
+	}
 	var old struct {
 		Metadata struct {
 			Labels          map[string]string       `json:"labels"`

@@ -204,8 +204,9 @@ func readDecisions(path string) (map[string]map[string]int, []Denial, error) {
 // of the run, rotated ones included): every write refused by an
 // ownerguard webhook, failed because calling one failed, let through
 // because calling one failed (failurePolicy Ignore: the API server
-// records it as a failed-open annotation), or refused before any call by
-// a webhook's match condition.
+// records it as a failed-open annotation), refused before any call by
+// a webhook's match condition, or failed in the API server once
+// ownerguard had answered (a patch that does not apply).
 func readRefusals(paths []string) ([]Refusal, error) {
 	var out []Refusal
 	for _, path := range paths {
@@ -254,10 +255,16 @@ func readRefusalsOf(path string) ([]Refusal, error) {
 		// ownerguard's annotations: a call that failed open, and a patch
 		// it made (then a 422: what its patch made of the write was
 		// invalid).
-		failedOpen, mutated := "", ""
+		failedOpen, mutated, touched := "", "", ""
 		for key, value := range event.Annotations {
+			if strings.Contains(key, "ownerguard.io") && touched == "" {
+				touched = key + "=" + value
+			}
 			if !strings.Contains(value, "ownerguard.io") {
 				continue
+			}
+			if touched == "" {
+				touched = key + "=" + value
 			}
 			switch {
 			case strings.HasPrefix(key, "failed-open."):
@@ -275,7 +282,14 @@ func readRefusalsOf(path string) ([]Refusal, error) {
 			// failurePolicy Fail before any call, naming no webhook.
 			strings.Contains(message, "matchCondition") || strings.Contains(message, "cost budget"))
 		invalid := code == 422 && mutated != ""
-		if !refused && !invalid && failedOpen == "" {
+		// A write that failed in the API server once ownerguard had
+		// answered: its patch did not apply, or the patched object did
+		// not decode. The API server answers a bare 500 that names no
+		// webhook, and its mutation annotation says not mutated (the
+		// patch never landed); only the annotations say ownerguard was
+		// called.
+		broken := code >= 500 && touched != ""
+		if !refused && !invalid && !broken && failedOpen == "" {
 			continue
 		}
 		if failedOpen != "" {
@@ -283,6 +297,9 @@ func readRefusalsOf(path string) ([]Refusal, error) {
 		}
 		if invalid && !refused {
 			message = "invalid once ownerguard patched it: " + mutated + "; " + message
+		}
+		if broken && !refused && !invalid {
+			message = "failed once ownerguard answered: " + touched + "; " + message
 		}
 		resource := event.ObjectRef.Resource
 		if event.ObjectRef.Subresource != "" {
