@@ -327,9 +327,18 @@ func labelOps(object map[string]any, path []string, owner map[string]string) []o
 // endWorkerOf deletes the worker that owns the object a test deletes
 // (its owner label names the namespace's current worker), after the
 // answer: the objects it owns alone are then collected with it. Not for
-// an object a controller of the test's owns (a daemon pod, a Deployment's
-// ReplicaSet): a test that deletes one waits for its controller to make
-// another, which the worker's end would take away with the controller.
+// an object a workload controller of the test's controls (a daemon pod, a
+// Deployment's ReplicaSet): a test that deletes one waits for its
+// controller to make another, which the worker's end would take away
+// with the controller. (A pod whose controller is another pod, as in the
+// collector's dependency-circle test, is nobody's to make again.)
+// The controllers that make an object again when it is deleted: an
+// object one of them controls is not what a test means to end.
+var recreates = map[string]bool{
+	"DaemonSet": true, "ReplicaSet": true, "ReplicationController": true,
+	"StatefulSet": true, "Job": true, "CronJob": true, "Deployment": true,
+}
+
 func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
 	// A dry run deletes nothing: the API server calls the hook for it too.
 	if req.DryRun != nil && *req.DryRun {
@@ -345,7 +354,7 @@ func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
 		return
 	}
 	for _, ref := range old.Metadata.OwnerReferences {
-		if ref.Controller != nil && *ref.Controller {
+		if ref.Controller != nil && *ref.Controller && recreates[ref.Kind] {
 			return
 		}
 	}
@@ -394,16 +403,20 @@ func (l *workerLabeller) workerOf(ctx context.Context, namespace string, dryRun 
 	zero := int64(0)
 	automount := false
 	pod = &corev1.Pod{
-		// Named to sort after the tests' own pods: tests that take "the
-		// first running pod of the namespace" (the disruption tests evict
-		// it, write it into a budget's status) mean one of theirs, and the
-		// worker evicted would take the test's objects with it, the
-		// controllers' next creates refused, as the contract asks.
+		// Named to sort after the tests' own pods, and never Ready (a
+		// readiness gate nothing sets): tests that take "the first
+		// ready pod of the namespace" (the disruption tests evict it,
+		// write it into a budget's status) or count the namespace's ready
+		// pods mean theirs, and the worker evicted would take the test's
+		// objects with it, the controllers' next creates refused, as the
+		// contract asks. ownerguard judges an owner by its uid and
+		// phase, never by its readiness.
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "zz-ownerguard-worker-", Labels: map[string]string{workerLabel: "true"}},
 		Spec: corev1.PodSpec{
 			Containers:                    []corev1.Container{{Name: "worker", Image: "registry.k8s.io/pause:3.10"}},
 			TerminationGracePeriodSeconds: &zero,
 			AutomountServiceAccountToken:  &automount,
+			ReadinessGates:                []corev1.PodReadinessGate{{ConditionType: "e2e.ownerguard.io/never"}},
 		},
 	}
 	// The namespace's default ServiceAccount may be a moment behind it.
