@@ -126,13 +126,9 @@ def is_status(name):
     return name.startswith("var/lib/dpkg/status.d/") or name == "var/lib/dpkg/status"
 
 
-def image_packages(archive):
-    """The Debian packages of the one image of an OCI archive, from its
-    layers' dpkg status files, applied in order as a container runtime
-    applies them (a whiteout removes a file, an opaque whiteout a
-    directory's earlier contents). A status file that is a link is
-    refused rather than followed."""
-    files = {}
+def image_layers(archive):
+    """Each layer of the one linux/amd64 image of an OCI archive, in
+    order, as an open tar file."""
     with tarfile.open(archive) as outer:
         index = json.load(outer.extractfile("index.json"))
         manifests = index.get("manifests", [])
@@ -148,21 +144,32 @@ def image_packages(archive):
             sys.exit(f"{archive}: an image for {config.get('os')}/{config.get('architecture')}, not linux/amd64")
         for layer in manifest["layers"]:
             with tarfile.open(fileobj=io.BytesIO(blob(layer["digest"]))) as tar:
-                for member in tar:
-                    name = posixpath.normpath(member.name.lstrip("./")).lstrip("/")
-                    directory, base = posixpath.split(name)
-                    if base == ".wh..wh..opq":
-                        for path in [p for p in files if p.startswith(directory + "/")]:
-                            del files[path]
-                        continue
-                    if base.startswith(".wh."):
-                        files.pop(posixpath.join(directory, base[4:]), None)
-                        continue
-                    if not is_status(name) or member.isdir():
-                        continue
-                    if not member.isfile():
-                        sys.exit(f"{archive}: {name} is a link, not a status file: refused")
-                    files[name] = tar.extractfile(member).read().decode("utf-8", "replace")
+                yield tar
+
+
+def image_packages(archive):
+    """The Debian packages of the image of an OCI archive, from its
+    layers' dpkg status files, applied in order as a container runtime
+    applies them (a whiteout removes a file, an opaque whiteout a
+    directory's earlier contents). A status file that is a link is
+    refused rather than followed."""
+    files = {}
+    for tar in image_layers(archive):
+        for member in tar:
+            name = posixpath.normpath(member.name.lstrip("./")).lstrip("/")
+            directory, base = posixpath.split(name)
+            if base == ".wh..wh..opq":
+                for path in [p for p in files if p.startswith(directory + "/")]:
+                    del files[path]
+                continue
+            if base.startswith(".wh."):
+                files.pop(posixpath.join(directory, base[4:]), None)
+                continue
+            if not is_status(name) or member.isdir():
+                continue
+            if not member.isfile():
+                sys.exit(f"{archive}: {name} is a link, not a status file: refused")
+            files[name] = tar.extractfile(member).read().decode("utf-8", "replace")
     packages = set()
     for text in files.values():
         packages.update(stanzas(text))
@@ -205,18 +212,10 @@ def extract_binary(archive, out):
     to `out`, so that what it says of itself can be compared with the
     checkout the SBOMs describe."""
     found = None
-    with tarfile.open(archive) as outer:
-        index = json.load(outer.extractfile("index.json"))
-
-        def blob(digest):
-            return outer.extractfile("blobs/" + digest.replace(":", "/")).read()
-
-        manifest = json.loads(blob(index["manifests"][0]["digest"]))
-        for layer in manifest["layers"]:
-            with tarfile.open(fileobj=io.BytesIO(blob(layer["digest"]))) as tar:
-                for member in tar:
-                    if member.isfile() and member.name.lstrip("./") == "usr/local/bin/ownerguard":
-                        found = tar.extractfile(member).read()
+    for tar in image_layers(archive):
+        for member in tar:
+            if member.isfile() and member.name.lstrip("./") == "usr/local/bin/ownerguard":
+                found = tar.extractfile(member).read()
     if found is None:
         sys.exit(f"{archive}: no /usr/local/bin/ownerguard")
     with open(out, "wb") as f:
