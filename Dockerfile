@@ -26,6 +26,10 @@ ARG BINARY=build
 
 FROM ${BUILD_IMAGE} AS build
 WORKDIR /src
+# The paths rustc writes into the binary (panic locations) without the
+# cargo home's place, as every release build maps them (release/lib.sh):
+# the sources here are under /src already.
+ENV RUSTFLAGS="--remap-path-prefix=${CARGO_HOME:-/usr/local/cargo}=/cargo"
 # Dependencies first, so that a source change does not rebuild them.
 COPY Cargo.toml Cargo.lock ./
 RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \

@@ -62,6 +62,12 @@ bench_cleanup() {
 # (tokio's test-util...) and not be the binary that ships.
 bench_build() {
   local args=(build --release --locked --quiet)
+  # The release build's flags (release/lib.sh): the binary measured is
+  # the one that ships, and e2e and the image share its build.
+  # shellcheck source=release/lib.sh
+  source "$REPO/release/lib.sh"
+  CARGO_ENCODED_RUSTFLAGS="$(release_rustflags "$REPO")"
+  export CARGO_ENCODED_RUSTFLAGS
   local example
   if [[ $# -gt 0 ]]; then
     for example in "$@"; do args+=(--example "$example"); done

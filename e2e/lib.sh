@@ -83,7 +83,10 @@ e2e_build() {
     log "built in $((SECONDS - start)) s"
   fi
   log "building ownerguard (cargo build --release)"
-  (cd "$REPO" && cargo build --release --locked --quiet)
+  # The flags of the release build (release/lib.sh): the image's binary
+  # and this one are one build.
+  (cd "$REPO" && source release/lib.sh \
+    && CARGO_ENCODED_RUSTFLAGS="$(release_rustflags "$REPO")" cargo build --release --locked --quiet)
   local built="${CARGO_TARGET_DIR:-$REPO/target}/release/ownerguard"
   [[ "$built" = /* ]] || built="$REPO/$built"
   # A copy: a target directory shared with other work trees may be
