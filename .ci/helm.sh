@@ -5,7 +5,7 @@
 # the chart with the same Helm; Helm 3 beside it as $HELM3). Needs Go;
 # modules come from the Go proxy. Builds are cached in $CARGO_TARGET_DIR
 # (or target/) under chart-check/. Sets HELM, HELM3, KUBE_VERSION,
-# KUBE_VERSION_OLDEST, TARGET, BIN and exports OWNERGUARD_HELM.
+# KUBE_VERSION_OLDEST, TARGET, BIN, AHLINT and exports OWNERGUARD_HELM.
 
 # The Kubernetes releases the chart is rendered for: the newest and the
 # oldest control plane the end-to-end suite pins (e2e/plane/k8s-<minor>.mod).
@@ -28,3 +28,8 @@ else
 fi
 export OWNERGUARD_HELM="$HELM"
 export OWNERGUARD_KUBE_VERSION="$KUBE_VERSION"
+
+# The chart's Artifact Hub metadata, as Artifact Hub reads it
+# (e2e/helm/ahlint); Go's build cache makes a rebuild cheap.
+AHLINT="$BIN/ahlint"
+(cd "$REPO/e2e/helm" && nice -n 19 go build -trimpath -o "$AHLINT" ./ahlint)
