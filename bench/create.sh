@@ -31,7 +31,10 @@ source "$E2E_DIR/lib.sh"
 # The ceiling first: built with the examples' (dev-dependency) features;
 # e2e_build then builds and copies the binary as it ships.
 log "building the ceiling (cargo build --release --example ceiling)"
-(cd "$REPO" && cargo build --release --locked --quiet --example ceiling)
+# With the release build's flags (release/lib.sh), as e2e_build uses:
+# other flags would make each rebuild everything the other built.
+(cd "$REPO" && source release/lib.sh && flags="$(release_rustflags "$REPO")" \
+  && CARGO_ENCODED_RUSTFLAGS="$flags" cargo build --release --locked --quiet --example ceiling)
 target="${CARGO_TARGET_DIR:-$REPO/target}"
 [[ "$target" = /* ]] || target="$REPO/$target"
 e2e_build

@@ -66,7 +66,7 @@ bench_build() {
   # the one that ships, and e2e and the image share its build.
   # shellcheck source=release/lib.sh
   source "$REPO/release/lib.sh"
-  CARGO_ENCODED_RUSTFLAGS="$(release_rustflags "$REPO")"
+  CARGO_ENCODED_RUSTFLAGS="$(release_rustflags "$REPO")" || die "release_rustflags (release/lib.sh) failed"
   export CARGO_ENCODED_RUSTFLAGS
   local example
   if [[ $# -gt 0 ]]; then

@@ -4,7 +4,8 @@
 # The flags of every build of target/release/ownerguard, given as
 # CARGO_ENCODED_RUSTFLAGS (paths with spaces survive it):
 #
-#   CARGO_ENCODED_RUSTFLAGS="$(release_rustflags "$REPO")" cargo build --release --locked
+#   flags="$(release_rustflags "$REPO")" || exit 1
+#   CARGO_ENCODED_RUSTFLAGS="$flags" cargo build --release --locked
 #
 # rustc writes the paths of the sources it compiles into the binary (the
 # locations that panic and assertion messages name): the dependencies'
@@ -14,17 +15,32 @@
 # is, and two builds of one commit are the same binary (release/reproduce
 # proves it). Every script that builds the release binary uses the same
 # flags, so that one build serves them all instead of each rebuilding
-# the others' (the flags are part of cargo's fingerprint). Flags of your
-# own in RUSTFLAGS are not added: a release is built with these alone.
+# the others' (the flags are part of cargo's fingerprint: a release build
+# with other flags in the same target directory rebuilds everything).
+# CARGO_ENCODED_RUSTFLAGS replaces RUSTFLAGS and the rustflags of any
+# .cargo/config.toml: a release is built with these flags alone.
 release_rustflags() {
-  local repo cargo_home target sep=$'\x1f'
-  # Physical paths, as cargo hands them to rustc (getcwd resolves links).
-  repo="$(realpath -m "$1")"
-  cargo_home="$(realpath -m "${CARGO_HOME:-$HOME/.cargo}")"
-  target="$(cd "$repo" && realpath -m "${CARGO_TARGET_DIR:-target}")"
-  # rustc applies the last mapping that matches: the most specific last
-  # (a target directory inside the checkout is /src/target either way).
-  printf '%s' "--remap-path-prefix=$cargo_home=/cargo$sep--remap-path-prefix=$repo=/src$sep--remap-path-prefix=$target=/src/target"
+  local repo given target from to maps=()
+  repo="$(realpath -m "${1:?release_rustflags: which checkout?}")" || return 1
+  given="${CARGO_HOME:-${HOME:?release_rustflags: neither CARGO_HOME nor HOME is set}/.cargo}"
+  # cargo takes a relative CARGO_HOME from where it runs: the checkout.
+  [[ "$given" == /* ]] || given="$repo/$given"
+  target="$(cd "$repo" && realpath -m "${CARGO_TARGET_DIR:-target}")" || return 1
+  # The cargo home as cargo gives it to rustc (as set, links kept) and
+  # resolved; the checkout as cargo sees it (getcwd resolves links).
+  maps=("$given=/cargo" "$(realpath -m "$given")=/cargo" "$repo=/src" "$target=/src/target")
+  for from in "${maps[@]}"; do
+    [[ "${from%=*}" == /?* ]] || { echo "release_rustflags: empty or relative prefix in '$from'" >&2; return 1; }
+  done
+  # rustc applies the last mapping that matches: shortest prefix first,
+  # so that the most specific one wins (a cargo home or a target
+  # directory inside the checkout).
+  local sep=$'\x1f' out=""
+  while IFS= read -r to; do
+    out+="${out:+$sep}--remap-path-prefix=$to"
+  done < <(for from in "${maps[@]}"; do printf '%d\t%s\n' "${#from}" "$from"; done \
+    | sort -n -s -k1,1 | cut -f2- | awk '!seen[$0]++')
+  printf '%s' "$out"
 }
 
 # Before release/sbom and release/publish describe or publish an image

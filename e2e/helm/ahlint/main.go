@@ -7,8 +7,9 @@
 // Stricter than Artifact Hub in three ways, because each is a mistake
 // Artifact Hub would publish silently: an `artifacthub.io/` key it does
 // not know (a typo) fails; every change must have a kind; and with
-// -changelog, the changes must be the bold titles of the first section
-// of CHANGELOG.md (what the chart's users read), in order.
+// -changelog, the changes must be the bold titles of CHANGELOG.md's
+// section for the chart's version (or, before that section is named,
+// of "Unreleased"), in order.
 // With -images, the images annotation must name exactly those
 // references, so that what a release lists is what it pushed.
 //
@@ -29,7 +30,7 @@ import (
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
-	"github.com/distribution/reference"
+	"github.com/google/go-containerregistry/pkg/name"
 	"go.yaml.in/yaml/v3"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 )
@@ -110,13 +111,13 @@ func lint(path, changelog, wantImages string) ([]string, error) {
 	}
 	annotations := md.Annotations
 	for key := range annotations {
-		name, ok := strings.CutPrefix(key, "artifacthub.io/")
-		if ok && !slices.Contains(known, name) {
+		short, ok := strings.CutPrefix(key, "artifacthub.io/")
+		if ok && !slices.Contains(known, short) {
 			fail("%s: not an annotation Artifact Hub reads (one of %s)", key, strings.Join(known, ", "))
 		}
 	}
-	get := func(name string) (string, bool) {
-		v, ok := annotations["artifacthub.io/"+name]
+	get := func(key string) (string, bool) {
+		v, ok := annotations["artifacthub.io/"+key]
 		return v, ok
 	}
 
@@ -140,7 +141,7 @@ func lint(path, changelog, wantImages string) ([]string, error) {
 		}
 	}
 	if changelog != "" {
-		heading, titles, err := changelogTitles(changelog)
+		heading, titles, err := changelogTitles(changelog, md.Version)
 		if err != nil {
 			return nil, err
 		}
@@ -148,8 +149,15 @@ func lint(path, changelog, wantImages string) ([]string, error) {
 		for _, c := range changes {
 			described = append(described, strings.TrimSpace(c.Description))
 		}
-		if !slices.Equal(described, titles) {
-			fail("artifacthub.io/changes describe %q; the first section of %s (%s) has the titles %q, in that order", described, changelog, heading, titles)
+		switch {
+		case len(titles) > 0 && !slices.Equal(described, titles):
+			fail("artifacthub.io/changes describe %q; the section of %s for %s (## %s) has the titles %q, in that order", described, changelog, md.Version, heading, titles)
+		case len(titles) == 0 && len(changes) == 0:
+			fail("artifacthub.io/changes: none, for version %s (## %s in %s)", md.Version, heading, changelog)
+		case len(titles) == 0:
+			// A section written as prose (the first release's): nothing
+			// to compare one by one.
+			fmt.Printf("ahlint: ## %s in %s has no bold titles: %d changes not compared\n", heading, changelog, len(changes))
 		}
 	}
 
@@ -162,7 +170,8 @@ func lint(path, changelog, wantImages string) ([]string, error) {
 			if im.Name == "" {
 				fail("artifacthub.io/images[%d]: no name", i)
 			}
-			if _, err := reference.ParseNormalizedNamed(im.Image); err != nil {
+			// Artifact Hub parses references with go-containerregistry.
+			if _, err := name.ParseReference(im.Image); err != nil {
 				fail("artifacthub.io/images[%d]: image %q: %v", i, im.Image, err)
 			}
 		}
@@ -177,21 +186,40 @@ func lint(path, changelog, wantImages string) ([]string, error) {
 		}
 	}
 
-	for _, name := range []string{"crds", "crdsExamples", "recommendations", "screenshots"} {
-		if v, ok := get(name); ok {
+	for _, key := range []string{"crds", "crdsExamples"} {
+		if v, ok := get(key); ok {
 			var list []any
 			if err := yaml.Unmarshal([]byte(v), &list); err != nil {
-				fail("artifacthub.io/%s: %v (a list)", name, err)
+				fail("artifacthub.io/%s: %v (a list)", key, err)
 			}
 		}
 	}
-	for _, name := range []string{"links", "maintainers"} {
-		if v, ok := get(name); ok {
+	// The shapes Artifact Hub decodes these into: a string where it wants
+	// a map fails its decoding, and the whole version with it.
+	if v, ok := get("recommendations"); ok {
+		var list []struct {
+			URL string `yaml:"url"`
+		}
+		if err := yaml.Unmarshal([]byte(v), &list); err != nil {
+			fail("artifacthub.io/recommendations: %v (a list of url)", err)
+		}
+	}
+	if v, ok := get("screenshots"); ok {
+		var list []struct {
+			Title string `yaml:"title"`
+			URL   string `yaml:"url"`
+		}
+		if err := yaml.Unmarshal([]byte(v), &list); err != nil {
+			fail("artifacthub.io/screenshots: %v (a list of title and url)", err)
+		}
+	}
+	for _, key := range []string{"links", "maintainers"} {
+		if v, ok := get(key); ok {
 			var list []map[string]string
 			if err := yaml.Unmarshal([]byte(v), &list); err != nil {
-				fail("artifacthub.io/%s: %v (a list of maps)", name, err)
+				fail("artifacthub.io/%s: %v (a list of maps)", key, err)
 			}
-			if name == "links" {
+			if key == "links" {
 				for i, l := range list {
 					if l["name"] == "" || l["url"] == "" {
 						fail("artifacthub.io/links[%d]: a link needs a name and a url", i)
@@ -200,10 +228,10 @@ func lint(path, changelog, wantImages string) ([]string, error) {
 			}
 		}
 	}
-	for _, name := range []string{"operator", "prerelease", "containsSecurityUpdates"} {
-		if v, ok := get(name); ok {
+	for _, key := range []string{"operator", "prerelease", "containsSecurityUpdates"} {
+		if v, ok := get(key); ok {
 			if _, err := strconv.ParseBool(v); err != nil {
-				fail("artifacthub.io/%s: %q is not a boolean", name, v)
+				fail("artifacthub.io/%s: %q is not a boolean", key, v)
 			}
 		}
 	}
@@ -232,31 +260,38 @@ func lint(path, changelog, wantImages string) ([]string, error) {
 
 var boldTitle = regexp.MustCompile(`^- \*\*(.+?)\*\*`)
 
-// changelogTitles returns the bold titles of the bullets of CHANGELOG's
-// first section: the changes since the last release ("## Unreleased"),
-// which a release names after its version.
-func changelogTitles(path string) (string, []string, error) {
+// changelogTitles returns the heading of CHANGELOG's section for version
+// ("## <version>", a date may follow) or, when it has none yet, of the
+// changes not yet released ("## Unreleased"), and the bold titles of that
+// section's bullets, in order.
+func changelogTitles(path, version string) (string, []string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", nil, err
 	}
-	var heading string
-	var titles []string
+	sections := map[string][]string{}
+	headings := map[string]string{}
+	var current string
 	for line := range strings.Lines(string(data)) {
 		line = strings.TrimRight(line, "\n")
 		if h, ok := strings.CutPrefix(line, "## "); ok {
-			if heading != "" {
-				break
+			fields := strings.Fields(h)
+			current = ""
+			if len(fields) > 0 {
+				current = fields[0]
+				headings[current] = h
+				sections[current] = sections[current][:0:0]
 			}
-			heading = h
 			continue
 		}
-		if m := boldTitle.FindStringSubmatch(line); heading != "" && m != nil {
-			titles = append(titles, strings.TrimSpace(m[1]))
+		if m := boldTitle.FindStringSubmatch(line); current != "" && m != nil {
+			sections[current] = append(sections[current], strings.TrimSpace(m[1]))
 		}
 	}
-	if heading == "" {
-		return "", nil, errors.New(path + ": no section (## ...)")
+	for _, key := range []string{version, "Unreleased"} {
+		if h, ok := headings[key]; ok {
+			return h, sections[key], nil
+		}
 	}
-	return heading, titles, nil
+	return "", nil, errors.New(path + ": no section '## " + version + "' nor '## Unreleased'")
 }
