@@ -179,6 +179,8 @@ func compare(args []string) int {
 					}
 				}
 				switch refused := refusedIn(guarded, name); {
+				case counted && strings.HasPrefix(guarded.Failures[name], "no report"):
+					fail("explained by its failure, but its run left no report (it crashed): %s: %s", name, firstLine(guarded.Failures[name]))
 				case refused < 0:
 					fail("explained, but its run's namespaces are unknown (no e2e-run id in its log): %s", name)
 				case refused > 0:
@@ -187,6 +189,10 @@ func compare(args []string) int {
 					fail("explained by its failure %q, but it failed otherwise: %s: %s", failure, name, firstLine(guarded.Failures[name]))
 				case !counted && (gone == nil || gone.Tests[name] != "passed"):
 					fail("explained, but does not pass once its worker is gone (the worker-gone run): %s", name)
+				case !counted && slices.Contains(gone.Retried, name):
+					// A pass on a second try proves less than the
+					// worker's end: it may be chance.
+					fail("explained, but passes once its worker is gone only when tried again: %s", name)
 				case !counted && refusedIn(gone, name) != 0:
 					fail("explained, but ownerguard refused writes in its namespaces in the worker-gone run: %s", name)
 				default:

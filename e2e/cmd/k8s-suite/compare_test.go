@@ -115,6 +115,14 @@ func TestVerdictFails(t *testing.T) {
 		"explained by a failure that matches a crash": func(_, g, _ *Result) string {
 			return outlives + " || the pods are the worker's too\n" + counts + " || why || failure: .*\n"
 		},
+		"explained by its failure, but its run crashed": func(_, g, _ *Result) string {
+			g.Failures[counts] = "no report: see tests/3.log\n[FAILED] expected 2 pods, got 3 pods"
+			return explainedText
+		},
+		"explained, but passes once the worker is gone only when tried again": func(_, _, gone *Result) string {
+			gone.Retried = []string{outlives}
+			return explainedText
+		},
 		"explained, but does not pass once the worker is gone": func(_, _, gone *Result) string {
 			gone.Tests[outlives] = "failed"
 			return explainedText
