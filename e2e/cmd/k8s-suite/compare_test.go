@@ -267,6 +267,7 @@ func TestReadRefusals(t *testing.T) {
 		event(500, `failed to evaluate matchCondition "labelled"`, nil),
 		event(200, "", map[string]string{"failed-open.validating.webhook.admission.k8s.io/round_0_index_0": "validate.ownerguard.io"}),
 		event(422, `PersistentVolumeClaim "data-0" is invalid`, mutated),
+		event(403, `persistentvolumeclaims "data-0" is forbidden: cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on`, mutated),
 		// ownerguard's patch that does not apply: a bare 500, not mutated.
 		event(500, `Internal error occurred: add operation does not apply: doc is missing path`, untouched),
 		event(500, `Internal error occurred: json: cannot unmarshal string into Go struct field`,
@@ -275,6 +276,7 @@ func TestReadRefusals(t *testing.T) {
 		event(500, `Internal error occurred: etcdserver: request timed out`, nil),
 		event(422, `PersistentVolumeClaim "data-0" is invalid`, untouched),
 		event(409, `Operation cannot be fulfilled: the object has been modified`, mutated),
+		event(403, `persistentvolumeclaims "data-1" is forbidden: exceeded quota: q, requested: persistentvolumeclaims=1`, mutated),
 		event(403, `admission webhook "other.example.com" denied the request: no`, nil),
 		`{"stage":"RequestReceived","verb":"update","responseStatus":{"code":403,"message":"ownerguard.io"}}`,
 	}
@@ -291,9 +293,9 @@ func TestReadRefusals(t *testing.T) {
 		messages = append(messages, r.Message)
 	}
 	got := strings.Join(messages, "\n")
-	if len(refused) != 7 || !strings.Contains(got, "invalid once ownerguard patched it") || !strings.Contains(got, "failed open") ||
+	if len(refused) != 8 || strings.Count(got, "refused once ownerguard patched it") != 2 || !strings.Contains(got, "failed open") ||
 		!strings.Contains(got, labellerWebhook) || !strings.Contains(got, "matchCondition") ||
 		strings.Count(got, "failed once ownerguard answered") != 2 {
-		t.Fatalf("%d refusals, want ownerguard's, the labeller's, the match condition's, the failed-open call, the invalid patch and the two patches that did not apply:\n%s", len(refused), got)
+		t.Fatalf("%d refusals, want ownerguard's, the labeller's, the match condition's, the failed-open call, the invalid patch, the patched reference refused and the two patches that did not apply:\n%s", len(refused), got)
 	}
 }

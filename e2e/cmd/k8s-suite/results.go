@@ -281,7 +281,11 @@ func readRefusalsOf(path string) ([]Refusal, error) {
 			// A match condition that fails to evaluate refuses under
 			// failurePolicy Fail before any call, naming no webhook.
 			strings.Contains(message, "matchCondition") || strings.Contains(message, "cost budget"))
-		invalid := code == 422 && mutated != ""
+		// Refused after ownerguard's patch, for what the patch made of
+		// the write: invalid (422), or a reference its writer may not set
+		// (403 from the owner-reference permission check). A quota's 403
+		// and the like come whatever the patch did.
+		invalid := mutated != "" && (code == 422 || code == 403 && strings.Contains(message, "ownerReference"))
 		// A write that failed in the API server once ownerguard had
 		// answered: its patch did not apply, or the patched object did
 		// not decode. The API server answers a bare 500 that names no
@@ -296,7 +300,7 @@ func readRefusalsOf(path string) ([]Refusal, error) {
 			message = "failed open: " + failedOpen + "; " + message
 		}
 		if invalid && !refused {
-			message = "invalid once ownerguard patched it: " + mutated + "; " + message
+			message = "refused once ownerguard patched it: " + mutated + "; " + message
 		}
 		if broken && !refused && !invalid {
 			message = "failed once ownerguard answered: " + touched + "; " + message
