@@ -189,6 +189,10 @@ func compare(args []string) int {
 					fail("explained by its failure %q, but it failed otherwise: %s: %s", failure, name, firstLine(guarded.Failures[name]))
 				case !counted && (gone == nil || gone.Tests[name] != "passed"):
 					fail("explained, but does not pass once its worker is gone (the worker-gone run): %s", name)
+				case !counted && endedIn(gone, name) == "":
+					fail("explained, but no deletion of the test's ended its worker in the worker-gone run (its pass proves nothing of the worker's end): %s", name)
+				case !counted && strings.Contains(endedIn(gone, name), " not ended: "):
+					fail("explained, but its worker's deletion failed in the worker-gone run (%s): %s", endedIn(gone, name), name)
 				case !counted && slices.Contains(gone.Retried, name):
 					// A pass on a second try proves less than the
 					// worker's end: it may be chance.
@@ -197,7 +201,11 @@ func compare(args []string) int {
 					fail("explained, but ownerguard refused writes in its namespaces in the worker-gone run: %s", name)
 				default:
 					explainedFailures++
-					fmt.Printf("explained: %s: %s\n", name, reason)
+					if counted {
+						fmt.Printf("explained: %s: %s\n", name, reason)
+					} else {
+						fmt.Printf("explained: %s: %s (worker-gone: %s)\n", name, reason, endedIn(gone, name))
+					}
 				}
 				continue
 			}
@@ -382,4 +390,23 @@ func (r *Result) retriedNames() []string {
 		return nil
 	}
 	return r.Retried
+}
+
+// endedIn is what ended the workers of a test's namespaces in run r
+// ("deleted KIND NAME: worker POD ended", joined), or "" when no deletion
+// of the test's ended one.
+func endedIn(r *Result, test string) string {
+	if r == nil {
+		return ""
+	}
+	var out []string
+	for _, id := range r.RunIDs[test] {
+		for namespace, run := range r.Namespaces {
+			if run == id && id != "" {
+				out = append(out, r.WorkersEnded[namespace]...)
+			}
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
 }

@@ -42,6 +42,8 @@ func held() (baseline, guarded, gone *Result) {
 		Tests:      map[string]string{outlives: "passed"},
 		RunIDs:     map[string][]string{outlives: {"run-9"}},
 		Namespaces: map[string]string{"job-9": "run-9"},
+		WorkersEnded: map[string][]string{"job-9": {
+			"deleted ReplicationController condition-test: worker zz-ownerguard-worker-abcde ended"}},
 	}
 	return baseline, guarded, gone
 }
@@ -117,6 +119,14 @@ func TestVerdictFails(t *testing.T) {
 		},
 		"explained by its failure, but its run crashed": func(_, g, _ *Result) string {
 			g.Failures[counts] = "no report: see tests/3.log\n[FAILED] expected 2 pods, got 3 pods"
+			return explainedText
+		},
+		"explained, but no deletion of the test's ended its worker": func(_, _, gone *Result) string {
+			gone.WorkersEnded = map[string][]string{"job-8": {"deleted Pod p: worker w ended"}}
+			return explainedText
+		},
+		"explained, but its worker's deletion failed": func(_, _, gone *Result) string {
+			gone.WorkersEnded["job-9"] = []string{"deleted ReplicationController rc: worker w not ended: the server was unable to return a response"}
 			return explainedText
 		},
 		"explained, but passes once the worker is gone only when tried again": func(_, _, gone *Result) string {

@@ -56,6 +56,11 @@ type workerLabeller struct {
 	counts  map[string]int // labelled requests, by "OPERATION resource"
 	// One namespace's first creates wait for its worker; others do not.
 	starting map[string]*sync.Mutex
+	// The workers a test's deletion ended, by namespace: what was
+	// deleted, and whether the worker's own deletion was accepted (the
+	// worker-gone run's evidence that a pass followed the worker's end).
+	ended map[string][]string
+	wg    sync.WaitGroup
 }
 
 // labellerWebhook is the labeller's webhook (its configuration's name
@@ -63,7 +68,8 @@ type workerLabeller struct {
 const labellerWebhook = "worker-labeller.e2e.k8s-suite.test"
 
 func startWorkerLabeller(ctx context.Context, c kubernetes.Interface, suiteUser string, workerGone bool) (*workerLabeller, error) {
-	l := &workerLabeller{client: c, worker: map[string]*corev1.Pod{}, counts: map[string]int{}, workerGone: workerGone, starting: map[string]*sync.Mutex{}}
+	l := &workerLabeller{client: c, worker: map[string]*corev1.Pod{}, counts: map[string]int{}, workerGone: workerGone,
+		starting: map[string]*sync.Mutex{}, ended: map[string][]string{}}
 	operations := []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}
 	if workerGone {
 		operations = append(operations, "DELETE")
@@ -120,6 +126,20 @@ func (l *workerLabeller) workers() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.started
+}
+
+// endings is what endWorkerOf did, once every worker's deletion it
+// started has been answered: by namespace, "deleted KIND NAME: worker
+// POD ended" or "... not ended: ERROR".
+func (l *workerLabeller) endings() map[string][]string {
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string][]string{}
+	for k, v := range l.ended {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
 }
 
 func (l *workerLabeller) labelled() map[string]int {
@@ -365,11 +385,24 @@ func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
 		return
 	}
 	delete(l.worker, req.Namespace)
+	deleted := "deleted " + req.Kind.Kind + " " + req.Name
+	l.wg.Add(1)
 	go func() {
+		defer l.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		time.Sleep(100 * time.Millisecond)
-		_ = l.client.CoreV1().Pods(worker.Namespace).Delete(ctx, worker.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &worker.UID}})
+		err := l.client.CoreV1().Pods(worker.Namespace).Delete(ctx, worker.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &worker.UID}})
+		ending := deleted + ": worker " + worker.Name + " ended"
+		if err != nil && !apierrors.IsNotFound(err) {
+			ending = deleted + ": worker " + worker.Name + " not ended: " + err.Error()
+		}
+		l.mu.Lock()
+		if l.ended == nil {
+			l.ended = map[string][]string{}
+		}
+		l.ended[worker.Namespace] = append(l.ended[worker.Namespace], ending)
+		l.mu.Unlock()
 	}()
 }
 

@@ -191,6 +191,7 @@ func run(ctx context.Context, o options) error {
 		}
 		result.Workers = labeller.workers()
 		result.Labelled = labeller.labelled()
+		result.WorkersEnded = labeller.endings()
 	}
 	// The audit log is complete once the API server has stopped.
 	cluster.Down()

@@ -38,6 +38,10 @@ type Result struct {
 	// Tests the focus selected and the skip rules left out.
 	LeftOut  []string       `json:"leftOut,omitempty"`
 	Labelled map[string]int `json:"labelled,omitempty"`
+	// The worker-gone run's: the workers a test's deletion ended, by
+	// namespace (what was deleted, and whether the worker's deletion was
+	// accepted).
+	WorkersEnded map[string][]string `json:"workersEnded,omitempty"`
 	// From the API server's audit log: every write refused by an
 	// ownerguard webhook or failed calling one, whoever made it.
 	Refused []Refusal `json:"refused"`
