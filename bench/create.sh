@@ -33,8 +33,7 @@ source "$E2E_DIR/lib.sh"
 log "building the ceiling (cargo build --release --example ceiling)"
 # With the release build's flags (release/lib.sh), as e2e_build uses:
 # other flags would make each rebuild everything the other built.
-(cd "$REPO" && source release/lib.sh && flags="$(release_rustflags "$REPO")" \
-  && CARGO_ENCODED_RUSTFLAGS="$flags" cargo build --release --locked --quiet --example ceiling)
+(source "$REPO/release/lib.sh" && release_build "$REPO" --quiet --example ceiling)
 target="${CARGO_TARGET_DIR:-$REPO/target}"
 [[ "$target" = /* ]] || target="$REPO/$target"
 e2e_build

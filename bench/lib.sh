@@ -61,21 +61,18 @@ bench_cleanup() {
 # built together, the binary would get the dev-dependencies' features
 # (tokio's test-util...) and not be the binary that ships.
 bench_build() {
-  local args=(build --release --locked --quiet)
-  # The release build's flags (release/lib.sh): the binary measured is
-  # the one that ships, and e2e and the image share its build.
+  # With the release build's flags (release/lib.sh): the binary measured
+  # is the one that ships, and e2e and the image share its build.
   # shellcheck source=release/lib.sh
   source "$REPO/release/lib.sh"
-  CARGO_ENCODED_RUSTFLAGS="$(release_rustflags "$REPO")" || die "release_rustflags (release/lib.sh) failed"
-  export CARGO_ENCODED_RUSTFLAGS
-  local example
+  local args=(--quiet) example
   if [[ $# -gt 0 ]]; then
     for example in "$@"; do args+=(--example "$example"); done
-    blog "cargo ${args[*]}"
-    (cd "$REPO" && cargo "${args[@]}") || die "build failed"
+    blog "cargo build --release --locked ${args[*]}"
+    release_build "$REPO" "${args[@]}" || die "build failed"
   fi
   blog "cargo build --release --locked --bin ownerguard"
-  (cd "$REPO" && cargo build --release --locked --quiet --bin ownerguard) || die "build failed"
+  release_build "$REPO" --quiet --bin ownerguard || die "build failed"
 }
 
 # The inventory of N pods of SHAPE (real, names) in FORMAT (json, yaml),

@@ -85,8 +85,7 @@ e2e_build() {
   log "building ownerguard (cargo build --release)"
   # The flags of the release build (release/lib.sh): the image's binary
   # and this one are one build.
-  (cd "$REPO" && source release/lib.sh && flags="$(release_rustflags "$REPO")" \
-    && CARGO_ENCODED_RUSTFLAGS="$flags" cargo build --release --locked --quiet)
+  (source "$REPO/release/lib.sh" && release_build "$REPO" --quiet)
   local built="${CARGO_TARGET_DIR:-$REPO/target}/release/ownerguard"
   [[ "$built" = /* ]] || built="$REPO/$built"
   # A copy: a target directory shared with other work trees may be

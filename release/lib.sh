@@ -2,10 +2,8 @@
 # .ci/image, e2e/lib.sh, bench/lib.sh, release/*.
 
 # The flags of every build of target/release/ownerguard, given as
-# CARGO_ENCODED_RUSTFLAGS (paths with spaces survive it):
-#
-#   flags="$(release_rustflags "$REPO")" || exit 1
-#   CARGO_ENCODED_RUSTFLAGS="$flags" cargo build --release --locked
+# CARGO_ENCODED_RUSTFLAGS (paths with spaces survive it); release_build
+# below builds with them.
 #
 # rustc writes the paths of the sources it compiles into the binary (the
 # locations that panic and assertion messages name): the dependencies'
@@ -41,6 +39,16 @@ release_rustflags() {
   done < <(for from in "${maps[@]}"; do printf '%d\t%s\n' "${#from}" "$from"; done \
     | sort -n -s -k1,1 | cut -f2- | awk '!seen[$0]++')
   printf '%s' "$out"
+}
+
+# release_build CHECKOUT [CARGO ARGS...]: `cargo build --release --locked`
+# in CHECKOUT with the flags above: the one way every script builds the
+# release binary.
+release_build() {
+  local repo="$1" flags
+  shift
+  flags="$(release_rustflags "$repo")" || return 1
+  (cd "$repo" && CARGO_ENCODED_RUSTFLAGS="$flags" cargo build --release --locked "$@")
 }
 
 # Before release/sbom and release/publish describe or publish an image
