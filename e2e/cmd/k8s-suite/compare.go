@@ -100,14 +100,8 @@ func compare(args []string) int {
 	fmt.Printf("%d tests left out of the guarded runs: they fail without ownerguard (e2e/k8s-suite.d/baseline-failures)\n", len(listed))
 	// Refusals in the namespaces of one test's run (its e2e-run id).
 	refusedIn := func(r *Result, name string) int {
-		ids := map[string]bool{}
-		for _, id := range r.RunIDs[name] { // every try
-			if id == "" {
-				return -1
-			}
-			ids[id] = true
-		}
-		if len(ids) == 0 {
+		ids := r.runsOf(name)
+		if ids == nil {
 			return -1
 		}
 		n := 0
@@ -178,6 +172,7 @@ func compare(args []string) int {
 						continue
 					}
 				}
+				ended := endedIn(gone, name)
 				switch refused := refusedIn(guarded, name); {
 				case counted && strings.HasPrefix(guarded.Failures[name], "no report"):
 					fail("explained by its failure, but its run left no report (it crashed): %s: %s", name, firstLine(guarded.Failures[name]))
@@ -189,10 +184,10 @@ func compare(args []string) int {
 					fail("explained by its failure %q, but it failed otherwise: %s: %s", failure, name, firstLine(guarded.Failures[name]))
 				case !counted && (gone == nil || gone.Tests[name] != "passed"):
 					fail("explained, but does not pass once its worker is gone (the worker-gone run): %s", name)
-				case !counted && endedIn(gone, name) == "":
+				case !counted && ended == "":
 					fail("explained, but no deletion of the test's ended its worker in the worker-gone run (its pass proves nothing of the worker's end): %s", name)
-				case !counted && strings.Contains(endedIn(gone, name), " not ended: "):
-					fail("explained, but its worker's deletion failed in the worker-gone run (%s): %s", endedIn(gone, name), name)
+				case !counted && strings.Contains(ended, " not ended: "):
+					fail("explained, but its worker's deletion failed in the worker-gone run (%s): %s", ended, name)
 				case !counted && slices.Contains(gone.Retried, name):
 					// A pass on a second try proves less than the
 					// worker's end: it may be chance.
@@ -204,7 +199,7 @@ func compare(args []string) int {
 					if counted {
 						fmt.Printf("explained: %s: %s\n", name, reason)
 					} else {
-						fmt.Printf("explained: %s: %s (worker-gone: %s)\n", name, reason, endedIn(gone, name))
+						fmt.Printf("explained: %s: %s (worker-gone: %s)\n", name, reason, ended)
 					}
 				}
 				continue
@@ -399,14 +394,29 @@ func endedIn(r *Result, test string) string {
 	if r == nil {
 		return ""
 	}
+	ids := r.runsOf(test)
 	var out []string
-	for _, id := range r.RunIDs[test] {
-		for namespace, run := range r.Namespaces {
-			if run == id && id != "" {
-				out = append(out, r.WorkersEnded[namespace]...)
-			}
+	for namespace, endings := range r.WorkersEnded {
+		if ids[r.Namespaces[namespace]] {
+			out = append(out, endings...)
 		}
 	}
 	slices.Sort(out)
 	return strings.Join(out, "; ")
+}
+
+// runsOf is the e2e-run ids of a test's tries in r, which name its
+// namespaces (Namespaces), or nil when one of them is unknown.
+func (r *Result) runsOf(test string) map[string]bool {
+	ids := map[string]bool{}
+	for _, id := range r.RunIDs[test] { // every try
+		if id == "" {
+			return nil
+		}
+		ids[id] = true
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return ids
 }

@@ -68,8 +68,7 @@ type workerLabeller struct {
 const labellerWebhook = "worker-labeller.e2e.k8s-suite.test"
 
 func startWorkerLabeller(ctx context.Context, c kubernetes.Interface, suiteUser string, workerGone bool) (*workerLabeller, error) {
-	l := &workerLabeller{client: c, worker: map[string]*corev1.Pod{}, counts: map[string]int{}, workerGone: workerGone,
-		starting: map[string]*sync.Mutex{}, ended: map[string][]string{}}
+	l := &workerLabeller{client: c, worker: map[string]*corev1.Pod{}, counts: map[string]int{}, workerGone: workerGone, starting: map[string]*sync.Mutex{}}
 	operations := []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}
 	if workerGone {
 		operations = append(operations, "DELETE")
