@@ -239,6 +239,19 @@ func compare(args []string) int {
 				fail("%s: ownerguard's decision log: %s %s %s/%s by %s: %s", r.Run, d.Operation, d.Kind, d.Namespace, d.Name, d.User, d.Detail)
 			}
 		}
+		// A refusal of a test's write counts against that test's
+		// explanation, by its namespace's run: one in a namespace that no
+		// run made is nobody's, so no explanation could see it.
+		for _, refusal := range r.Refused {
+			if !kubernetesComponent(refusal.User) && r.Namespaces[refusal.Namespace] == "" {
+				fail("%s: ownerguard refused a write in a namespace no test's run made (whose, unknown): %s %s %s/%s by %s (%d): %s", r.Run, refusal.Verb, refusal.Resource, refusal.Namespace, refusal.Name, refusal.User, refusal.Code, refusal.Message)
+			}
+		}
+		for _, d := range r.Denied {
+			if !kubernetesComponent(d.User) && r.Namespaces[d.Namespace] == "" {
+				fail("%s: ownerguard's decision log, in a namespace no test's run made (whose, unknown): %s %s %s/%s by %s: %s", r.Run, d.Operation, d.Kind, d.Namespace, d.Name, d.User, d.Detail)
+			}
+		}
 		// A namespace still there: a failure, unless the test that made
 		// it failed for an explained cause, so that its own cleanup (a
 		// finalizer it puts on its objects and takes off at its end)

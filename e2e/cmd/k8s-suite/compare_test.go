@@ -193,6 +193,14 @@ func TestVerdictFails(t *testing.T) {
 			g.Refused = append(g.Refused, Refusal{User: "system:serviceaccount:kube-system:job-controller", Verb: "create", Namespace: "job-4", Code: 403})
 			return explainedText
 		},
+		"a test's write refused in a namespace no run made": func(_, g, _ *Result) string {
+			g.Refused = append(g.Refused, Refusal{User: SuiteUser, Verb: "create", Namespace: "job-unknown", Code: 403})
+			return explainedText
+		},
+		"a test's write denied in a namespace no run made, worker-gone": func(_, _, gone *Result) string {
+			gone.Denied = append(gone.Denied, Denial{User: SuiteUser, Operation: "CREATE", Namespace: "job-unknown", Kind: "Pod"})
+			return explainedText
+		},
 		"a test's namespace left behind": func(_, g, _ *Result) string {
 			g.LeftNamespaces = []string{"job-1 (Terminating)"}
 			return explainedText
@@ -289,14 +297,23 @@ func TestReadRefusals(t *testing.T) {
 		event(403, `persistentvolumeclaims "data-1" is forbidden: exceeded quota: q, requested: persistentvolumeclaims=1`, mutated),
 		event(403, `admission webhook "other.example.com" denied the request: no`, nil),
 		`{"stage":"RequestReceived","verb":"update","responseStatus":{"code":403,"message":"ownerguard.io"}}`,
+		// Namespaces made: a test's (generated name), another's, and
+		// one of nobody's run.
+		`{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"namespaces"},"responseStatus":{"code":201},"responseObject":{"kind":"Namespace","metadata":{"name":"job-7x2","generateName":"job-","labels":{"e2e-run":"run-7"}}}}`,
+		`{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"namespaces","name":"gc-1"},"responseStatus":{"code":201},"responseObject":{"kind":"Namespace","metadata":{"name":"gc-1","labels":{"e2e-run":"run-8"}}}}`,
+		`{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"namespaces","name":"plain"},"responseStatus":{"code":201},"responseObject":{"kind":"Namespace","metadata":{"name":"plain"}}}`,
+		`{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"namespaces","name":"gone"},"responseStatus":{"code":409},"responseObject":{"kind":"Status","metadata":{}}}`,
 	}
 	path := filepath.Join(t.TempDir(), "audit.log")
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	refused, err := readRefusals([]string{path})
+	refused, namespaces, err := readRefusals([]string{path})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(namespaces) != 2 || namespaces["job-7x2"] != "run-7" || namespaces["gc-1"] != "run-8" {
+		t.Fatalf("namespaces' runs from the audit log: %v", namespaces)
 	}
 	var messages []string
 	for _, r := range refused {

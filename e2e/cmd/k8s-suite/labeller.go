@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +17,11 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 
 	"ownerguard.io/e2e/harness"
 )
@@ -44,7 +48,11 @@ const (
 // namespace) is replaced for the creates after it.
 type workerLabeller struct {
 	client kubernetes.Interface
-	server *http.Server
+	// What a deleted object has become (gone or being deleted), waited
+	// for at most effectWait.
+	meta       metadata.Interface
+	effectWait time.Duration
+	server     *http.Server
 	// workerGone: a test's deletion of an object its namespace's worker
 	// owns deletes that worker too, as a worker that ends with its step
 	// (the worker-gone run, for the explained failures).
@@ -67,8 +75,8 @@ type workerLabeller struct {
 // sorts before ownerguard's, so it is called first).
 const labellerWebhook = "worker-labeller.e2e.k8s-suite.test"
 
-func startWorkerLabeller(ctx context.Context, c kubernetes.Interface, suiteUser string, workerGone bool) (*workerLabeller, error) {
-	l := &workerLabeller{client: c, worker: map[string]*corev1.Pod{}, counts: map[string]int{}, workerGone: workerGone, starting: map[string]*sync.Mutex{}}
+func startWorkerLabeller(ctx context.Context, c kubernetes.Interface, meta metadata.Interface, suiteUser string, workerGone bool) (*workerLabeller, error) {
+	l := &workerLabeller{client: c, meta: meta, effectWait: 20 * time.Second, worker: map[string]*corev1.Pod{}, counts: map[string]int{}, workerGone: workerGone, starting: map[string]*sync.Mutex{}}
 	operations := []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}
 	if workerGone {
 		operations = append(operations, "DELETE")
@@ -343,21 +351,18 @@ func labelOps(object map[string]any, path []string, owner map[string]string) []o
 	return ops
 }
 
-// endWorkerOf deletes the worker that owns the object a test deletes
-// (its owner label names the namespace's current worker), after the
-// answer: the objects it owns alone are then collected with it. Not for
-// an object a workload controller of the test's controls (a daemon pod, a
-// Deployment's ReplicaSet): a test that deletes one waits for its
-// controller to make another, which the worker's end would take away
-// with the controller. (A pod whose controller is another pod, as in the
-// collector's dependency-circle test, is nobody's to make again.)
-// The controllers that make an object again when it is deleted: an
-// object one of them controls is not what a test means to end.
-var recreates = map[string]bool{
-	"DaemonSet": true, "ReplicaSet": true, "ReplicationController": true,
-	"StatefulSet": true, "Job": true, "CronJob": true, "Deployment": true,
-}
-
+// endWorkerOf ends the worker that owns the object a test deletes (its
+// owner label names the namespace's current worker), once the deletion
+// has taken effect (the object gone or being deleted: an admitted
+// deletion may still fail, on a precondition or a conflict): the objects
+// it owns alone are then collected with it. Creates after the deletion's
+// admission already get a worker of their own. Not for an object that
+// its controller makes again (a daemon pod, a Deployment's ReplicaSet):
+// a test that deletes one waits for another, which the worker's end
+// would take away with the controller. (A pod whose controller is
+// another pod, as in the collector's dependency-circle test, is
+// nobody's to make again.) An eviction (a create of pods/eviction) ends
+// no worker: it is the cluster's disruption, not the end of a step.
 func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
 	// A dry run deletes nothing: the API server calls the hook for it too.
 	if req.DryRun != nil && *req.DryRun {
@@ -365,6 +370,7 @@ func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
 	}
 	var old struct {
 		Metadata struct {
+			UID             types.UID               `json:"uid"`
 			Labels          map[string]string       `json:"labels"`
 			OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
 		} `json:"metadata"`
@@ -373,7 +379,7 @@ func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
 		return
 	}
 	for _, ref := range old.Metadata.OwnerReferences {
-		if ref.Controller != nil && *ref.Controller && recreates[ref.Kind] {
+		if ref.Controller != nil && *ref.Controller && makesAgain(ref, req.Kind) {
 			return
 		}
 	}
@@ -385,16 +391,21 @@ func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
 	}
 	delete(l.worker, req.Namespace)
 	deleted := "deleted " + req.Kind.Kind + " " + req.Name
+	resource := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		time.Sleep(100 * time.Millisecond)
-		err := l.client.CoreV1().Pods(worker.Namespace).Delete(ctx, worker.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &worker.UID}})
-		ending := deleted + ": worker " + worker.Name + " ended"
-		if err != nil && !apierrors.IsNotFound(err) {
-			ending = deleted + ": worker " + worker.Name + " not ended: " + err.Error()
+		var ending string
+		if err := l.deletionTookEffect(ctx, resource, req.Namespace, req.Name, old.Metadata.UID); err != nil {
+			ending = deleted + ": worker " + worker.Name + " not ended: the deletion did not take effect: " + err.Error()
+		} else {
+			err := l.client.CoreV1().Pods(worker.Namespace).Delete(ctx, worker.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &worker.UID}})
+			ending = deleted + ": worker " + worker.Name + " ended"
+			if err != nil && !apierrors.IsNotFound(err) {
+				ending = deleted + ": worker " + worker.Name + " not ended: " + err.Error()
+			}
 		}
 		l.mu.Lock()
 		if l.ended == nil {
@@ -403,6 +414,52 @@ func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
 		l.ended[worker.Namespace] = append(l.ended[worker.Namespace], ending)
 		l.mu.Unlock()
 	}()
+}
+
+// deletionTookEffect waits until the object a deletion was admitted for
+// (by its uid) is gone or being deleted.
+func (l *workerLabeller) deletionTookEffect(ctx context.Context, resource schema.GroupVersionResource, namespace, name string, uid types.UID) error {
+	if l.meta == nil {
+		return fmt.Errorf("no client to see %s %s/%s with", resource.Resource, namespace, name)
+	}
+	return harness.Until(ctx, l.effectWait, 50*time.Millisecond, "the deletion of "+resource.Resource+" "+namespace+"/"+name, func() error {
+		current, err := l.meta.Resource(resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return err
+		case uid == "" || current.UID != uid || current.DeletionTimestamp != nil:
+			return nil
+		}
+		return fmt.Errorf("still there, not being deleted")
+	})
+}
+
+// groupKind is an API group and kind ("" for the core group).
+type groupKind struct{ group, kind string }
+
+// madeAgain: the kinds each workload controller makes again when one it
+// controls is deleted (from their sync loops: a missing replica, daemon
+// pod, claim of a pending pod or revision is created anew). A CronJob
+// does not make a deleted Job again: its next one comes on schedule.
+var madeAgain = map[groupKind][]groupKind{
+	{"apps", "ReplicaSet"}:        {{"", "Pod"}},
+	{"", "ReplicationController"}: {{"", "Pod"}},
+	{"batch", "Job"}:              {{"", "Pod"}},
+	{"apps", "DaemonSet"}:         {{"", "Pod"}, {"apps", "ControllerRevision"}},
+	{"apps", "StatefulSet"}:       {{"", "Pod"}, {"", "PersistentVolumeClaim"}, {"apps", "ControllerRevision"}},
+	{"apps", "Deployment"}:        {{"apps", "ReplicaSet"}},
+	{"", "Service"}:               {{"discovery.k8s.io", "EndpointSlice"}},
+}
+
+// makesAgain: the controller ref's kind makes the deleted kind again.
+func makesAgain(controller metav1.OwnerReference, deleted metav1.GroupVersionKind) bool {
+	group := ""
+	if g, _, found := strings.Cut(controller.APIVersion, "/"); found {
+		group = g
+	}
+	return slices.Contains(madeAgain[groupKind{group, controller.Kind}], groupKind{deleted.Group, deleted.Kind})
 }
 
 // workerOf is the namespace's live worker, started on first use: a pod

@@ -37,6 +37,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/metadata"
+
 	"ownerguard.io/e2e/harness"
 )
 
@@ -146,7 +148,11 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		if err := step("the worker labeller registered before ownerguard", func() error {
-			labeller, err = startWorkerLabeller(ctx, cluster.Admin, SuiteUser, o.run == "worker-gone")
+			meta, err := metadata.NewForConfig(plane.RESTConfig())
+			if err != nil {
+				return err
+			}
+			labeller, err = startWorkerLabeller(ctx, cluster.Admin, meta, SuiteUser, o.run == "worker-gone")
 			return err
 		}); err != nil {
 			return err
@@ -204,9 +210,19 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	result.Refused, err = readRefusals(audits)
+	var audited map[string]string
+	result.Refused, audited, err = readRefusals(audits)
 	if err != nil {
 		return err
+	}
+	// The namespaces' runs as the audit log has their creation: the
+	// watch's record may miss one made and gone between two of its
+	// lists, the audit log misses none; they may not disagree.
+	for namespace, run := range audited {
+		if seen := result.Namespaces[namespace]; seen != "" && seen != run {
+			return fmt.Errorf("namespace %s: run %s by the watch, %s by the audit log", namespace, seen, run)
+		}
+		result.Namespaces[namespace] = run
 	}
 	data, _ := json.MarshalIndent(result, "", "  ")
 	return os.WriteFile(filepath.Join(o.out, "result.json"), append(data, '\n'), 0o644)
@@ -258,11 +274,16 @@ func log(format string, args ...any) {
 
 // What the API server writes to its audit log: every write, whoever
 // makes it, at the Metadata level (its response's status says whether a
-// webhook refused it). Reads are left out.
+// webhook refused it), and a namespace's creation with the namespace as
+// made. Reads are left out.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+  # A namespace's creation whole: its e2e-run label ties it to a test.
+  - level: RequestResponse
+    verbs: ["create"]
+    resources: [{group: "", resources: ["namespaces"]}]
   - level: Metadata
     verbs: ["create", "update", "patch", "delete", "deletecollection"]
   - level: None

@@ -210,21 +210,24 @@ func readDecisions(path string) (map[string]map[string]int, []Denial, error) {
 // because calling one failed (failurePolicy Ignore: the API server
 // records it as a failed-open annotation), refused before any call by
 // a webhook's match condition, or failed in the API server once
-// ownerguard had answered (a patch that does not apply).
-func readRefusals(paths []string) ([]Refusal, error) {
+// ownerguard had answered (a patch that does not apply). And the run
+// (e2e-run label) of every namespace created: the record of which
+// test's namespaces they were that no watch can miss.
+func readRefusals(paths []string) ([]Refusal, map[string]string, error) {
 	var out []Refusal
+	namespaces := map[string]string{}
 	for _, path := range paths {
-		refused, err := readRefusalsOf(path)
+		refused, err := readRefusalsOf(path, namespaces)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, refused...)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].User < out[j].User })
-	return out, nil
+	return out, namespaces, nil
 }
 
-func readRefusalsOf(path string) ([]Refusal, error) {
+func readRefusalsOf(path string, namespaces map[string]string) ([]Refusal, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -248,12 +251,26 @@ func readRefusalsOf(path string) ([]Refusal, error) {
 				Message string `json:"message"`
 			} `json:"responseStatus"`
 			Annotations map[string]string `json:"annotations"`
+			// A namespace's creation only (the audit policy's
+			// RequestResponse rule): its name, generated or not, and
+			// labels as made.
+			ResponseObject struct {
+				Kind     string `json:"kind"`
+				Metadata struct {
+					Name   string            `json:"name"`
+					Labels map[string]string `json:"labels"`
+				} `json:"metadata"`
+			} `json:"responseObject"`
 		}
 		if err := json.Unmarshal(scanner.Bytes(), &event); err != nil {
 			return nil, fmt.Errorf("%s: an audit event that does not parse: %w", path, err)
 		}
 		if event.Stage != "ResponseComplete" {
 			continue
+		}
+		if made := event.ResponseObject; event.Verb == "create" && event.ObjectRef.Resource == "namespaces" &&
+			made.Kind == "Namespace" && made.Metadata.Labels["e2e-run"] != "" {
+			namespaces[made.Metadata.Name] = made.Metadata.Labels["e2e-run"]
 		}
 		message, code := event.ResponseStatus.Message, event.ResponseStatus.Code
 		// ownerguard's annotations: a call that failed open, and a patch
