@@ -22,6 +22,15 @@
 # in its round. A benchmark: it measures and prints.
 #
 #   bash bench/create.sh [-n PODS_PER_ROUND] [-c CLIENTS] [-rounds R] [-warmup PODS]
+#
+# With -burst, the cost a cluster feels in a burst instead (e2e/cmd/
+# createbench/burst.go): a Deployment scaled from 0 to D pods and a Job of
+# parallelism J, made by the real controllers, scheduled by kube-scheduler
+# and run by a hollow node, with ownerguard, with the no-op webhook
+# answering ownerguard's answers, and with no webhooks, interleaved round
+# by round; ownerguard as a process (its CPU time is read from /proc):
+#
+#   E2E_OWNERGUARD=process bash bench/create.sh -burst [-deployment D] [-job J] [-rounds R]
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 E2E_DIR="$REPO/e2e"

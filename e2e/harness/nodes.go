@@ -90,20 +90,27 @@ func (p *Plane) StartScheduler(ctx context.Context, token, schedulerName string)
 		"--secure-port=10259",
 		"--profiling=false",
 	}
+	qps := ""
+	if p.SchedulerQPS > 0 {
+		qps = fmt.Sprintf("\n  qps: %d\n  burst: %d", p.SchedulerQPS, 2*p.SchedulerQPS)
+	}
 	if schedulerName == "" {
 		args = append(args, "--kubeconfig="+kubeconfig, "--leader-elect=false")
+		if p.SchedulerQPS > 0 {
+			args = append(args, fmt.Sprintf("--kube-api-qps=%d", p.SchedulerQPS), fmt.Sprintf("--kube-api-burst=%d", 2*p.SchedulerQPS))
+		}
 	} else {
 		// With --config, the client and leader election come from it.
 		config := filepath.Join(p.Work, "scheduler.yaml")
 		data := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
-  kubeconfig: %q
+  kubeconfig: %q%s
 leaderElection:
   leaderElect: false
 profiles:
 - schedulerName: %q
-`, kubeconfig, schedulerName)
+`, kubeconfig, qps, schedulerName)
 		if err := os.WriteFile(config, []byte(data), 0o600); err != nil {
 			return err
 		}
@@ -140,12 +147,12 @@ func (p *Plane) StartHollowNodes(ctx context.Context, nodes []Identity, taints .
 		if err := Kubeconfig(kubeconfig, APIURL(APIPort), p.PKI.CAFile, id.Token); err != nil {
 			return err
 		}
-		proc, err := Start(name, p.Logs, nil, filepath.Join(p.PlaneBin, "kubemark"),
+		proc, err := Start(name, p.Logs, nil, filepath.Join(p.PlaneBin, "kubemark"), append([]string{
 			"--morph=kubelet",
-			"--name="+name,
-			"--kubeconfig="+kubeconfig,
+			"--name=" + name,
+			"--kubeconfig=" + kubeconfig,
 			// Each kubelet of this one network namespace on ports of its own.
-			"--kubelet-port="+strconv.Itoa(10250+10*i),
+			"--kubelet-port=" + strconv.Itoa(10250+10*i),
 			"--kubelet-read-only-port=0",
 			// The fake runtime's images: nothing to pull.
 			"--use-host-image-service=false",
@@ -153,7 +160,7 @@ func (p *Plane) StartHollowNodes(ctx context.Context, nodes []Identity, taints .
 			"--kube-api-qps=50",
 			"--kube-api-burst=100",
 			"--kube-api-content-type=application/vnd.kubernetes.protobuf",
-		)
+		}, p.HollowNodeArgs...)...)
 		if err != nil {
 			return err
 		}

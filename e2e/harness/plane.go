@@ -30,6 +30,8 @@ type Config struct {
 	// one (both empty for e2e/run).
 	Identities  []Identity
 	AuditPolicy string
+	// Tune, when set, changes the plane before anything starts (Up).
+	Tune func(*Plane)
 }
 
 // ConfigFromEnv reads E2E_BIN, E2E_PLANE_BIN, E2E_WORK, E2E_NODE_IP and
@@ -79,6 +81,12 @@ type Plane struct {
 	// API server flags in place of the scenarios' own of the same name,
 	// or added.
 	APIServerArgs []string
+	// More hollow kubelet flags (after the defaults: a flag given again
+	// wins), and the scheduler's client rate when not its default (a
+	// benchmark's bursts: the API server, not the clients' limiters, sets
+	// the pace).
+	HollowNodeArgs []string
+	SchedulerQPS   int
 	// The scheduler and the hollow nodes, when started (nodes.go).
 	Scheduler   *Process
 	HollowNodes []*Process

@@ -58,6 +58,9 @@ func Up(ctx context.Context, cfg Config, repo, record string) (*Cluster, error) 
 		return nil, err
 	}
 	plane.APIServerArgs = append(plane.APIServerArgs, NodeAPIServerArgs...)
+	if cfg.Tune != nil {
+		cfg.Tune(plane)
+	}
 	c := &Cluster{Plane: plane, scheduler: scheduler, nodes: nodes}
 	if err := c.up(ctx, repo, record); err != nil {
 		c.Down()

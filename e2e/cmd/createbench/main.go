@@ -43,8 +43,17 @@ func main() {
 	c := flag.Int("c", 8, "concurrent clients")
 	rounds := flag.Int("rounds", 2, "rounds of each variant, interleaved")
 	warmup := flag.Int("warmup", 50, "pods created per variant first, not counted (connections, caches)")
+	burst := flag.Bool("burst", false, "the burst instead (burst.go): a Deployment scaled from 0 and a Job, pods made by the controllers and run by a hollow node")
+	deployment := flag.Int("deployment", 1000, "the burst's Deployment: pods it is scaled to")
+	job := flag.Int("job", 500, "the burst's Job: its parallelism")
 	flag.Parse()
-	if err := run(*n, *c, *rounds, *warmup); err != nil {
+	var err error
+	if *burst {
+		err = runBurstBench(*deployment, *job, *rounds)
+	} else {
+		err = run(*n, *c, *rounds, *warmup)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "createbench:", err)
 		os.Exit(1)
 	}
@@ -97,39 +106,105 @@ func (c *ceiling) count() (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(body)))
 }
 
-func run(n, c, rounds, warmup int) error {
-	ctx := context.Background()
+// The bench's cluster, namespace, worker pod and ownerguard's two webhook
+// configurations as the chart made them.
+type benchCluster struct {
+	cluster *harness.Cluster
+	ns      string
+	owner   *corev1.Pod
+	m       *admissionregistrationv1.MutatingWebhookConfiguration
+	v       *admissionregistrationv1.ValidatingWebhookConfiguration
+}
+
+func upBench(ctx context.Context, tune func(*harness.Plane)) (*benchCluster, error) {
 	cfg, err := harness.ConfigFromEnv()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	cfg.Tune = tune
 	cluster, err := harness.Up(ctx, cfg, os.Getenv("E2E_REPO"), "")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer cluster.Down()
+	b := &benchCluster{cluster: cluster, ns: "bench"}
 	admin := cluster.Admin
-	const ns = "bench"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return err
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.ns}}, metav1.CreateOptions{}); err != nil {
+		return b, err
 	}
-	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
-		return err
+	if _, err := admin.CoreV1().ServiceAccounts(b.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
+		return b, err
 	}
-	owner, err := admin.CoreV1().Pods(ns).Create(ctx, pod("worker-0", nil), metav1.CreateOptions{})
+	if b.owner, err = admin.CoreV1().Pods(b.ns).Create(ctx, pod("worker-0", nil), metav1.CreateOptions{}); err != nil {
+		return b, err
+	}
+	if b.m, err = admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, harness.ReleaseName, metav1.GetOptions{}); err != nil {
+		return b, err
+	}
+	b.v, err = admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, harness.ReleaseName, metav1.GetOptions{})
+	return b, err
+}
+
+// runBurstBench: the burst (burst.go) with ownerguard, the no-op webhook
+// answering ownerguard's answers, and no webhooks.
+func runBurstBench(deployment, job, rounds int) error {
+	ctx := context.Background()
+	b, err := upBench(ctx, burstTune(max(deployment, job)))
+	if b != nil && b.cluster != nil {
+		defer b.cluster.Down()
+	}
 	if err != nil {
 		return err
 	}
-	m, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, harness.ReleaseName, metav1.GetOptions{})
+	owner := map[string]string{"ownerguard.io/owner-pod": b.owner.Name, "ownerguard.io/owner-uid": string(b.owner.UID)}
+	// ownerguard's answers for a pod its controller made: the patch
+	// appends the worker's reference to the controller's.
+	yes := true
+	controller := &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "burst", UID: "00000000-0000-0000-0000-00000000b0b0", Controller: &yes, BlockOwnerDeletion: &yes}
+	mutateAnswer, validateAnswer, err := ownerguardAnswers(b.ns, b.owner, owner, controller, filepath.Join(b.cluster.Plane.Work, "answers"))
 	if err != nil {
 		return err
 	}
-	v, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, harness.ReleaseName, metav1.GetOptions{})
+	for _, f := range []string{mutateAnswer, validateAnswer} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("ownerguard's answer (%s): %s\n", filepath.Base(f), data)
+	}
+	ceilings := map[registration]*ceiling{toReplay: {port: 8445, stats: "127.0.0.1:19445"}}
+	if err := startCeiling(ctx, b.cluster, "ceiling-replay", ceilings[toReplay], "--mutate-answer", mutateAnswer, "--validate-answer", validateAnswer); err != nil {
+		return err
+	}
+	defer ceilings[toReplay].proc.Stop(10 * time.Second)
+	if err := addServicePorts(ctx, b.cluster, ceilings); err != nil {
+		return err
+	}
+	registered := toOwnerguard
+	set := func(to registration) error {
+		if to == registered {
+			return nil
+		}
+		if err := setWebhooks(ctx, b.cluster.Admin, registered, to, b.m, b.v, b.owner, ceilings); err != nil {
+			return err
+		}
+		registered = to
+		return nil
+	}
+	return runBurst(ctx, b.cluster, b.ns, owner, set, deployment, job, rounds)
+}
+
+func run(n, c, rounds, warmup int) error {
+	ctx := context.Background()
+	b, err := upBench(ctx, nil)
+	if b != nil && b.cluster != nil {
+		defer b.cluster.Down()
+	}
 	if err != nil {
 		return err
 	}
+	cluster, admin, ns, owner, m, v := b.cluster, b.cluster.Admin, b.ns, b.owner, b.m, b.v
 	labelled := map[string]string{"bench": "1", "ownerguard.io/owner-pod": owner.Name, "ownerguard.io/owner-uid": string(owner.UID)}
-	mutateAnswer, validateAnswer, err := ownerguardAnswers(ns, owner, labelled, filepath.Join(cluster.Plane.Work, "answers"))
+	mutateAnswer, validateAnswer, err := ownerguardAnswers(ns, owner, labelled, nil, filepath.Join(cluster.Plane.Work, "answers"))
 	if err != nil {
 		return err
 	}
@@ -551,7 +626,7 @@ func addServicePorts(ctx context.Context, cluster *harness.Cluster, ceilings map
 // offline, the owner in an inventory) what it answers on /mutate for a
 // bench pod with labels, and on /validate for that pod once patched; it
 // writes each response into dir and returns the two files.
-func ownerguardAnswers(ns string, owner *corev1.Pod, labels map[string]string, dir string) (string, string, error) {
+func ownerguardAnswers(ns string, owner *corev1.Pod, labels map[string]string, controller *metav1.OwnerReference, dir string) (string, string, error) {
 	bin := os.Getenv("OWNERGUARD_BIN")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", err
@@ -561,6 +636,9 @@ func ownerguardAnswers(ns string, owner *corev1.Pod, labels map[string]string, d
 	}}
 	agent := pod("answer-0", labels)
 	agent.Namespace = ns
+	if controller != nil {
+		agent.OwnerReferences = []metav1.OwnerReference{*controller}
+	}
 	agent.APIVersion, agent.Kind = "v1", "Pod"
 	var object map[string]any
 	if err := roundTrip(agent, &object); err != nil {
@@ -625,7 +703,7 @@ func ownerguardAnswers(ns string, owner *corev1.Pod, labels map[string]string, d
 }
 
 // add applies one JSON patch "add" on objects (what ownerguard's patches
-// are: members of metadata and its maps).
+// are: members of metadata and its maps, or an entry appended to a list).
 func add(object map[string]any, op, path string, value any) error {
 	if op != "add" || !strings.HasPrefix(path, "/") {
 		return fmt.Errorf("patch op %s %s: only add on an object member is applied here", op, path)
@@ -634,6 +712,14 @@ func add(object map[string]any, op, path string, value any) error {
 	at := object
 	for i, token := range tokens {
 		token = strings.ReplaceAll(strings.ReplaceAll(token, "~1", "/"), "~0", "~")
+		if i == len(tokens)-2 && tokens[i+1] == "-" {
+			list, ok := at[token].([]any)
+			if !ok {
+				return fmt.Errorf("patch path %s: %s is not a list", path, token)
+			}
+			at[token] = append(list, value)
+			return nil
+		}
 		if i == len(tokens)-1 {
 			at[token] = value
 			return nil
