@@ -106,12 +106,14 @@ func compare(args []string) int {
 		}
 		n := 0
 		for _, refusal := range r.Refused {
-			if ids[r.Namespaces[refusal.Namespace]] {
+			// By the run whose namespace it was then; without that, by
+			// every run that made a namespace of that name.
+			if refusal.Run != "" && ids[refusal.Run] || refusal.Run == "" && r.madeByAny(refusal.Namespace, ids) {
 				n++
 			}
 		}
 		for _, d := range r.Denied {
-			if ids[r.Namespaces[d.Namespace]] {
+			if r.madeByAny(d.Namespace, ids) {
 				n++
 			}
 		}
@@ -242,14 +244,20 @@ func compare(args []string) int {
 		// A refusal of a test's write counts against that test's
 		// explanation, by its namespace's run: one in a namespace that no
 		// run made is nobody's, so no explanation could see it.
+		where := func(namespace string) string {
+			if namespace == "" {
+				return "of a cluster-scoped object"
+			}
+			return "in a namespace no test's run made"
+		}
 		for _, refusal := range r.Refused {
-			if !kubernetesComponent(refusal.User) && r.Namespaces[refusal.Namespace] == "" {
-				fail("%s: ownerguard refused a write in a namespace no test's run made (whose, unknown): %s %s %s/%s by %s (%d): %s", r.Run, refusal.Verb, refusal.Resource, refusal.Namespace, refusal.Name, refusal.User, refusal.Code, refusal.Message)
+			if !kubernetesComponent(refusal.User) && len(r.runsMaking(refusal.Namespace)) == 0 {
+				fail("%s: ownerguard refused a write %s (whose, unknown): %s %s %s/%s by %s (%d): %s", r.Run, where(refusal.Namespace), refusal.Verb, refusal.Resource, refusal.Namespace, refusal.Name, refusal.User, refusal.Code, refusal.Message)
 			}
 		}
 		for _, d := range r.Denied {
-			if !kubernetesComponent(d.User) && r.Namespaces[d.Namespace] == "" {
-				fail("%s: ownerguard's decision log, in a namespace no test's run made (whose, unknown): %s %s %s/%s by %s: %s", r.Run, d.Operation, d.Kind, d.Namespace, d.Name, d.User, d.Detail)
+			if !kubernetesComponent(d.User) && len(r.runsMaking(d.Namespace)) == 0 {
+				fail("%s: ownerguard's decision log, %s (whose, unknown): %s %s %s/%s by %s: %s", r.Run, where(d.Namespace), d.Operation, d.Kind, d.Namespace, d.Name, d.User, d.Detail)
 			}
 		}
 		// A namespace still there: a failure, unless the test that made
@@ -327,12 +335,34 @@ func compare(args []string) int {
 	return 0
 }
 
-// testOf is the test whose run made namespace ("" when unknown).
+// runsMaking is every run that made a namespace of that name.
+func (r *Result) runsMaking(namespace string) []string {
+	if runs := r.NamespaceRuns[namespace]; len(runs) > 0 {
+		return runs
+	}
+	if id := r.Namespaces[namespace]; id != "" {
+		return []string{id}
+	}
+	return nil
+}
+
+// madeByAny: one of the runs ids made a namespace of that name.
+func (r *Result) madeByAny(namespace string, ids map[string]bool) bool {
+	for _, run := range r.runsMaking(namespace) {
+		if ids[run] {
+			return true
+		}
+	}
+	return false
+}
+
+// testOf is the test whose run made namespace last ("" when unknown).
 func testOf(r *Result, namespace string) string {
-	id := r.Namespaces[namespace]
-	if id == "" {
+	runs := r.runsMaking(namespace)
+	if len(runs) == 0 {
 		return ""
 	}
+	id := runs[len(runs)-1]
 	for test, ids := range r.RunIDs {
 		if slices.Contains(ids, id) {
 			return test
@@ -410,7 +440,10 @@ func endedIn(r *Result, test string) string {
 	ids := r.runsOf(test)
 	var out []string
 	for namespace, endings := range r.WorkersEnded {
-		if ids[r.Namespaces[namespace]] {
+		// Only in a namespace that one run alone made: the labeller keeps
+		// its endings by name, and another test's namespace of the same
+		// name would lend this one its worker's end.
+		if runs := r.runsMaking(namespace); len(runs) == 1 && ids[runs[0]] {
 			out = append(out, endings...)
 		}
 	}

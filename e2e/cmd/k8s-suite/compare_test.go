@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -201,6 +202,27 @@ func TestVerdictFails(t *testing.T) {
 			gone.Denied = append(gone.Denied, Denial{User: SuiteUser, Operation: "CREATE", Namespace: "job-unknown", Kind: "Pod"})
 			return explainedText
 		},
+		"a refusal in the explained test's namespace, whose name a later test made again": func(_, g, _ *Result) string {
+			// job-2 was run-2's (the explained test), then run-1's: the
+			// refusal happened while it was run-2's.
+			g.Namespaces["job-2"] = "run-1"
+			g.NamespaceRuns = map[string][]string{"job-2": {"run-2", "run-1"}}
+			g.Refused = append(g.Refused, Refusal{User: SuiteUser, Verb: "create", Namespace: "job-2", Code: 403, Run: "run-2"})
+			return explainedText
+		},
+		"a denial in a namespace name two runs made, the explained test's one of them": func(_, g, _ *Result) string {
+			g.NamespaceRuns = map[string][]string{"job-1": {"run-1", "run-2"}}
+			g.Denied = append(g.Denied, Denial{User: SuiteUser, Operation: "CREATE", Namespace: "job-1", Kind: "Pod"})
+			return explainedText
+		},
+		"a worker ended in a namespace name another run made too": func(_, _, gone *Result) string {
+			gone.NamespaceRuns = map[string][]string{"job-9": {"run-7", "run-9"}}
+			return explainedText
+		},
+		"a test's write refused of a cluster-scoped object": func(_, g, _ *Result) string {
+			g.Refused = append(g.Refused, Refusal{User: SuiteUser, Verb: "create", Resource: "namespaces", Code: 403})
+			return explainedText
+		},
 		"a test's namespace left behind": func(_, g, _ *Result) string {
 			g.LeftNamespaces = []string{"job-1 (Terminating)"}
 			return explainedText
@@ -312,7 +334,12 @@ func TestReadRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(namespaces) != 2 || namespaces["job-7x2"] != "run-7" || namespaces["gc-1"] != "run-8" {
+	for _, r := range refused {
+		if r.Run != "" {
+			t.Errorf("a refusal in namespace %q stamped with run %q, made by none", r.Namespace, r.Run)
+		}
+	}
+	if len(namespaces) != 2 || !slices.Equal(namespaces["job-7x2"], []string{"run-7"}) || !slices.Equal(namespaces["gc-1"], []string{"run-8"}) {
 		t.Fatalf("namespaces' runs from the audit log: %v", namespaces)
 	}
 	var messages []string
@@ -324,5 +351,29 @@ func TestReadRefusals(t *testing.T) {
 		!strings.Contains(got, labellerWebhook) || !strings.Contains(got, "matchCondition") ||
 		strings.Count(got, "failed once ownerguard answered") != 2 {
 		t.Fatalf("%d refusals, want ownerguard's, the labeller's, the match condition's, the failed-open call, the invalid patch, the patched reference refused and the two patches that did not apply:\n%s", len(refused), got)
+	}
+}
+
+// A namespace name made twice: each refusal belongs to the run whose
+// namespace of that name existed then, and the name keeps both runs.
+func TestReadRefusalsNameMadeAgain(t *testing.T) {
+	made := func(run string) string {
+		return `{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"namespaces","name":"job-5"},"responseStatus":{"code":201},"responseObject":{"kind":"Namespace","metadata":{"name":"job-5","labels":{"e2e-run":"` + run + `"}}}}`
+	}
+	refusal := `{"stage":"ResponseComplete","verb":"create","user":{"username":"e2e-k8s-suite"},"objectRef":{"resource":"pods","namespace":"job-5"},"responseStatus":{"code":403,"message":"admission webhook \"mutate.ownerguard.io\" denied the request"}}`
+	path := filepath.Join(t.TempDir(), "audit.log")
+	lines := []string{made("run-a"), refusal, made("run-b"), refusal}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused, namespaces, err := readRefusals([]string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refused) != 2 || refused[0].Run != "run-a" || refused[1].Run != "run-b" {
+		t.Fatalf("refusals %+v, want run-a's then run-b's", refused)
+	}
+	if !slices.Equal(namespaces["job-5"], []string{"run-a", "run-b"}) {
+		t.Fatalf("job-5 made by %v, want run-a then run-b", namespaces["job-5"])
 	}
 }

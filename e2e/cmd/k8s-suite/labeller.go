@@ -370,9 +370,11 @@ func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
 	}
 	var old struct {
 		Metadata struct {
-			UID             types.UID               `json:"uid"`
-			Labels          map[string]string       `json:"labels"`
-			OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
+			Name              string                  `json:"name"`
+			UID               types.UID               `json:"uid"`
+			DeletionTimestamp *metav1.Time            `json:"deletionTimestamp"`
+			Labels            map[string]string       `json:"labels"`
+			OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
 		} `json:"metadata"`
 	}
 	if json.Unmarshal(req.OldObject.Raw, &old) != nil {
@@ -390,15 +392,24 @@ func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
 		return
 	}
 	delete(l.worker, req.Namespace)
-	deleted := "deleted " + req.Kind.Kind + " " + req.Name
+	// A deletion of a collection is admitted item by item, with no name
+	// in the request: the item's own is in the old object.
+	name := req.Name
+	if name == "" {
+		name = old.Metadata.Name
+	}
+	deleted := "deleted " + req.Kind.Kind + " " + name
 	resource := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
+	// An object already being deleted proves nothing by being deleted
+	// still: only its end (or another in its place) does.
+	alreadyDeleting := old.Metadata.DeletionTimestamp != nil
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var ending string
-		if err := l.deletionTookEffect(ctx, resource, req.Namespace, req.Name, old.Metadata.UID); err != nil {
+		if err := l.deletionTookEffect(ctx, resource, req.Namespace, name, old.Metadata.UID, alreadyDeleting); err != nil {
 			ending = deleted + ": worker " + worker.Name + " not ended: the deletion did not take effect: " + err.Error()
 		} else {
 			err := l.client.CoreV1().Pods(worker.Namespace).Delete(ctx, worker.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &worker.UID}})
@@ -417,10 +428,14 @@ func (l *workerLabeller) endWorkerOf(req *admissionv1.AdmissionRequest) {
 }
 
 // deletionTookEffect waits until the object a deletion was admitted for
-// (by its uid) is gone or being deleted.
-func (l *workerLabeller) deletionTookEffect(ctx context.Context, resource schema.GroupVersionResource, namespace, name string, uid types.UID) error {
+// (by its uid) is gone or being deleted (gone, when it was being deleted
+// already).
+func (l *workerLabeller) deletionTookEffect(ctx context.Context, resource schema.GroupVersionResource, namespace, name string, uid types.UID, alreadyDeleting bool) error {
 	if l.meta == nil {
 		return fmt.Errorf("no client to see %s %s/%s with", resource.Resource, namespace, name)
+	}
+	if name == "" {
+		return fmt.Errorf("no name for the deleted %s in %s", resource.Resource, namespace)
 	}
 	return harness.Until(ctx, l.effectWait, 50*time.Millisecond, "the deletion of "+resource.Resource+" "+namespace+"/"+name, func() error {
 		current, err := l.meta.Resource(resource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -429,7 +444,9 @@ func (l *workerLabeller) deletionTookEffect(ctx context.Context, resource schema
 			return nil
 		case err != nil:
 			return err
-		case uid == "" || current.UID != uid || current.DeletionTimestamp != nil:
+		case uid == "" || current.UID != uid:
+			return nil
+		case current.DeletionTimestamp != nil && !alreadyDeleting:
 			return nil
 		}
 		return fmt.Errorf("still there, not being deleted")
@@ -451,6 +468,11 @@ var madeAgain = map[groupKind][]groupKind{
 	{"apps", "StatefulSet"}:       {{"", "Pod"}, {"", "PersistentVolumeClaim"}, {"apps", "ControllerRevision"}},
 	{"apps", "Deployment"}:        {{"apps", "ReplicaSet"}},
 	{"", "Service"}:               {{"discovery.k8s.io", "EndpointSlice"}},
+	// The mirroring controller's slices of an Endpoints without a Service
+	// selector; a pod's generic ephemeral volume's claim and its
+	// resource claims, made for the pod while it has none.
+	{"", "Endpoints"}: {{"discovery.k8s.io", "EndpointSlice"}},
+	{"", "Pod"}:       {{"", "PersistentVolumeClaim"}, {"resource.k8s.io", "ResourceClaim"}},
 }
 
 // makesAgain: the controller ref's kind makes the deleted kind again.

@@ -36,8 +36,17 @@ func testLabeller(t *testing.T, objects ...runtime.Object) (*workerLabeller, *co
 // controller (when one) given by apiVersion and kind.
 func deletion(t *testing.T, worker string, dryRun bool, controllerAPIVersion, controllerKind string) *admissionv1.AdmissionRequest {
 	t.Helper()
+	return deletionOf(t, worker, dryRun, controllerAPIVersion, controllerKind, nil)
+}
+
+// deletionOf is deletion, the old object's metadata with more fields.
+func deletionOf(t *testing.T, worker string, dryRun bool, controllerAPIVersion, controllerKind string, more map[string]any) *admissionv1.AdmissionRequest {
+	t.Helper()
 	yes := true
-	meta := map[string]any{"uid": "u-obj", "labels": map[string]string{ownerPodLabel: worker}}
+	meta := map[string]any{"name": "obj", "uid": "u-obj", "labels": map[string]string{ownerPodLabel: worker}}
+	for k, v := range more {
+		meta[k] = v
+	}
 	if controllerKind != "" {
 		meta["ownerReferences"] = []metav1.OwnerReference{{APIVersion: controllerAPIVersion, Kind: controllerKind, Name: "c", UID: "u2", Controller: &yes}}
 	}
@@ -93,6 +102,9 @@ func TestMakesAgain(t *testing.T) {
 		{"v1", "Service", metav1.GroupVersionKind{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice"}, true},
 		{"v1", "Service", pod, false},
 		{"v1", "Pod", pod, false},
+		{"v1", "Endpoints", metav1.GroupVersionKind{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice"}, true},
+		{"v1", "Pod", metav1.GroupVersionKind{Version: "v1", Kind: "PersistentVolumeClaim"}, true},
+		{"v1", "Pod", metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, false},
 	} {
 		if got := makesAgain(metav1.OwnerReference{APIVersion: tc.apiVersion, Kind: tc.kind}, tc.deleted); got != tc.want {
 			t.Errorf("%s %s makes %s again: %v, want %v", tc.apiVersion, tc.kind, tc.deleted.Kind, got, tc.want)
@@ -149,5 +161,51 @@ func TestEndWorkerOfRecordsEndings(t *testing.T) {
 	l.endWorkerOf(request)
 	if endings := l.endings()["ns"]; len(endings) != 0 || !workerLeft(t, client, worker) || l.worker["ns"] == nil {
 		t.Fatalf("a daemon pod's deletion ended its worker: %q", endings)
+	}
+}
+
+// A deletion of a collection is admitted item by item with no name in the
+// request; an object that was being deleted already proves its deletion
+// only by going.
+func TestEndWorkerOfCollectionsAndObjectsBeingDeleted(t *testing.T) {
+	at := metav1.Now()
+	object := func(deleting bool) runtime.Object {
+		o := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Name: "obj", Namespace: "ns", UID: "u-obj"}}
+		if deleting {
+			o.DeletionTimestamp = &at
+		}
+		return o
+	}
+	for name, tc := range map[string]struct {
+		collection, wasDeleting bool
+		left                    []runtime.Object
+		want                    string
+	}{
+		"an item of a collection, gone":             {collection: true, want: "deleted ConfigMap obj: worker zz-ownerguard-worker-abcde ended"},
+		"an item of a collection, still there":      {collection: true, left: []runtime.Object{object(false)}, want: "deleted ConfigMap obj: worker zz-ownerguard-worker-abcde not ended"},
+		"being deleted before, still being deleted": {wasDeleting: true, left: []runtime.Object{object(true)}, want: "not ended: the deletion did not take effect"},
+		"being deleted before, gone":                {wasDeleting: true, want: "ended"},
+		"being deleted only since the deletion":     {left: []runtime.Object{object(true)}, want: "ended"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, worker, client := testLabeller(t, tc.left...)
+			more := map[string]any{}
+			if tc.wasDeleting {
+				more["deletionTimestamp"] = at
+			}
+			request := deletionOf(t, worker.Name, false, "", "", more)
+			if tc.collection {
+				request.Name = ""
+			}
+			l.endWorkerOf(request)
+			endings := l.endings()["ns"]
+			if len(endings) != 1 || !strings.Contains(endings[0], tc.want) {
+				t.Fatalf("endings %q, want one with %q", endings, tc.want)
+			}
+			if ended := !workerLeft(t, client, worker); ended == strings.Contains(tc.want, "not ended") {
+				t.Fatalf("worker ended: %v (%q)", ended, endings)
+			}
+		})
 	}
 }

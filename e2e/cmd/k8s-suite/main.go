@@ -34,6 +34,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"syscall"
 	"time"
 
@@ -210,19 +211,21 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	var audited map[string]string
-	result.Refused, audited, err = readRefusals(audits)
+	result.Refused, result.NamespaceRuns, err = readRefusals(audits)
 	if err != nil {
 		return err
 	}
-	// The namespaces' runs as the audit log has their creation: the
+	// The namespaces' runs as the audit log has their creation (the
 	// watch's record may miss one made and gone between two of its
-	// lists, the audit log misses none; they may not disagree.
-	for namespace, run := range audited {
-		if seen := result.Namespaces[namespace]; seen != "" && seen != run {
-			return fmt.Errorf("namespace %s: run %s by the watch, %s by the audit log", namespace, seen, run)
+	// lists, and keeps only the last run of a name made twice), and what
+	// the watch saw besides.
+	for namespace, run := range result.Namespaces {
+		if !slices.Contains(result.NamespaceRuns[namespace], run) {
+			result.NamespaceRuns[namespace] = append(result.NamespaceRuns[namespace], run)
 		}
-		result.Namespaces[namespace] = run
+	}
+	for namespace, runs := range result.NamespaceRuns {
+		result.Namespaces[namespace] = runs[len(runs)-1]
 	}
 	data, _ := json.MarshalIndent(result, "", "  ")
 	return os.WriteFile(filepath.Join(o.out, "result.json"), append(data, '\n'), 0o644)

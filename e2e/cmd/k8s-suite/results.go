@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -24,6 +25,10 @@ type Result struct {
 	// What each failed test said, as its report has it.
 	Failures   map[string]string `json:"failures,omitempty"`
 	Namespaces map[string]string `json:"namespaces"`
+	// Every run that made a namespace of each name, in the order they
+	// were made (the framework's names are a base and a number under
+	// 10,000: a later test can get an earlier one's name once it is gone).
+	NamespaceRuns map[string][]string `json:"namespaceRuns,omitempty"`
 	// Guarded only: the reviews ownerguard decided, by requesting
 	// identity (a component's users folded into one name), then by
 	// "kind result"; its refusals whole.
@@ -57,6 +62,9 @@ type Denial struct {
 type Refusal struct {
 	User, Verb, Namespace, Resource, Name, Message string
 	Code                                           int
+	// The run whose namespace of that name existed then, from the audit
+	// log's order ("" when none had been made).
+	Run string `json:",omitempty"`
 }
 
 // readJUnitFailures reads e2e.test's JUnit report: each test case by
@@ -213,21 +221,36 @@ func readDecisions(path string) (map[string]map[string]int, []Denial, error) {
 // ownerguard had answered (a patch that does not apply). And the run
 // (e2e-run label) of every namespace created: the record of which
 // test's namespaces they were that no watch can miss.
-func readRefusals(paths []string) ([]Refusal, map[string]string, error) {
+func readRefusals(paths []string) ([]Refusal, map[string][]string, error) {
 	var out []Refusal
-	namespaces := map[string]string{}
+	made := &madeNamespaces{runs: map[string][]string{}, current: map[string]string{}}
 	for _, path := range paths {
-		refused, err := readRefusalsOf(path, namespaces)
+		refused, err := readRefusalsOf(path, made)
 		if err != nil {
 			return nil, nil, err
 		}
 		out = append(out, refused...)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].User < out[j].User })
-	return out, namespaces, nil
+	return out, made.runs, nil
 }
 
-func readRefusalsOf(path string, namespaces map[string]string) ([]Refusal, error) {
+// madeNamespaces: the runs that made each namespace name, and the one
+// whose namespace of that name is the latest made, as the audit log is
+// read in order.
+type madeNamespaces struct {
+	runs    map[string][]string
+	current map[string]string
+}
+
+func (m *madeNamespaces) made(name, run string) {
+	m.current[name] = run
+	if !slices.Contains(m.runs[name], run) {
+		m.runs[name] = append(m.runs[name], run)
+	}
+}
+
+func readRefusalsOf(path string, made *madeNamespaces) ([]Refusal, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -268,9 +291,9 @@ func readRefusalsOf(path string, namespaces map[string]string) ([]Refusal, error
 		if event.Stage != "ResponseComplete" {
 			continue
 		}
-		if made := event.ResponseObject; event.Verb == "create" && event.ObjectRef.Resource == "namespaces" &&
-			made.Kind == "Namespace" && made.Metadata.Labels["e2e-run"] != "" {
-			namespaces[made.Metadata.Name] = made.Metadata.Labels["e2e-run"]
+		if object := event.ResponseObject; event.Verb == "create" && event.ObjectRef.Resource == "namespaces" &&
+			object.Kind == "Namespace" && object.Metadata.Labels["e2e-run"] != "" {
+			made.made(object.Metadata.Name, object.Metadata.Labels["e2e-run"])
 		}
 		message, code := event.ResponseStatus.Message, event.ResponseStatus.Code
 		// ownerguard's annotations: a call that failed open, and a patch
@@ -331,7 +354,8 @@ func readRefusalsOf(path string, namespaces map[string]string) ([]Refusal, error
 			resource += "/" + event.ObjectRef.Subresource
 		}
 		out = append(out, Refusal{User: event.User.Username, Verb: event.Verb, Namespace: event.ObjectRef.Namespace,
-			Resource: resource, Name: event.ObjectRef.Name, Message: message, Code: code})
+			Resource: resource, Name: event.ObjectRef.Name, Message: message, Code: code,
+			Run: made.current[event.ObjectRef.Namespace]})
 	}
 	return out, scanner.Err()
 }
