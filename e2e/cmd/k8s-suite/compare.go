@@ -24,6 +24,7 @@ func compare(args []string) int {
 	explainedFile := fs.String("explained", "", "guarded-only failures and why (name || reason)")
 	baselineFile := fs.String("baseline-failures", "", "tests left out because they fail without ownerguard (name || reason)")
 	flakyFile := fs.String("flaky", "", "tests that pass or fail without ownerguard from one run to the next (name || reason): run guarded for what ownerguard decides of them, their outcomes not judged")
+	reread := fs.Bool("reread-audit", false, "read each run's refusals and namespaces again from the API server's audit logs kept beside its result.json (kept reports judged with this build's reading)")
 	_ = fs.Parse(args)
 
 	runs := map[string]*Result{}
@@ -40,6 +41,19 @@ func compare(args []string) int {
 		if err := json.Unmarshal(data, &r); err != nil {
 			fmt.Fprintf(os.Stderr, "%s/result.json: %v\n", run, err)
 			return 1
+		}
+		if *reread {
+			audits, _ := filepath.Glob(filepath.Join(*reports, run, "audit-*.log"))
+			if len(audits) == 0 {
+				fmt.Fprintf(os.Stderr, "%s: no audit log kept beside result.json to read again\n", run)
+				return 1
+			}
+			var audited map[string][]string
+			if r.Refused, audited, err = readRefusals(audits); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			r.mergeNamespaces(audited)
 		}
 		runs[run] = &r
 	}

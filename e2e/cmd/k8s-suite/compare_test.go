@@ -54,7 +54,13 @@ const explainedText = outlives + " || the pods are the worker's too\n" +
 
 func verdict(t *testing.T, explained string, runs ...*Result) int {
 	t.Helper()
-	dir := t.TempDir()
+	return verdictIn(t, t.TempDir(), nil, explained, runs...)
+}
+
+// verdictIn is verdict with the reports in dir (files put there first)
+// and more flags.
+func verdictIn(t *testing.T, dir string, flags []string, explained string, runs ...*Result) int {
+	t.Helper()
 	for _, r := range runs {
 		if r == nil {
 			continue
@@ -77,10 +83,51 @@ func verdict(t *testing.T, explained string, runs ...*Result) int {
 		}
 		return path
 	}
-	return compare([]string{"-reports", dir, "-set", "test",
+	return compare(append([]string{"-reports", dir, "-set", "test",
 		"-explained", write("explained", explained),
 		"-baseline-failures", write("baseline-failures", listed+" || no container runtime\n"),
-		"-flaky", write("flaky", flakyTest+" || passes or fails by chance\n")})
+		"-flaky", write("flaky", flakyTest+" || passes or fails by chance\n")}, flags...))
+}
+
+// Kept reports judged again from their audit logs: a refusal the
+// result.json did not hold is found, and judged by the namespace's run.
+func TestVerdictRereadsTheAuditLog(t *testing.T) {
+	for _, withRefusal := range []bool{false, true} {
+		baseline, guarded, gone := held()
+		dir := t.TempDir()
+		lines := []string{}
+		for _, made := range [][2]string{{"job-1", "run-1"}, {"job-2", "run-2"}, {"job-3", "run-3"}} {
+			lines = append(lines, `{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"namespaces","name":"`+made[0]+`"},"responseStatus":{"code":201},"responseObject":{"kind":"Namespace","metadata":{"name":"`+made[0]+`","labels":{"e2e-run":"`+made[1]+`"}}}}`)
+		}
+		if withRefusal {
+			lines = append(lines, `{"stage":"ResponseComplete","verb":"create","user":{"username":"e2e-k8s-suite"},"objectRef":{"resource":"pods","namespace":"job-2"},"responseStatus":{"code":403,"message":"admission webhook \"mutate.ownerguard.io\" denied the request"}}`)
+		}
+		for _, run := range []string{"guarded", "worker-gone"} {
+			if err := os.MkdirAll(filepath.Join(dir, run), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			log := lines
+			if run == "worker-gone" {
+				log = []string{`{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"namespaces","name":"job-9"},"responseStatus":{"code":201},"responseObject":{"kind":"Namespace","metadata":{"name":"job-9","labels":{"e2e-run":"run-9"}}}}`}
+			}
+			if err := os.WriteFile(filepath.Join(dir, run, "audit-6443.log"), []byte(strings.Join(log, "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.MkdirAll(filepath.Join(dir, "baseline"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "baseline", "audit-6443.log"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if withRefusal {
+			want = 1
+		}
+		if got := verdictIn(t, dir, []string{"-reread-audit"}, explainedText, baseline, guarded, gone); got != want {
+			t.Fatalf("a refusal in the explained test's namespace, in the audit log only (%v): exit %d, want %d", withRefusal, got, want)
+		}
+	}
 }
 
 func TestVerdictHeld(t *testing.T) {

@@ -34,7 +34,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"syscall"
 	"time"
 
@@ -211,22 +210,11 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	result.Refused, result.NamespaceRuns, err = readRefusals(audits)
-	if err != nil {
+	var audited map[string][]string
+	if result.Refused, audited, err = readRefusals(audits); err != nil {
 		return err
 	}
-	// The namespaces' runs as the audit log has their creation (the
-	// watch's record may miss one made and gone between two of its
-	// lists, and keeps only the last run of a name made twice), and what
-	// the watch saw besides.
-	for namespace, run := range result.Namespaces {
-		if !slices.Contains(result.NamespaceRuns[namespace], run) {
-			result.NamespaceRuns[namespace] = append(result.NamespaceRuns[namespace], run)
-		}
-	}
-	for namespace, runs := range result.NamespaceRuns {
-		result.Namespaces[namespace] = runs[len(runs)-1]
-	}
+	result.mergeNamespaces(audited)
 	data, _ := json.MarshalIndent(result, "", "  ")
 	return os.WriteFile(filepath.Join(o.out, "result.json"), append(data, '\n'), 0o644)
 }

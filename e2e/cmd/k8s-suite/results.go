@@ -235,6 +235,26 @@ func readRefusals(paths []string) ([]Refusal, map[string][]string, error) {
 	return out, made.runs, nil
 }
 
+// mergeNamespaces sets NamespaceRuns: the namespaces' runs as the audit
+// log has their creation (audited; the watch's record may miss one made
+// and gone between two of its lists, and keeps only the last run of a
+// name made twice), and what the watch saw besides; Namespaces keeps each
+// name's last run.
+func (r *Result) mergeNamespaces(audited map[string][]string) {
+	if r.Namespaces == nil {
+		r.Namespaces = map[string]string{}
+	}
+	r.NamespaceRuns = audited
+	for namespace, run := range r.Namespaces {
+		if !slices.Contains(r.NamespaceRuns[namespace], run) {
+			r.NamespaceRuns[namespace] = append(r.NamespaceRuns[namespace], run)
+		}
+	}
+	for namespace, runs := range r.NamespaceRuns {
+		r.Namespaces[namespace] = runs[len(runs)-1]
+	}
+}
+
 // madeNamespaces: the runs that made each namespace name, and the one
 // whose namespace of that name is the latest made, as the audit log is
 // read in order.
