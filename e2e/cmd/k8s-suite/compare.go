@@ -48,12 +48,21 @@ func compare(args []string) int {
 				fmt.Fprintf(os.Stderr, "%s: no audit log kept beside result.json to read again\n", run)
 				return 1
 			}
-			var audited map[string][]string
+			var audited *madeNamespaces
 			if r.Refused, audited, err = readRefusals(audits); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
+			if len(audited.runs) == 0 && len(r.Namespaces) > 0 {
+				fmt.Fprintf(os.Stderr, "%s: the audit logs record no namespace's creation (an audit policy before namespaces were recorded whole): its namespaces' runs are not known\n", run)
+				return 1
+			}
 			r.mergeNamespaces(audited)
+		} else if r.NamespaceRuns == nil && len(r.Namespaces) > 0 {
+			// Written before the runs of a name were kept: its
+			// namespaces are known by name only.
+			fmt.Fprintf(os.Stderr, "%s/result.json: namespaces known by name only (an earlier build's report): judge it with -reread-audit\n", run)
+			return 1
 		}
 		runs[run] = &r
 	}
@@ -119,14 +128,25 @@ func compare(args []string) int {
 			return -1
 		}
 		n := 0
+		// Refused writes by (namespace, user): each matches one denial of
+		// the decision log, which it stands for, judged by its own run.
+		audited := map[[2]string]int{}
 		for _, refusal := range r.Refused {
+			audited[[2]string{refusal.Namespace, refusal.User}]++
 			// By the run whose namespace it was then; without that, by
 			// every run that made a namespace of that name.
 			if refusal.Run != "" && ids[refusal.Run] || refusal.Run == "" && r.madeByAny(refusal.Namespace, ids) {
 				n++
 			}
 		}
+		// A denial no audited refusal matches counts against every run
+		// that made its namespace's name.
 		for _, d := range r.Denied {
+			key := [2]string{d.Namespace, d.User}
+			if audited[key] > 0 {
+				audited[key]--
+				continue
+			}
 			if r.madeByAny(d.Namespace, ids) {
 				n++
 			}
@@ -258,6 +278,18 @@ func compare(args []string) int {
 		// A refusal of a test's write counts against that test's
 		// explanation, by its namespace's run: one in a namespace that no
 		// run made is nobody's, so no explanation could see it.
+		// What happened in a namespace whose runs the audit log does not
+		// record is nobody's for certain.
+		for _, refusal := range r.Refused {
+			if !kubernetesComponent(refusal.User) && slices.Contains(r.UnauditedNamespaces, refusal.Namespace) {
+				fail("%s: ownerguard refused a write in namespace %s, whose creation the audit log does not record (its run is not known): %s %s %s by %s (%d)", r.Run, refusal.Namespace, refusal.Verb, refusal.Resource, refusal.Name, refusal.User, refusal.Code)
+			}
+		}
+		for _, d := range r.Denied {
+			if !kubernetesComponent(d.User) && slices.Contains(r.UnauditedNamespaces, d.Namespace) {
+				fail("%s: ownerguard's decision log, in namespace %s, whose creation the audit log does not record (its run is not known): %s %s %s by %s", r.Run, d.Namespace, d.Operation, d.Kind, d.Name, d.User)
+			}
+		}
 		where := func(namespace string) string {
 			if namespace == "" {
 				return "of a cluster-scoped object"
@@ -454,10 +486,11 @@ func endedIn(r *Result, test string) string {
 	ids := r.runsOf(test)
 	var out []string
 	for namespace, endings := range r.WorkersEnded {
-		// Only in a namespace that one run alone made: the labeller keeps
-		// its endings by name, and another test's namespace of the same
-		// name would lend this one its worker's end.
-		if runs := r.runsMaking(namespace); len(runs) == 1 && ids[runs[0]] {
+		// Only in a namespace that one run alone made, as the audit log
+		// records: the labeller keeps its endings by name, and another
+		// test's namespace of the same name would lend this one its
+		// worker's end.
+		if runs := r.runsMaking(namespace); len(runs) == 1 && ids[runs[0]] && !slices.Contains(r.UnauditedNamespaces, namespace) {
 			out = append(out, endings...)
 		}
 	}

@@ -65,6 +65,14 @@ func verdictIn(t *testing.T, dir string, flags []string, explained string, runs 
 		if r == nil {
 			continue
 		}
+		// As this build writes it: each namespace's runs from the audit
+		// log (here, the one run the test gives it).
+		if r.NamespaceRuns == nil && r.Namespaces != nil {
+			r.NamespaceRuns = map[string][]string{}
+			for namespace, run := range r.Namespaces {
+				r.NamespaceRuns[namespace] = []string{run}
+			}
+		}
 		data, err := json.Marshal(r)
 		if err != nil {
 			t.Fatal(err)
@@ -270,6 +278,15 @@ func TestVerdictFails(t *testing.T) {
 			g.Refused = append(g.Refused, Refusal{User: SuiteUser, Verb: "create", Resource: "namespaces", Code: 403})
 			return explainedText
 		},
+		"a refusal in a namespace whose creation the audit log does not record": func(_, g, _ *Result) string {
+			g.UnauditedNamespaces = []string{"job-1"}
+			g.Refused = append(g.Refused, Refusal{User: SuiteUser, Verb: "create", Namespace: "job-1", Code: 403, Run: "run-1"})
+			return explainedText
+		},
+		"a worker ended in a namespace whose creation the audit log does not record": func(_, _, gone *Result) string {
+			gone.UnauditedNamespaces = []string{"job-9"}
+			return explainedText
+		},
 		"a test's namespace left behind": func(_, g, _ *Result) string {
 			g.LeftNamespaces = []string{"job-1 (Terminating)"}
 			return explainedText
@@ -386,7 +403,7 @@ func TestReadRefusals(t *testing.T) {
 			t.Errorf("a refusal in namespace %q stamped with run %q, made by none", r.Namespace, r.Run)
 		}
 	}
-	if len(namespaces) != 2 || !slices.Equal(namespaces["job-7x2"], []string{"run-7"}) || !slices.Equal(namespaces["gc-1"], []string{"run-8"}) {
+	if len(namespaces.runs) != 2 || !slices.Equal(namespaces.runs["job-7x2"], []string{"run-7"}) || !slices.Equal(namespaces.runs["gc-1"], []string{"run-8"}) {
 		t.Fatalf("namespaces' runs from the audit log: %v", namespaces)
 	}
 	var messages []string
@@ -420,7 +437,47 @@ func TestReadRefusalsNameMadeAgain(t *testing.T) {
 	if len(refused) != 2 || refused[0].Run != "run-a" || refused[1].Run != "run-b" {
 		t.Fatalf("refusals %+v, want run-a's then run-b's", refused)
 	}
-	if !slices.Equal(namespaces["job-5"], []string{"run-a", "run-b"}) {
-		t.Fatalf("job-5 made by %v, want run-a then run-b", namespaces["job-5"])
+	if !slices.Equal(namespaces.runs["job-5"], []string{"run-a", "run-b"}) {
+		t.Fatalf("job-5 made by %v, want run-a then run-b", namespaces.runs["job-5"])
+	}
+}
+
+// A denial of the decision log that an audited refusal stands for is
+// judged by that refusal's run, not by every run that made the name.
+func TestVerdictDenialMatchedByItsRefusal(t *testing.T) {
+	baseline, guarded, gone := held()
+	// job-2: the explained test's (run-2), then the passing test's (run-1),
+	// which asked for a refusal there.
+	guarded.Namespaces["job-2"] = "run-1"
+	guarded.NamespaceRuns = map[string][]string{"job-1": {"run-1"}, "job-2": {"run-2", "run-1"}, "job-3": {"run-3"}}
+	guarded.Refused = append(guarded.Refused, Refusal{User: SuiteUser, Verb: "create", Namespace: "job-2", Code: 403, Run: "run-1"})
+	guarded.Denied = append(guarded.Denied, Denial{User: SuiteUser, Operation: "CREATE", Namespace: "job-2", Kind: "Pod"})
+	if got := verdict(t, explainedText, baseline, guarded, gone); got != 0 {
+		t.Fatalf("exit %d, want 0", got)
+	}
+}
+
+// A result.json of an earlier build (no namespaceRuns) is refused unless
+// its audit logs are read again.
+func TestVerdictRefusesNamespacesKnownByNameOnly(t *testing.T) {
+	baseline, guarded, gone := held()
+	dir := t.TempDir()
+	old, err := json.Marshal(guarded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "guarded"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Written first; verdictIn writes the others and, for guarded, this
+	// same result with namespaceRuns: write it again after, as it was.
+	code := verdictIn(t, dir, nil, explainedText, baseline, nil, gone)
+	_ = code
+	if err := os.WriteFile(filepath.Join(dir, "guarded", "result.json"), old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := compare([]string{"-reports", dir, "-set", "test", "-explained", filepath.Join(dir, "explained"),
+		"-baseline-failures", filepath.Join(dir, "baseline-failures"), "-flaky", filepath.Join(dir, "flaky")}); got != 1 {
+		t.Fatalf("exit %d, want 1", got)
 	}
 }

@@ -210,7 +210,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	var audited map[string][]string
+	var audited *madeNamespaces
 	if result.Refused, audited, err = readRefusals(audits); err != nil {
 		return err
 	}

@@ -29,6 +29,10 @@ type Result struct {
 	// were made (the framework's names are a base and a number under
 	// 10,000: a later test can get an earlier one's name once it is gone).
 	NamespaceRuns map[string][]string `json:"namespaceRuns,omitempty"`
+	// Namespaces the watch saw made whose creation the audit log does not
+	// record: their runs are known by name only (the watch keeps a name's
+	// last run), so nothing in them is anyone's evidence.
+	UnauditedNamespaces []string `json:"unauditedNamespaces,omitempty"`
 	// Guarded only: the reviews ownerguard decided, by requesting
 	// identity (a component's users folded into one name), then by
 	// "kind result"; its refusals whole.
@@ -221,7 +225,7 @@ func readDecisions(path string) (map[string]map[string]int, []Denial, error) {
 // ownerguard had answered (a patch that does not apply). And the run
 // (e2e-run label) of every namespace created: the record of which
 // test's namespaces they were that no watch can miss.
-func readRefusals(paths []string) ([]Refusal, map[string][]string, error) {
+func readRefusals(paths []string) ([]Refusal, *madeNamespaces, error) {
 	var out []Refusal
 	made := &madeNamespaces{runs: map[string][]string{}, current: map[string]string{}}
 	for _, path := range paths {
@@ -232,27 +236,29 @@ func readRefusals(paths []string) ([]Refusal, map[string][]string, error) {
 		out = append(out, refused...)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].User < out[j].User })
-	return out, made.runs, nil
+	return out, made, nil
 }
 
-// mergeNamespaces sets NamespaceRuns: the namespaces' runs as the audit
-// log has their creation (audited; the watch's record may miss one made
-// and gone between two of its lists, and keeps only the last run of a
-// name made twice), and what the watch saw besides; Namespaces keeps each
-// name's last run.
-func (r *Result) mergeNamespaces(audited map[string][]string) {
-	if r.Namespaces == nil {
-		r.Namespaces = map[string]string{}
+// mergeNamespaces sets NamespaceRuns from the namespaces' creations as
+// the audit log has them (made), Namespaces to each name's latest run,
+// and UnauditedNamespaces to the names the watch saw (Namespaces before)
+// that the audit log does not record: the watch keeps a name's last run
+// only, so such a name's runs are not known.
+func (r *Result) mergeNamespaces(made *madeNamespaces) {
+	watched := r.Namespaces
+	r.Namespaces = map[string]string{}
+	r.NamespaceRuns = made.runs
+	r.UnauditedNamespaces = nil
+	for namespace, run := range made.current {
+		r.Namespaces[namespace] = run
 	}
-	r.NamespaceRuns = audited
-	for namespace, run := range r.Namespaces {
-		if !slices.Contains(r.NamespaceRuns[namespace], run) {
-			r.NamespaceRuns[namespace] = append(r.NamespaceRuns[namespace], run)
+	for namespace, run := range watched {
+		if _, audited := made.runs[namespace]; !audited {
+			r.Namespaces[namespace] = run
+			r.UnauditedNamespaces = append(r.UnauditedNamespaces, namespace)
 		}
 	}
-	for namespace, runs := range r.NamespaceRuns {
-		r.Namespaces[namespace] = runs[len(runs)-1]
-	}
+	slices.Sort(r.UnauditedNamespaces)
 }
 
 // madeNamespaces: the runs that made each namespace name, and the one
