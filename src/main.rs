@@ -18,6 +18,7 @@ use ownerguard::observe::Recorder;
 use ownerguard::observe::UnlabelledCreates;
 use ownerguard::observe::events::{Events, WarnedCreates};
 use ownerguard::observe::telemetry;
+use ownerguard::observe::traces::{self, Traces};
 use ownerguard::owner::Inventory;
 use ownerguard::owner::{ClusterLookup, LookupLimits};
 use ownerguard::owner::{LookupBudget, OwnerLookup};
@@ -34,9 +35,6 @@ fn main() -> ExitCode {
     } else {
         "warn"
     };
-    // Held to the end of main: dropped after the runtime, it writes out
-    // the lines still queued.
-    let _log = telemetry::init(cli.log_format, default_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -47,16 +45,43 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // `serve --tracing`: its exporter sends on the runtime.
+    let traces = match &cli.command {
+        Command::Serve(args) if args.tracing && !traces::disabled_by_env() => {
+            match Traces::from_env(runtime.handle().clone()) {
+                Ok(traces) => Some(Arc::new(traces)),
+                Err(e) => {
+                    eprintln!("ownerguard: --tracing: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        _ => None,
+    };
+    // Held to the end of main: dropped after the runtime, it writes out
+    // the lines still queued.
+    let _log = telemetry::init_with_traces(
+        cli.log_format,
+        default_level,
+        traces.as_ref().map(|traces| traces.tracer()),
+    );
     match cli.command {
         Command::Review(args) => runtime.block_on(review::run(args)),
-        Command::Serve(args) => match runtime.block_on(serve(args)) {
-            Ok(()) => ExitCode::SUCCESS,
-            // The server's output is its log: the error is one line of it.
-            Err(e) => {
-                error!("{}", once(&e));
-                ExitCode::FAILURE
+        Command::Serve(args) => {
+            let served = runtime.block_on(serve(args, traces.clone()));
+            // What is queued is exported while the runtime still runs.
+            if let Some(traces) = &traces {
+                traces.shutdown(std::time::Duration::from_secs(5));
             }
-        },
+            match served {
+                Ok(()) => ExitCode::SUCCESS,
+                // The server's output is its log: the error is one line of it.
+                Err(e) => {
+                    error!("{}", once(&e));
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Certs(args) => report(write_certs(&args)),
         Command::Release(args) => report(runtime.block_on(release(args))),
         Command::Doctor(args) => runtime.block_on(doctor(args)),
@@ -146,7 +171,7 @@ fn dev_certificates(dir: &Path) -> anyhow::Result<(std::path::PathBuf, std::path
     Ok((cert, key))
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+async fn serve(args: ServeArgs, traces: Option<Arc<Traces>>) -> anyhow::Result<()> {
     let (tls_cert, tls_key) = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => (cert.clone(), key.clone()),
         _ if args.dev => dev_certificates(&args.dev_certs_dir)?,
@@ -212,6 +237,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(events) = events {
         webhook = webhook.with_observer(Arc::new(WarnedCreates { events }));
+    }
+    if let Some(traces) = traces {
+        info!(endpoint = %traces.endpoint, sampler = %traces.sampler, service = %traces.service_name,
+            "tracing: the reviews the API server traces get spans, exported over OTLP/HTTP");
+        webhook = webhook.with_traces(traces);
     }
     let options = ServeOptions {
         addr: args.addr,

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::admission::{AdmissionResponse, DecodeError, Review, ReviewVersion, Status};
 use crate::decide::denial::Denial;
 use crate::decide::{self, Allowed, Endpoint, LookupNeed, Lookups, Mode, Policy, WebhookKind};
 use crate::observe::DecisionLog;
 use crate::observe::Metrics;
+use crate::observe::traces::{ReviewSpan, Traces};
 use crate::observe::unlabelled::{UnlabelledCreate, UnlabelledCreates};
 use crate::observe::{Answered, Decision, Observer, Outcome};
 use crate::owner::{Lookup, LookupBudget, LookupError, OwnerLookup, PodQuery, Source};
@@ -27,6 +29,8 @@ pub struct Webhook {
     observers: Vec<Arc<dyn Observer>>,
     /// Where `/observe` counts what pods create without the owner label.
     unlabelled: Option<UnlabelledCreates>,
+    /// `--tracing`: the reviews the API server traces get spans.
+    traces: Option<Arc<Traces>>,
 }
 
 /// The answer to one review.
@@ -49,6 +53,7 @@ impl Webhook {
             observers: vec![metrics.clone(), Arc::new(DecisionLog)],
             metrics,
             unlabelled: None,
+            traces: None,
         }
     }
 
@@ -132,6 +137,29 @@ impl Webhook {
         body: &[u8],
         api_timeout: Option<Duration>,
     ) -> Result<Answer, DecodeError> {
+        self.answer_traced(endpoint, body, api_timeout, None).await
+    }
+
+    /// Tracing, when on (`--tracing`).
+    pub fn traces(&self) -> Option<&Traces> {
+        self.traces.as_deref()
+    }
+
+    /// With traces: the reviews the API server traces get spans.
+    pub fn with_traces(mut self, traces: Arc<Traces>) -> Self {
+        self.traces = Some(traces);
+        self
+    }
+
+    /// [`Self::answer_at`], telling `trace` (the review's span, when it is
+    /// traced) what the review asked, each lookup and the answer.
+    pub async fn answer_traced(
+        &self,
+        endpoint: Endpoint,
+        body: &[u8],
+        api_timeout: Option<Duration>,
+        trace: Option<&ReviewSpan>,
+    ) -> Result<Answer, DecodeError> {
         let webhook = endpoint.kind;
         // The cluster-wide endpoint fails open, as its webhook does.
         let fail_open_policy;
@@ -166,6 +194,9 @@ impl Webhook {
         };
         let deadline = started + self.budget.of_call(api_timeout);
         let request = &review.request;
+        if let Some(trace) = trace {
+            trace.record_request(request);
+        }
         let mut decided = Decided::default();
         // A policy of its own only once a mode softens a rule: the
         // common review clones nothing.
@@ -178,7 +209,7 @@ impl Webhook {
         let verdict = loop {
             let current = softened.as_ref().unwrap_or(policy);
             let verdict = self
-                .decide_once(request, webhook, current, deadline, &mut decided)
+                .decide_once(request, webhook, current, deadline, &mut decided, trace)
                 .await;
             let mut relaxed = current.relaxed.clone();
             match verdict {
@@ -206,6 +237,13 @@ impl Webhook {
             verdict => (verdict, None),
         };
         let note = stored_as_sent.map(|fate| format!("stored as sent, unchanged: {fate}"));
+        // The rule, before the answer takes the verdict: the one that
+        // refused, or the first a mode let through.
+        let rule = trace.and_then(|_| match &verdict {
+            Err(denial) => Some(denial.rule()),
+            Ok(_) => decided.violations.first().map(Denial::rule),
+        });
+        let answering = trace.map(ReviewSpan::answer);
         let response = respond_in_mode(
             &request.uid,
             verdict,
@@ -215,7 +253,8 @@ impl Webhook {
             note.as_deref(),
         );
         let answer = response.to_review_json(review.version);
-        observe(Outcome::Answered(Answered {
+        drop(answering);
+        let answered = Answered {
             request,
             namespace: &decided.namespace,
             needs: &decided.needs,
@@ -223,7 +262,11 @@ impl Webhook {
             response: &response,
             answer: &answer,
             violations: &decided.violations,
-        }));
+        };
+        if let Some(trace) = trace {
+            trace.record_answer(answered.result(), rule);
+        }
+        observe(Outcome::Answered(answered));
         Ok(Answer {
             version: review.version,
             response,
@@ -240,6 +283,7 @@ impl Webhook {
         policy: &Policy,
         deadline: Instant,
         decided: &mut Decided,
+        trace: Option<&ReviewSpan>,
     ) -> Result<Allowed, Denial> {
         let mut checks = match decide::plan(request, webhook, policy)? {
             None => return Ok(Allowed::default()),
@@ -253,7 +297,7 @@ impl Webhook {
             .collect();
         if !missing.is_empty() {
             let answers = self
-                .lookup_owners(checks.namespace(), &missing, deadline)
+                .lookup_owners(checks.namespace(), &missing, deadline, trace)
                 .await;
             decided.lookups.extend(answers);
         }
@@ -273,9 +317,11 @@ impl Webhook {
         namespace: &str,
         needs: &[&LookupNeed],
         deadline: Instant,
+        trace: Option<&ReviewSpan>,
     ) -> Lookups {
         let budget = deadline.saturating_duration_since(Instant::now());
         let lookups = needs.iter().map(|&need| async move {
+            let span = trace.map(|trace| trace.lookup(need.fresh));
             let query = PodQuery {
                 namespace,
                 name: &need.name,
@@ -285,12 +331,21 @@ impl Webhook {
             };
             // The source bounds itself; this is the guarantee that a slow
             // one cannot hold the answer past the deadline.
-            let lookup = tokio::time::timeout_at(deadline, self.lookup.lookup(query))
-                .await
-                .unwrap_or_else(|_| Lookup {
-                    source: Source::Api,
-                    outcome: Err(LookupError::TimedOut { after: budget }),
-                });
+            let bounded = tokio::time::timeout_at(deadline, self.lookup.lookup(query));
+            // Only a traced review's lookup runs in a span: the untraced
+            // one polls no wrapper.
+            let outcome = match &span {
+                Some(span) => bounded.instrument(span.clone()).await,
+                None => bounded.await,
+            };
+            let lookup = outcome.unwrap_or_else(|_| Lookup {
+                source: Source::Api,
+                outcome: Err(LookupError::TimedOut { after: budget }),
+            });
+            if let Some(span) = &span {
+                span.record("ownerguard.lookup.source", lookup.source.as_str());
+                span.record("ownerguard.lookup.result", lookup.result_label(&need.uid));
+            }
             (need.name.clone(), lookup)
         });
         futures::future::join_all(lookups)

@@ -486,6 +486,16 @@ pub struct ServeArgs {
     #[arg(long, conflicts_with = "pods")]
     pub events: bool,
 
+    /// Join the traces of the API server's webhook calls: a review the API
+    /// server samples (its traceparent header) gets a span, with its owner
+    /// lookups and the answer, exported over OTLP/HTTP (protobuf) as the
+    /// standard OTEL_* variables say (OTEL_EXPORTER_OTLP_ENDPOINT, by
+    /// default http://localhost:4318; OTEL_TRACES_SAMPLER, by default the
+    /// API server's decision alone). Spans carry no name, label value or
+    /// uid.
+    #[arg(long, env = "OWNERGUARD_TRACING")]
+    pub tracing: bool,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
 

@@ -14,6 +14,7 @@ pub(crate) mod metrics;
 mod record;
 pub mod telemetry;
 mod text_fields;
+pub mod traces;
 pub mod unlabelled;
 
 pub use log::{DecisionLog, result_label};

@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::JsonFields;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use super::json_lines::JsonLines;
 use super::log_writer::{self, LogWriter, WriterGuard};
@@ -63,6 +64,18 @@ pub(crate) fn writes_directly(filter: &EnvFilter) -> bool {
 }
 
 pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
+    init_with_traces(format, default_level, None)
+}
+
+/// [`init`], and with a tracer, the spans of [`traces`](super::traces)
+/// exported through it: ownerguard's own (never logged) and the kube
+/// client's request spans under an owner lookup (never anything else the
+/// process does). Without one, the subscriber is exactly [`init`]'s.
+pub fn init_with_traces(
+    format: LogFormat,
+    default_level: &str,
+    tracer: Option<opentelemetry_sdk::trace::Tracer>,
+) -> LogGuard {
     let filter = EnvFilter::try_from_env("OWNERGUARD_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(default_level));
@@ -77,6 +90,13 @@ pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
         BufWriter::with_capacity(WRITE_BUFFER_BYTES, log_writer::Patient(std::io::stderr())),
         QUEUED_LINES,
     );
+    if let Some(tracer) = tracer {
+        let result = traced_subscriber(format, filter, writer.clone(), tracer).try_init();
+        if result.is_ok() && format == LogFormat::Json && direct {
+            let _ = DIRECT_JSON.set(writer);
+        }
+        return LogGuard { _writer: guard };
+    }
     // Colours only for a person at a terminal, never into a log collector.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -101,4 +121,59 @@ pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
     // Already set (a second init in tests): keep the first.
     drop(result);
     LogGuard { _writer: guard }
+}
+
+/// The subscriber with the trace layer: the log as [`init`] writes it
+/// (the same filter, format and writer; ownerguard's spans left out of
+/// it), and the trace layer beside it, which takes ownerguard's spans and
+/// the kube client's request spans made under an owner lookup, and no
+/// event (a log line never becomes part of a trace).
+fn traced_subscriber(
+    format: LogFormat,
+    filter: EnvFilter,
+    writer: LogWriter,
+    tracer: opentelemetry_sdk::trace::Tracer,
+) -> impl tracing::Subscriber + Send + Sync {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::filter::{FilterExt, dynamic_filter_fn, filter_fn};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::traces::{KUBE_HTTP_SPAN, KUBE_TARGET_PREFIX, LOOKUP_SPAN, TARGET};
+
+    let log = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(std::io::stderr().is_terminal());
+    let log = match format {
+        LogFormat::Text => log.fmt_fields(EscapedFields).boxed(),
+        LogFormat::Json => log
+            .fmt_fields(JsonFields::new())
+            .event_format(JsonLines::default())
+            .boxed(),
+    };
+    let not_traces = filter_fn(|meta| !(meta.is_span() && meta.target() == TARGET));
+    let spans = filter_fn(|meta| {
+        meta.is_span()
+            && (meta.target() == TARGET
+                || (meta.target().starts_with(KUBE_TARGET_PREFIX) && meta.name() == KUBE_HTTP_SPAN))
+    });
+    // The kube client makes a span for every request (watches, lists,
+    // Events): only one made while an owner lookup is current is part of a
+    // review.
+    let under_a_lookup = dynamic_filter_fn(|meta, cx| {
+        meta.target() == TARGET
+            || cx
+                .lookup_current()
+                .is_some_and(|span| span.name() == LOOKUP_SPAN)
+    });
+    let traces = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_level(false)
+        .with_tracked_inactivity(false)
+        .with_context_activation(false);
+    tracing_subscriber::registry()
+        .with(log.with_filter(filter.and(not_traces)))
+        .with(traces.with_filter(spans.and(under_a_lookup)))
 }

@@ -24,6 +24,7 @@ use tokio::sync::Semaphore;
 use crate::admission::DecodeError;
 use crate::decide::{Endpoint, Mode};
 use crate::k8s::duration::parse_go_duration;
+use crate::observe::traces::ReviewSpan;
 use crate::webhook::Webhook;
 
 /// The largest review the API server can send, from its own limits
@@ -278,6 +279,17 @@ pub enum TransportError {
 }
 
 impl TransportError {
+    /// The error's kind, a fixed word (a trace's `error.type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NoSuchPath { .. } => "no_such_path",
+            Self::TooLarge => "too_large",
+            Self::Unreadable(_) => "unreadable",
+            Self::NotAReview(_) => "not_a_review",
+            Self::TimedOut { .. } => "timeout",
+        }
+    }
+
     /// The one place a transport error gets its HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -303,6 +315,20 @@ async fn handle(
     headers: &HeaderMap,
     body: Body,
 ) -> Response {
+    // A span only for a review the API server traces (`--tracing`):
+    // without tracing, one branch; with it, one header lookup.
+    let trace = match endpoint {
+        Path::Decide(decide) => served.webhook.traces().and_then(|traces| {
+            ReviewSpan::start(
+                traces,
+                headers,
+                uri.path(),
+                decide.name,
+                decide.mode.as_str(),
+            )
+        }),
+        Path::Observe => None,
+    };
     let declared_length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -331,16 +357,28 @@ async fn handle(
                 Err(_) => return Err(TransportError::TimedOut { after: read_for }),
             };
         let answer = match endpoint {
-            Path::Decide(endpoint) => served.webhook.answer_at(endpoint, &bytes, timeout).await?,
+            Path::Decide(endpoint) => {
+                served
+                    .webhook
+                    .answer_traced(endpoint, &bytes, timeout, trace.as_ref())
+                    .await?
+            }
             Path::Observe => served.webhook.observe_unlabelled(&bytes)?,
         };
         Ok(([(header::CONTENT_TYPE, "application/json")], answer.body).into_response())
     });
-    match answer.await {
-        Ok(Ok(response)) => response,
-        Ok(Err(error)) => error.into_response(),
-        Err(_) => TransportError::TimedOut { after: deadline }.into_response(),
+    let response = match answer.await {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(TransportError::TimedOut { after: deadline }),
+    };
+    if let Some(trace) = &trace {
+        match &response {
+            Ok(response) => trace.record_status(response.status().as_u16(), None),
+            Err(error) => trace.record_status(error.status().as_u16(), Some(error.kind())),
+        }
     }
+    response.unwrap_or_else(IntoResponse::into_response)
 }
 
 /// The body, read into one buffer of its declared size (no second copy).

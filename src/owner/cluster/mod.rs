@@ -174,6 +174,9 @@ impl ClusterLookup {
     async fn send(&self, path: &str) -> Answer {
         let request = http::Request::get(path)
             .header(http::header::ACCEPT, "application/json")
+            // The name of the kube client's span of this request, in a
+            // trace (its URL, which names the pod, is not exported).
+            .extension(crate::observe::traces::GET_POD)
             .body(kube::client::Body::from(Vec::new()));
         let request = match request {
             Ok(request) => request,
