@@ -69,16 +69,18 @@ e2e_build() {
   e2e_build_plane
   e2e_build_nodes
   local stamp="$E2E_BIN/.stamp"
-  if e2e_up_to_date "$stamp" go.mod go.sum harness scenarios cmd/createbench cmd/k8s-suite helm; then
-    log "scenarios, createbench, k8s-suite, Helm and chartcheck up to date in $E2E_BIN"
+  if e2e_up_to_date "$stamp" go.mod go.sum harness scenarios cmd/createbench cmd/k8s-suite helm otelcol; then
+    log "scenarios, createbench, k8s-suite, Helm, chartcheck and the collector up to date in $E2E_BIN"
   else
     local start=$SECONDS
-    log "building the scenarios, createbench, k8s-suite, Helm 4, Helm 3 and chartcheck (nice -n 19)"
+    log "building the scenarios, createbench, k8s-suite, Helm 4, Helm 3, chartcheck and the OpenTelemetry Collector (nice -n 19)"
     mkdir -p "$E2E_BIN"
     (cd "$E2E_DIR" && nice -n 19 go build -trimpath -o "$E2E_BIN/" ./cmd/createbench ./cmd/k8s-suite)
     (cd "$E2E_DIR" && nice -n 19 go test -c -trimpath -o "$E2E_BIN/scenarios.test" ./scenarios)
     bash "$E2E_DIR/helm/build" "$E2E_BIN"
     (cd "$E2E_DIR/helm" && nice -n 19 go build -trimpath -o "$E2E_BIN/" ./chartcheck)
+    # The collector's own module (e2e/otelcol: its builder's output).
+    (cd "$E2E_DIR/otelcol" && nice -n 19 go build -trimpath -o "$E2E_BIN/e2e-otelcol" .)
     echo "$E2E_WANT" >"$stamp"
     log "built in $((SECONDS - start)) s"
   fi

@@ -193,11 +193,17 @@ func withOverrides(args, overrides []string) []string {
 // StartAPIServer starts an API server on port (APIPort for the main one;
 // another port runs a second one on the same etcd) and waits for /readyz.
 func (p *Plane) StartAPIServer(ctx context.Context, port int) error {
+	return p.StartAPIServerWith(ctx, port)
+}
+
+// StartAPIServerWith is StartAPIServer with more flags (or flags in place
+// of the same ones) for this API server alone.
+func (p *Plane) StartAPIServerWith(ctx context.Context, port int, extra ...string) error {
 	name := "kube-apiserver"
 	if port != APIPort {
 		name = fmt.Sprintf("kube-apiserver-%d", port)
 	}
-	proc, err := Start(name, p.Logs, nil, filepath.Join(p.PlaneBin, "kube-apiserver"), p.apiServerArgs(port)...)
+	proc, err := Start(name, p.Logs, nil, filepath.Join(p.PlaneBin, "kube-apiserver"), withOverrides(p.apiServerArgs(port), extra)...)
 	if err != nil {
 		return err
 	}
