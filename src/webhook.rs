@@ -180,6 +180,7 @@ impl Webhook {
                 body,
                 outcome,
                 elapsed: started.elapsed(),
+                trace_id: trace.map(ReviewSpan::trace_id),
             };
             for observer in &self.observers {
                 observer.observe(&decision);

@@ -40,6 +40,17 @@ const REQUEST_UID: &str = "req-3f9a1c77";
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN: &str = "00f067aa0ba902b7";
 
+/// The trace each decision was told it joined (the decision line's
+/// `trace_id`).
+#[derive(Default)]
+struct TraceIds(Mutex<Vec<Option<String>>>);
+
+impl ownerguard::observe::Observer for TraceIds {
+    fn observe(&self, decision: &ownerguard::observe::Decision<'_>) {
+        self.0.lock().unwrap().push(decision.trace_id.clone());
+    }
+}
+
 /// What the collector received: every span, decoded.
 #[derive(Clone, Default)]
 struct Sink(Arc<Mutex<Vec<Span>>>);
@@ -124,6 +135,7 @@ fn a_sampled_review_joins_the_api_servers_trace_and_says_no_name() {
         .unwrap(),
     );
     let _log = telemetry::init_with_traces(LogFormat::Json, "info", Some(traces.tracer()));
+    let trace_ids = Arc::new(TraceIds::default());
 
     let statuses = runtime.block_on(async {
         let server = FakeApi::start().await;
@@ -146,8 +158,11 @@ fn a_sampled_review_joins_the_api_servers_trace_and_says_no_name() {
             LookupLimits::default(),
             metrics.clone(),
         ));
-        let webhook =
-            Arc::new(Webhook::new(Policy::default(), lookup, metrics).with_traces(traces.clone()));
+        let webhook = Arc::new(
+            Webhook::new(Policy::default(), lookup, metrics)
+                .with_traces(traces.clone())
+                .with_observer(trace_ids.clone()),
+        );
         let mut statuses = Vec::new();
         for traceparent in [
             Some(format!("00-{TRACE_ID}-{PARENT_SPAN}-01")),
@@ -167,6 +182,12 @@ fn a_sampled_review_joins_the_api_servers_trace_and_says_no_name() {
         statuses
     });
     assert_eq!(statuses, [200, 200, 200]);
+    // The decision line of the traced review names its trace; the others
+    // none.
+    assert_eq!(
+        *trace_ids.0.lock().unwrap(),
+        [Some(TRACE_ID.to_string()), None, None]
+    );
     traces.flush();
     let spans = sink.0.lock().unwrap().clone();
 

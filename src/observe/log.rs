@@ -34,6 +34,7 @@ impl Observer for DecisionLog {
                     webhook,
                     decision.endpoint.mode.as_str(),
                     decision.elapsed,
+                    decision.trace_id.as_deref(),
                 );
             }
         }
@@ -80,6 +81,7 @@ fn log_decision(
     webhook: &'static str,
     decision_mode: &'static str,
     elapsed: std::time::Duration,
+    trace_id: Option<&str>,
 ) {
     let (request, response) = (answered.request, answered.response);
     let (kind, name, generated) = decide::object_name_parts(request);
@@ -128,6 +130,7 @@ fn log_decision(
         dry_run: request.dry_run.unwrap_or(false),
         duration_ms: elapsed.as_secs_f64() * 1000.0,
         detail: detail.as_ref(),
+        trace_id,
     };
     // One line a review: written straight to the log's writer when the
     // process logs JSON and the line is enabled, without `tracing`'s
@@ -160,6 +163,9 @@ struct DecisionLine<'a> {
     dry_run: bool,
     duration_ms: f64,
     detail: &'a str,
+    /// The trace the review joined (`--tracing`, sampled): the way from
+    /// the line to its trace. Absent otherwise.
+    trace_id: Option<&'a str>,
 }
 
 impl DecisionLine<'_> {
@@ -185,6 +191,7 @@ impl DecisionLine<'_> {
             dry_run = self.dry_run,
             duration_ms = self.duration_ms,
             detail = self.detail,
+            trace_id = self.trace_id,
             "decision"
         );
     }
@@ -211,6 +218,9 @@ impl DecisionLine<'_> {
             .bool(key!("dry_run"), self.dry_run)
             .f64(key!("duration_ms"), self.duration_ms)
             .str(key!("detail"), self.detail);
+        if let Some(trace_id) = self.trace_id {
+            line.str(key!("trace_id"), trace_id);
+        }
         line.finish(module_path!())
     }
 }
@@ -247,6 +257,7 @@ mod tests {
             dry_run: false,
             duration_ms: 0.123_456_789,
             detail: "",
+            trace_id: None,
         }
     }
 
@@ -317,6 +328,7 @@ mod tests {
                     namespace: "",
                     owner: "",
                     duration_ms: 1e-7,
+                    trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736"),
                     ..plain
                 },
                 plain,

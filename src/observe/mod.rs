@@ -40,6 +40,8 @@ pub struct Decision<'a> {
     pub outcome: Outcome<'a>,
     /// From the body's arrival to the answer written.
     pub elapsed: Duration,
+    /// The trace the review joined, when it was traced (`--tracing`).
+    pub trace_id: Option<String>,
 }
 
 /// How a decision ended.

@@ -578,6 +578,18 @@ impl ReviewSpan {
         )
     }
 
+    /// The trace's id, in hex (the decision line's `trace_id`).
+    pub fn trace_id(&self) -> String {
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        self.0
+            .context()
+            .span()
+            .span_context()
+            .trace_id()
+            .to_string()
+    }
+
     /// The span of writing the answer, a child of this one.
     pub fn answer(&self) -> tracing::Span {
         tracing::info_span!(target: TARGET, parent: &self.0, "answer", otel.kind = "internal")
