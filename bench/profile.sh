@@ -23,6 +23,11 @@
 #
 #   bash bench/profile.sh [callgrind|perf|both] [SECONDS]   (both 15)
 #
+# With PROFILE_TRACING=sampled (or unsampled), ownerguard serves with
+# --tracing, exporting to an OTLP sink on loopback (python3, answers 200),
+# and every review carries a traceparent of a trace of its own, sampled
+# (or not): the cost of traces, the export included.
+#
 # The release binary as built (symbols, no debug info: inlined functions
 # count in their caller). Reports and raw data go to
 # ${PROFILE_OUT:-target/profile}/. Loopback only; bounded.
@@ -41,6 +46,35 @@ body="$BENCH_DIR/review-create-3k.json"
 og_expect=('"allowed":true' '"patch":')
 ceiling_expect=('"allowed":true')
 expects=(--expect '"allowed":true' --expect '"patch":')
+tracing=()
+load_tracing=()
+if [[ -n "${PROFILE_TRACING:-}" ]]; then
+  [[ "$PROFILE_TRACING" == sampled || "$PROFILE_TRACING" == unsampled ]] ||
+    die "PROFILE_TRACING is sampled or unsampled, not $PROFILE_TRACING"
+  # An OTLP/HTTP endpoint that takes every export and answers 200.
+  sink_port_file="$BENCH_WORK/otlp-sink.port"
+  python3 -c '
+import http.server, sys
+class Sink(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+open(sys.argv[1], "w").write(str(server.server_address[1]))
+server.serve_forever()
+' "$sink_port_file" &
+  BENCH_PIDS+=("$!")
+  for _ in $(seq 1 100); do [[ -s "$sink_port_file" ]] && break; sleep 0.05; done
+  export OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$(cat "$sink_port_file")"
+  tracing=(--tracing)
+  load_tracing=(--traceparent "$PROFILE_TRACING")
+  blog "tracing on, every review's trace $PROFILE_TRACING, exported to $OTEL_EXPORTER_OTLP_ENDPOINT"
+fi
 
 # What a symbol is, by the crate or function it comes from: the first
 # pattern that matches wins.
@@ -79,13 +113,15 @@ categorize() {
 callgrind_reviews() {
   local name=$1 pid=$2 addr=$3 ca=$4 connections=$5
   shift 5
-  local expect=() e
+  local expect=() e traced=()
   for e in "$@"; do expect+=(--expect "$e"); done
+  # Traces (PROFILE_TRACING): ownerguard's reviews only.
+  [[ "$name" == ownerguard ]] && traced=("${load_tracing[@]}")
   "$RELEASE/examples/review_load" --addr "$addr" --ca "$ca" --body "$body" \
-    --connections "$connections" --seconds 3 "${expect[@]}" >/dev/null 2>>"$BENCH_WORK/client.log" || die "warm-up of $name failed"
+    --connections "$connections" --seconds 3 "${expect[@]}" "${traced[@]}" >/dev/null 2>>"$BENCH_WORK/client.log" || die "warm-up of $name failed"
   local out="$BENCH_WORK/callgrind-$name-$connections.out" log="$BENCH_WORK/callgrind-$name-$connections.log"
   "$RELEASE/examples/review_load" --addr "$addr" --ca "$ca" --body "$body" \
-    --connections "$connections" --seconds "$seconds" --hold 3 "${expect[@]}" >"$out" 2>"$log" &
+    --connections "$connections" --seconds "$seconds" --hold 3 "${expect[@]}" "${traced[@]}" >"$out" 2>"$log" &
   local client=$!
   BENCH_PIDS+=("$client")
   for _ in $(seq 1 200); do
@@ -124,7 +160,7 @@ run_callgrind() {
   rm -f "$cg"* "$cg_ceiling"*
   blog "callgrind: ownerguard under valgrind (the inventory loads slowly there)"
   OG_WRAPPER="valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$cg" \
-    OG_START_TIMEOUT=900 og_start callgrind "" --pods "$inventory" || die "ownerguard did not start under valgrind"
+    OG_START_TIMEOUT=900 og_start callgrind "" --pods "$inventory" "${tracing[@]}" || die "ownerguard did not start under valgrind"
   wait_ready "$OG_METRICS" 900
   local certs="$OG_DIR/certs" c
   declare -A answers ceiling_answers
@@ -205,18 +241,18 @@ run_callgrind() {
 run_perf() {
   command -v perf >/dev/null || die "perf is not installed"
   blog "perf: ownerguard on core 1, client on core 0, ${seconds}s"
-  og_start perf 1 --pods "$inventory" || die "ownerguard did not start"
+  og_start perf 1 --pods "$inventory" "${tracing[@]}" || die "ownerguard did not start"
   wait_ready "$OG_METRICS" 120
   local certs="$OG_DIR/certs"
   taskset -c 0 "$RELEASE/examples/review_load" --addr "$OG_ADDR" --ca "$certs/ca.crt" --body "$body" \
-    --connections 16 --seconds 3 "${expects[@]}" >/dev/null 2>>"$BENCH_WORK/client.log" || die "warm-up failed"
+    --connections 16 --seconds 3 "${expects[@]}" "${load_tracing[@]}" >/dev/null 2>>"$BENCH_WORK/client.log" || die "warm-up failed"
   perf record -e cpu-clock -F 1999 -p "$OG_PID" -o "$out_dir/perf.data" -- sleep "$seconds" \
     >"$BENCH_WORK/perf-record.log" 2>&1 &
   local perf_pid=$!
   BENCH_PIDS+=("$perf_pid")
   local result
   result="$(taskset -c 0 "$RELEASE/examples/review_load" --addr "$OG_ADDR" --ca "$certs/ca.crt" --body "$body" \
-    --connections 16 --seconds "$seconds" "${expects[@]}" 2>>"$BENCH_WORK/client.log" | tail -n 1)" || die "load failed"
+    --connections 16 --seconds "$seconds" "${expects[@]}" "${load_tracing[@]}" 2>>"$BENCH_WORK/client.log" | tail -n 1)" || die "load failed"
   wait "$perf_pid" || die "perf record failed: $(tail -n 3 "$BENCH_WORK/perf-record.log")"
   stop_pid "$OG_PID"
   perf report -i "$out_dir/perf.data" --no-children --sort symbol --stdio --percent-limit 0.01 \

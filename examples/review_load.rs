@@ -7,6 +7,11 @@
 //!   review_load --addr HOST:PORT --ca FILE --body FILE [--server-name localhost]
 //!               [--path '/mutate?timeout=5s'] [--connections 16] [--seconds 10]
 //!               [--rate PER_SECOND] [--expect TEXT]... [--late-ms 5000] [--hold SECONDS]
+//!               [--traceparent sampled|unsampled]
+//!
+//! With `--traceparent`, every review carries a W3C `traceparent` of a
+//! trace of its own, sampled or not, as a tracing API server sends it
+//! (bench/profile.sh measures ownerguard's `--tracing` with it).
 //!
 //! Every answer must be 200 and hold each `--expect` text (default
 //! `"allowed":true`); anything else, or a failed connection (reconnected),
@@ -42,6 +47,8 @@ struct Options {
     expect: Vec<String>,
     late: Duration,
     hold: Duration,
+    /// The traceparent's flags (`01` sampled, `00` not), when sent.
+    traceparent: Option<&'static str>,
 }
 
 fn options() -> Result<Options, String> {
@@ -57,6 +64,7 @@ fn options() -> Result<Options, String> {
         expect: Vec::new(),
         late: Duration::from_secs(5),
         hold: Duration::ZERO,
+        traceparent: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -74,6 +82,13 @@ fn options() -> Result<Options, String> {
             "--expect" => o.expect.push(value),
             "--late-ms" => o.late = Duration::from_secs_f64(number(&value)? / 1000.0),
             "--hold" => o.hold = Duration::from_secs_f64(number(&value)?),
+            "--traceparent" => {
+                o.traceparent = Some(match value.as_str() {
+                    "sampled" => "01",
+                    "unsampled" => "00",
+                    _ => return Err(format!("{flag}: sampled or unsampled, not {value}")),
+                })
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -109,6 +124,7 @@ impl Tally {
 }
 
 async fn drive(
+    lane: u64,
     options: Arc<Options>,
     tls: Arc<rustls::ClientConfig>,
     mut connection: Option<support::Connection>,
@@ -123,6 +139,7 @@ async fn drive(
     let period = (options.rate > 0.0)
         .then(|| Duration::from_secs_f64(options.connections as f64 / options.rate));
     let mut due = started;
+    let mut sent: u64 = 0;
     while Instant::now() < deadline && !STOP.load(Ordering::Relaxed) {
         if let Some(period) = period {
             due += period;
@@ -143,7 +160,21 @@ async fn drive(
         let Some(open) = connection.as_mut() else {
             continue;
         };
-        match support::post(open, &options.addr, &options.path, body.clone()).await {
+        // A trace of its own for each review: this connection's number
+        // and its count, never zero.
+        sent += 1;
+        let traceparent = options
+            .traceparent
+            .map(|flags| format!("00-{:016x}{sent:016x}-{sent:016x}-{flags}", lane + 1));
+        match support::post_with(
+            open,
+            &options.addr,
+            &options.path,
+            body.clone(),
+            traceparent,
+        )
+        .await
+        {
             Ok(answer) => {
                 let latency = due.elapsed();
                 tally.latencies.push(latency);
@@ -216,6 +247,7 @@ async fn run(options: Options) -> Result<(), String> {
                 Duration::ZERO
             };
             tokio::spawn(drive(
+                i as u64,
                 options.clone(),
                 tls.clone(),
                 Some(connection),

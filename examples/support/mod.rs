@@ -95,17 +95,30 @@ pub async fn post(
     path_and_query: &str,
     body: Bytes,
 ) -> Result<Answer, String> {
+    post_with(connection, host, path_and_query, body, None).await
+}
+
+/// [`post`] with a W3C `traceparent` header, when given.
+pub async fn post_with(
+    connection: &mut Connection,
+    host: &str,
+    path_and_query: &str,
+    body: Bytes,
+    traceparent: Option<String>,
+) -> Result<Answer, String> {
     connection
         .sender
         .ready()
         .await
         .map_err(|e| format!("connection: {e}"))?;
-    let request = hyper::Request::post(path_and_query)
+    let mut request = hyper::Request::post(path_and_query)
         .header(hyper::header::HOST, host)
         .header(hyper::header::CONTENT_TYPE, "application/json")
-        .header(hyper::header::ACCEPT, "application/json, */*")
-        .body(Full::new(body))
-        .map_err(|e| e.to_string())?;
+        .header(hyper::header::ACCEPT, "application/json, */*");
+    if let Some(traceparent) = traceparent {
+        request = request.header("traceparent", traceparent);
+    }
+    let request = request.body(Full::new(body)).map_err(|e| e.to_string())?;
     let response = connection
         .sender
         .send_request(request)
