@@ -26,7 +26,9 @@
 # With PROFILE_TRACING=sampled (or unsampled), ownerguard serves with
 # --tracing, exporting to an OTLP sink on loopback (python3, answers 200),
 # and every review carries a traceparent of a trace of its own, sampled
-# (or not): the cost of traces, the export included.
+# (or not): the cost of traces, the export included. header-only: the
+# unsampled traceparent without --tracing (what a tracing API server sends
+# to a webhook that does not trace), the base to compare them with.
 #
 # The release binary as built (symbols, no debug info: inlined functions
 # count in their caller). Reports and raw data go to
@@ -48,9 +50,13 @@ ceiling_expect=('"allowed":true')
 expects=(--expect '"allowed":true' --expect '"patch":')
 tracing=()
 load_tracing=()
-if [[ -n "${PROFILE_TRACING:-}" ]]; then
+if [[ "${PROFILE_TRACING:-}" == header-only ]]; then
+  # What an API server that traces sends to a webhook that does not.
+  load_tracing=(--traceparent unsampled)
+  blog "tracing off, every review with an unsampled traceparent"
+elif [[ -n "${PROFILE_TRACING:-}" ]]; then
   [[ "$PROFILE_TRACING" == sampled || "$PROFILE_TRACING" == unsampled ]] ||
-    die "PROFILE_TRACING is sampled or unsampled, not $PROFILE_TRACING"
+    die "PROFILE_TRACING is sampled, unsampled or header-only, not $PROFILE_TRACING"
   # An OTLP/HTTP endpoint that takes every export and answers 200.
   sink_port_file="$BENCH_WORK/otlp-sink.port"
   python3 -c '

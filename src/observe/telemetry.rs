@@ -151,11 +151,15 @@ fn traced_subscriber(
             .boxed(),
     };
     let not_traces = filter_fn(|meta| !(meta.is_span() && meta.target() == TARGET));
+    // Its level hint: nothing above DEBUG (kube's span) is ever taken, so
+    // `trace!` calls (rustls logs every record through `log`) stay off at
+    // their static check, as without tracing.
     let spans = filter_fn(|meta| {
         meta.is_span()
             && (meta.target() == TARGET
                 || (meta.target().starts_with(KUBE_TARGET_PREFIX) && meta.name() == KUBE_HTTP_SPAN))
-    });
+    })
+    .with_max_level_hint(tracing::level_filters::LevelFilter::DEBUG);
     // The kube client makes a span for every request (watches, lists,
     // Events): only one made while an owner lookup is current is part of a
     // review.

@@ -250,7 +250,14 @@ impl Traces {
     /// The context a review's span is made under, or `None` when it makes
     /// none: no sampled parent and no sampler of roots.
     pub fn parent(&self, headers: &HeaderMap) -> Option<Context> {
-        if !self.roots && !headers.contains_key("traceparent") {
+        // Unsampled, or no trace: read from the header's flags alone
+        // before anything is parsed or allocated (the API server sends a
+        // traceparent with every call once it traces at all).
+        if !self.roots
+            && !headers
+                .get("traceparent")
+                .is_some_and(|value| sampled_flag(value.as_bytes()))
+        {
             return None;
         }
         let cx = self.propagator.extract(&HeaderExtractor(headers));
@@ -266,6 +273,17 @@ impl Traces {
             tracing::warn!("traces: shutting the exporter down: {e}");
         }
     }
+}
+
+/// Whether a W3C `traceparent` (`VV-TRACEID-PARENTID-FF`, 55 bytes in
+/// version 00, longer in later versions) says sampled: its flags' lowest
+/// bit. The propagator checks the rest.
+fn sampled_flag(traceparent: &[u8]) -> bool {
+    let hex = |b: u8| (b as char).to_digit(16);
+    traceparent.len() >= 55
+        && traceparent[52] == b'-'
+        && hex(traceparent[54]).is_some_and(|low| low & 1 == 1)
+        && hex(traceparent[53]).is_some()
 }
 
 /// `service.name` from `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES`,
@@ -656,6 +674,20 @@ mod tests {
         assert_eq!(value("http.method").as_deref(), Some("GET"));
         assert_eq!(value("k8s.namespace.name").map(|v| v.len()), Some(253));
         assert_eq!(value("ownerguard.owner"), None);
+    }
+
+    #[test]
+    fn the_sampled_flag_is_the_lowest_bit_of_the_flags() {
+        let parent =
+            |flags: &str| format!("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}");
+        assert!(sampled_flag(parent("01").as_bytes()));
+        assert!(sampled_flag(parent("03").as_bytes()));
+        assert!(!sampled_flag(parent("00").as_bytes()));
+        assert!(!sampled_flag(parent("02").as_bytes()));
+        assert!(!sampled_flag(parent("0z").as_bytes()));
+        assert!(!sampled_flag(b"00-short-01"));
+        // A later version, longer: its first 55 bytes are read the same.
+        assert!(sampled_flag(format!("{}-more", parent("01")).as_bytes()));
     }
 
     #[test]
