@@ -192,7 +192,7 @@ impl Traces {
         let client = OnRuntime {
             runtime,
             inner: opentelemetry_http::hyper::HyperClient::new(
-                https_connector(settings.certificate.as_deref())?,
+                https_connector(settings.certificate.as_deref(), &settings.endpoint)?,
                 settings.timeout,
                 None,
             ),
@@ -318,7 +318,7 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 
 /// HTTPS with rustls (the roots of `OTEL_EXPORTER_OTLP_CERTIFICATE`, else
 /// the system's), or plain HTTP.
-fn https_connector(certificate: Option<&str>) -> Result<Connector, TracesError> {
+fn https_connector(certificate: Option<&str>, endpoint: &str) -> Result<Connector, TracesError> {
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let builder = hyper_rustls::HttpsConnectorBuilder::new();
     let builder = match certificate {
@@ -341,9 +341,23 @@ fn https_connector(certificate: Option<&str>) -> Result<Connector, TracesError> 
                 .with_no_client_auth();
             builder.with_tls_config(config)
         }
-        None => builder
-            .with_provider_and_native_roots(provider)
-            .map_err(|e| TracesError::Certificate(format!("the system's roots: {e}")))?,
+        None => match builder.with_provider_and_native_roots(provider.clone()) {
+            Ok(builder) => builder,
+            // No system roots (a bare image): only an https:// endpoint
+            // needs them.
+            Err(e) if endpoint.starts_with("https://") => {
+                return Err(TracesError::Certificate(format!(
+                    "the system's roots, for {endpoint}: {e}"
+                )));
+            }
+            Err(_) => hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
+                rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| TracesError::Certificate(e.to_string()))?
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+            ),
+        },
     };
     Ok(builder.https_or_http().enable_http1().build())
 }
