@@ -2707,3 +2707,90 @@ fn every_helm_command_the_docs_give_renders_and_names_flags_helm_has() {
         }
     }
 }
+
+/// Traces: off, no flag and no OpenTelemetry variable; on, `--tracing` and
+/// the standard variables from the values, the CA mounted where its
+/// variable says, the headers from the Secret's key.
+#[test]
+#[ignore = "renders with real Helm: bash .ci/chart-check builds it and runs these"]
+fn helm_renders_tracing_as_the_sdk_reads_it() {
+    let helm = helm();
+    let off = render_with(&helm, &[]);
+    let env = |objects: &[Value]| -> Vec<(String, Value)> {
+        container(objects)["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["name"].as_str().unwrap().to_string(), e.clone()))
+            .collect()
+    };
+    assert!(!args(&off).iter().any(|a| a == "--tracing"));
+    assert!(!env(&off).iter().any(|(name, _)| name.starts_with("OTEL_")));
+    let on = render_with(
+        &helm,
+        &[
+            "--set",
+            "tracing.enabled=true",
+            "--set",
+            "tracing.endpoint=https://otel-collector.observability:4318",
+            "--set",
+            "tracing.sampler=parentbased_traceidratio",
+            "--set-string",
+            "tracing.samplerArg=0.01",
+            "--set",
+            "tracing.serviceName=ownerguard-prod",
+            "--set",
+            "tracing.caConfigMap.name=otlp-ca",
+            "--set",
+            "tracing.headersSecret.name=otlp-headers",
+            "--set",
+            "tracing.headersSecret.key=headers",
+        ],
+    );
+    assert!(args(&on).iter().any(|a| a == "--tracing"));
+    let env = env(&on);
+    let value = |name: &str| {
+        env.iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no {name} in {env:?}"))
+            .1
+            .clone()
+    };
+    assert_eq!(
+        value("OTEL_EXPORTER_OTLP_ENDPOINT")["value"],
+        "https://otel-collector.observability:4318"
+    );
+    assert_eq!(
+        value("OTEL_TRACES_SAMPLER")["value"],
+        "parentbased_traceidratio"
+    );
+    assert_eq!(value("OTEL_TRACES_SAMPLER_ARG")["value"], "0.01");
+    assert_eq!(value("OTEL_SERVICE_NAME")["value"], "ownerguard-prod");
+    assert_eq!(
+        value("OTEL_EXPORTER_OTLP_HEADERS")["valueFrom"]["secretKeyRef"],
+        serde_json::json!({"name": "otlp-headers", "key": "headers"})
+    );
+    let ca = value("OTEL_EXPORTER_OTLP_CERTIFICATE")["value"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mounts = container(&on)["volumeMounts"].as_array().unwrap().clone();
+    let mount = mounts
+        .iter()
+        .find(|m| m["name"] == "otlp-ca")
+        .expect("the CA's volume mounted");
+    assert_eq!(
+        ca,
+        format!("{}/ca.crt", mount["mountPath"].as_str().unwrap())
+    );
+    let volumes =
+        &object(&on, "Deployment", "og-ownerguard")["spec"]["template"]["spec"]["volumes"];
+    assert!(
+        volumes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "otlp-ca" && v["configMap"]["name"] == "otlp-ca"),
+        "{volumes}"
+    );
+}
