@@ -18,7 +18,7 @@ use ownerguard::observe::Recorder;
 use ownerguard::observe::UnlabelledCreates;
 use ownerguard::observe::events::{Events, WarnedCreates};
 use ownerguard::observe::telemetry;
-use ownerguard::observe::traces::{self, Traces};
+use ownerguard::observe::traces::{self, TraceSettings, Traces};
 use ownerguard::owner::Inventory;
 use ownerguard::owner::{ClusterLookup, LookupLimits};
 use ownerguard::owner::{LookupBudget, OwnerLookup};
@@ -48,7 +48,17 @@ fn main() -> ExitCode {
     // `serve --tracing`: its exporter sends on the runtime.
     let traces = match &cli.command {
         Command::Serve(args) if args.tracing && !traces::disabled_by_env() => {
-            match Traces::from_env(runtime.handle().clone()) {
+            let started = TraceSettings::from_env().and_then(|settings| {
+                Traces::start(
+                    runtime.handle().clone(),
+                    TraceSettings {
+                        ignore_parent: args.tracing_ignore_parent,
+                        max_per_second: args.tracing_max_per_second,
+                        ..settings
+                    },
+                )
+            });
+            match started {
                 Ok(traces) => Some(Arc::new(traces)),
                 Err(e) => {
                     eprintln!("ownerguard: --tracing: {e}");
@@ -65,13 +75,17 @@ fn main() -> ExitCode {
         default_level,
         traces.as_ref().map(|traces| traces.tracer()),
     );
-    match cli.command {
+    let code = match cli.command {
         Command::Review(args) => runtime.block_on(review::run(args)),
         Command::Serve(args) => {
+            if args.tracing && traces.is_none() {
+                info!("--tracing is off: OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none says so");
+            }
             let served = runtime.block_on(serve(args, traces.clone()));
-            // What is queued is exported while the runtime still runs.
+            // What is queued is exported while the runtime still runs,
+            // within the chart's grace period after the drain.
             if let Some(traces) = &traces {
-                traces.shutdown(std::time::Duration::from_secs(5));
+                traces.shutdown(std::time::Duration::from_secs(2));
             }
             match served {
                 Ok(()) => ExitCode::SUCCESS,
@@ -91,7 +105,14 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut command, "ownerguard", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-    }
+    };
+    // The exporter and the runtime go before the log's writer: what their
+    // last tasks log is still written. A task the runtime cannot stop (a
+    // blocking name lookup of an unreachable collector) is not waited for
+    // past a second.
+    drop(traces);
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
 }
 
 /// A command's outcome for a person or a script: the error once, on

@@ -2724,7 +2724,7 @@ fn helm_renders_tracing_as_the_sdk_reads_it() {
             .map(|e| (e["name"].as_str().unwrap().to_string(), e.clone()))
             .collect()
     };
-    assert!(!args(&off).iter().any(|a| a == "--tracing"));
+    assert!(!args(&off).iter().any(|a| a.starts_with("--tracing")));
     assert!(!env(&off).iter().any(|(name, _)| name.starts_with("OTEL_")));
     let on = render_with(
         &helm,
@@ -2745,9 +2745,23 @@ fn helm_renders_tracing_as_the_sdk_reads_it() {
             "tracing.headersSecret.name=otlp-headers",
             "--set",
             "tracing.headersSecret.key=headers",
+            "--set",
+            "tracing.ignoreParent=true",
+            "--set",
+            "tracing.maxPerSecond=20",
         ],
     );
-    assert!(args(&on).iter().any(|a| a == "--tracing"));
+    for flag in [
+        "--tracing",
+        "--tracing-ignore-parent",
+        "--tracing-max-per-second=20",
+    ] {
+        assert!(
+            args(&on).iter().any(|a| a == flag),
+            "{flag}: {:?}",
+            args(&on)
+        );
+    }
     let env = env(&on);
     let value = |name: &str| {
         env.iter()

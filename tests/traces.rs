@@ -25,7 +25,7 @@ use ownerguard::decide::Policy;
 use ownerguard::k8s::client::without_retries;
 use ownerguard::observe::Metrics;
 use ownerguard::observe::telemetry::{self, LogFormat};
-use ownerguard::observe::traces::{TraceSettings, Traces};
+use ownerguard::observe::traces::{Sampling, TraceSettings, Traces};
 use ownerguard::owner::{ClusterLookup, LookupLimits, WatchSettings, Watches};
 use ownerguard::webhook::Webhook;
 use prost::Message;
@@ -129,7 +129,9 @@ fn a_sampled_review_joins_the_api_servers_trace_and_says_no_name() {
                 endpoint: format!("http://{collector}/v1/traces"),
                 timeout: Duration::from_secs(5),
                 certificate: None,
-                sampler: None,
+                sampler: Sampling::PARENT,
+                ignore_parent: false,
+                max_per_second: 100,
             },
         )
         .unwrap(),

@@ -496,6 +496,18 @@ pub struct ServeArgs {
     #[arg(long, env = "OWNERGUARD_TRACING")]
     pub tracing: bool,
 
+    /// With --tracing: do not read the incoming trace context; trace only
+    /// what OTEL_TRACES_SAMPLER starts itself (a ratio of reviews). For API
+    /// servers that do not trace: they relay whatever traceparent a user
+    /// sent them.
+    #[arg(long, env = "OWNERGUARD_TRACING_IGNORE_PARENT", requires = "tracing")]
+    pub tracing_ignore_parent: bool,
+
+    /// With --tracing: reviews traced a second, at most, whatever the
+    /// sampler and the callers ask (0 traces none).
+    #[arg(long, env = "OWNERGUARD_TRACING_MAX_PER_SECOND", default_value_t = crate::observe::traces::DEFAULT_MAX_PER_SECOND, requires = "tracing")]
+    pub tracing_max_per_second: u32,
+
     #[command(flatten)]
     pub policy: PolicyArgs,
 

@@ -150,7 +150,13 @@ fn traced_subscriber(
             .event_format(JsonLines::default())
             .boxed(),
     };
-    let not_traces = filter_fn(|meta| !(meta.is_span() && meta.target() == TARGET));
+    use tracing::level_filters::LevelFilter;
+    // Each filter says its most verbose level: an `and` of two takes the
+    // lower of their hints, and one without a hint would make the whole
+    // subscriber's hint TRACE (every `trace!` and every `log` record then
+    // dispatched).
+    let not_traces = filter_fn(|meta| !(meta.is_span() && meta.target() == TARGET))
+        .with_max_level_hint(LevelFilter::TRACE);
     // Its level hint: nothing above DEBUG (kube's span) is ever taken, so
     // `trace!` calls (rustls logs every record through `log`) stay off at
     // their static check, as without tracing.
@@ -159,7 +165,7 @@ fn traced_subscriber(
             && (meta.target() == TARGET
                 || (meta.target().starts_with(KUBE_TARGET_PREFIX) && meta.name() == KUBE_HTTP_SPAN))
     })
-    .with_max_level_hint(tracing::level_filters::LevelFilter::DEBUG);
+    .with_max_level_hint(LevelFilter::DEBUG);
     // The kube client makes a span for every request (watches, lists,
     // Events): only one made while an owner lookup is current is part of a
     // review.
@@ -168,7 +174,8 @@ fn traced_subscriber(
             || cx
                 .lookup_current()
                 .is_some_and(|span| span.name() == LOOKUP_SPAN)
-    });
+    })
+    .with_max_level_hint(LevelFilter::DEBUG);
     let traces = tracing_opentelemetry::layer()
         .with_tracer(tracer)
         .with_location(false)

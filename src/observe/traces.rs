@@ -23,7 +23,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
 use hyper_util::client::legacy::connect::HttpConnector;
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{Status, TraceContextExt, TracerProvider as _};
+use opentelemetry::trace::{SpanContext, Status, TraceContextExt, TraceState, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_http::{HeaderExtractor, HttpClient, HttpError};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
@@ -32,6 +32,11 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::resource::{EnvResourceDetector, ResourceDetector};
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, SpanData, SpanExporter, Tracer};
+
+/// `--tracing-max-per-second`'s default: far above what tracing a share
+/// of a busy cluster's creates gives, far below what tracing every review
+/// of a burst would cost.
+pub const DEFAULT_MAX_PER_SECOND: u32 = 100;
 
 /// The target of ownerguard's own spans: the log leaves them out, the
 /// trace layer takes them (and the kube client's spans under them).
@@ -55,9 +60,14 @@ const MAX_VALUE_BYTES: usize = 253;
 pub struct Traces {
     provider: SdkTracerProvider,
     propagator: TraceContextPropagator,
-    /// The sampler may start a trace of its own (a root): then every
-    /// review makes a span, and the sampler decides.
-    roots: bool,
+    /// What decides which reviews are traced; every span made is exported
+    /// (the SDK's sampler keeps all): the decision is taken here, once,
+    /// before any span exists.
+    sampling: Sampling,
+    /// At most this many reviews traced a second: a caller that forces
+    /// sampling (a `traceparent` relayed from any user by an API server
+    /// that does not trace) cannot make every review pay for a trace.
+    budget: Budget,
     /// For the start-up log line.
     pub endpoint: String,
     pub sampler: String,
@@ -69,7 +79,7 @@ impl fmt::Debug for Traces {
         f.debug_struct("Traces")
             .field("endpoint", &self.endpoint)
             .field("sampler", &self.sampler)
-            .field("roots", &self.roots)
+            .field("sampling", &self.sampling)
             .finish_non_exhaustive()
     }
 }
@@ -86,6 +96,22 @@ pub enum TracesError {
     },
     #[error("OTEL_EXPORTER_OTLP_CERTIFICATE: {0}")]
     Certificate(String),
+    #[error(
+        "OTEL_TRACES_SAMPLER={0}: ownerguard knows always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off and parentbased_traceidratio"
+    )]
+    Sampler(String),
+    #[error(
+        "OTEL_TRACES_SAMPLER_ARG={0:?}: a ratio sampler needs the share of reviews to trace, a number from 0 to 1 (0.01 is one in a hundred)"
+    )]
+    SamplerArg(String),
+    #[error(
+        "OTEL_TRACES_EXPORTER={0}: ownerguard exports over OTLP only (otlp, or none to turn traces off)"
+    )]
+    UnknownExporter(String),
+    #[error(
+        "--tracing-ignore-parent with OTEL_TRACES_SAMPLER={0}: nothing would ever be traced; give a sampler that starts traces of its own (parentbased_traceidratio with OTEL_TRACES_SAMPLER_ARG)"
+    )]
+    NothingTraced(String),
     #[error("the OTLP exporter: {0}")]
     Exporter(String),
 }
@@ -138,9 +164,161 @@ pub struct TraceSettings {
     /// A PEM file of the CAs an `https://` endpoint is checked against
     /// (else the system's).
     pub certificate: Option<String>,
-    /// `OTEL_TRACES_SAMPLER`, when set (the SDK reads it and its
-    /// argument); unset, the API server's decision alone.
-    pub sampler: Option<String>,
+    /// `OTEL_TRACES_SAMPLER` and its argument: parentbased_always_off
+    /// (the API server's decision alone) when unset.
+    pub sampler: Sampling,
+    /// The incoming trace context is not read (`--tracing-ignore-parent`):
+    /// only the sampler's own decision starts traces, for API servers that
+    /// do not trace (which relay any user's `traceparent` as it came).
+    pub ignore_parent: bool,
+    /// Reviews traced a second, at most (`--tracing-max-per-second`).
+    pub max_per_second: u32,
+}
+
+/// Which reviews are traced: by the parent's decision (`parentbased_*`),
+/// and a share of those with no parent (or of all, without `parentbased`)
+/// as a trace of their own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    /// `parentbased_*`: a review with a trace context follows its flag.
+    pub follows_parent: bool,
+    /// The share of the other reviews traced as a trace of their own.
+    pub ratio: f64,
+}
+
+impl Sampling {
+    /// The API server's decision alone.
+    pub const PARENT: Self = Self {
+        follows_parent: true,
+        ratio: 0.0,
+    };
+
+    /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`, as the
+    /// OpenTelemetry specification names them; anything else refused.
+    pub fn parse(name: Option<&str>, arg: Option<&str>) -> Result<Self, TracesError> {
+        let ratio = || -> Result<f64, TracesError> {
+            let text = arg.map(str::trim).unwrap_or_default();
+            match text.parse::<f64>() {
+                Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+                _ => Err(TracesError::SamplerArg(text.to_string())),
+            }
+        };
+        let name = name.map(str::trim).filter(|n| !n.is_empty());
+        Ok(match name {
+            None | Some("parentbased_always_off") => Self::PARENT,
+            Some("parentbased_always_on") => Self {
+                follows_parent: true,
+                ratio: 1.0,
+            },
+            Some("parentbased_traceidratio") => Self {
+                follows_parent: true,
+                ratio: ratio()?,
+            },
+            Some("always_on") => Self {
+                follows_parent: false,
+                ratio: 1.0,
+            },
+            Some("always_off") => Self {
+                follows_parent: false,
+                ratio: 0.0,
+            },
+            Some("traceidratio") => Self {
+                follows_parent: false,
+                ratio: ratio()?,
+            },
+            Some(other) => return Err(TracesError::Sampler(other.to_string())),
+        })
+    }
+
+    /// The name it is known by (the start-up line).
+    pub fn name(&self) -> String {
+        let (kind, ratio) = (self.follows_parent, self.ratio);
+        let prefix = if kind { "parentbased_" } else { "" };
+        if ratio <= 0.0 {
+            format!("{prefix}always_off")
+        } else if ratio >= 1.0 {
+            format!("{prefix}always_on")
+        } else {
+            format!("{prefix}traceidratio {ratio}")
+        }
+    }
+}
+
+/// A budget of traced reviews a second, shared by every task.
+#[derive(Debug)]
+struct Budget {
+    per_second: u32,
+    /// The second (since the process's start) and how many were taken in
+    /// it, in one word: second << 32 | taken.
+    used: std::sync::atomic::AtomicU64,
+    start: std::time::Instant,
+}
+
+impl Budget {
+    fn new(per_second: u32) -> Self {
+        Self {
+            per_second,
+            used: std::sync::atomic::AtomicU64::new(0),
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// One more traced review this second, if there is room.
+    fn take(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.per_second == 0 {
+            return false;
+        }
+        let second = self.start.elapsed().as_secs() & 0xffff_ffff;
+        let mut current = self.used.load(Ordering::Relaxed);
+        loop {
+            let (at, taken) = (current >> 32, current & 0xffff_ffff);
+            let next = if at == second {
+                if taken >= u64::from(self.per_second) {
+                    return false;
+                }
+                current + 1
+            } else {
+                (second << 32) | 1
+            };
+            match self.used.compare_exchange_weak(
+                current,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+}
+
+/// A share of reviews, drawn without a lock: a per-thread xorshift.
+fn draw(ratio: f64) -> bool {
+    use std::cell::Cell;
+    if ratio >= 1.0 {
+        return true;
+    }
+    if ratio <= 0.0 {
+        return false;
+    }
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new({
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(0x9e37_79b9_7f4a_7c15);
+            h.finish() | 1
+        });
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        ((x >> 11) as f64 / (1u64 << 53) as f64) < ratio
+    })
 }
 
 impl TraceSettings {
@@ -164,15 +342,22 @@ impl TraceSettings {
                 }
             },
         );
-        let sampler = std::env::var("OTEL_TRACES_SAMPLER")
-            .ok()
-            .map(|name| name.trim().to_ascii_lowercase())
-            .filter(|name| !name.is_empty());
+        if let Ok(exporter) = std::env::var("OTEL_TRACES_EXPORTER")
+            && !matches!(exporter.trim(), "" | "otlp" | "none")
+        {
+            return Err(TracesError::UnknownExporter(exporter));
+        }
+        let sampler = Sampling::parse(
+            std::env::var("OTEL_TRACES_SAMPLER").ok().as_deref(),
+            std::env::var("OTEL_TRACES_SAMPLER_ARG").ok().as_deref(),
+        )?;
         Ok(Self {
             endpoint,
             timeout,
             certificate: otlp_env("CERTIFICATE").map(|(_, path)| path),
             sampler,
+            ignore_parent: false,
+            max_per_second: DEFAULT_MAX_PER_SECOND,
         })
     }
 }
@@ -210,32 +395,44 @@ impl Traces {
             .get(&opentelemetry::Key::from_static_str("service.name"))
             .map(|v| v.to_string())
             .unwrap_or_default();
-        let mut builder = SdkTracerProvider::builder()
+        if settings.ignore_parent && settings.sampler.ratio <= 0.0 {
+            return Err(TracesError::NothingTraced(settings.sampler.name()));
+        }
+        // Every span made is kept: which reviews make spans is decided in
+        // `parent`, before any exists (the SDK's own sampler, read from the
+        // environment, would otherwise decide again, and after the cost).
+        let provider = SdkTracerProvider::builder()
             .with_batch_exporter(Redacting(exporter))
-            .with_resource(resource);
-        // Unset, the SDK's default is ParentBased(AlwaysOn): a trace of
-        // its own for every review without one. Here: the API server's
-        // decision alone.
-        let roots = match &settings.sampler {
-            Some(name) => !matches!(name.as_str(), "always_off" | "parentbased_always_off"),
-            None => {
-                builder = builder.with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOff)));
-                false
-            }
-        };
+            .with_resource(resource)
+            .with_sampler(Sampler::AlwaysOn)
+            .build();
+        let mut sampling = settings.sampler;
+        if settings.ignore_parent {
+            sampling.follows_parent = false;
+        }
         Ok(Self {
-            provider: builder.build(),
+            provider,
             propagator: TraceContextPropagator::new(),
-            roots,
+            sampling,
+            budget: Budget::new(settings.max_per_second),
             endpoint: settings.endpoint,
-            sampler: settings
-                .sampler
-                .unwrap_or_else(|| "parentbased_always_off".to_string()),
+            sampler: format!(
+                "{}{}, at most {} a second",
+                settings.sampler.name(),
+                if settings.ignore_parent {
+                    ", the incoming trace context ignored"
+                } else {
+                    ""
+                },
+                settings.max_per_second
+            ),
             service_name,
         })
     }
 
-    /// Exports every span ended so far (tests, benchmarks).
+    /// Exports every span ended so far (tests, benchmarks). It blocks its
+    /// thread until the export is done, which runs on the runtime: never
+    /// call it from a task of a current-thread runtime.
     pub fn flush(&self) {
         if let Err(e) = self.provider.force_flush() {
             tracing::warn!("traces: flushing the exporter: {e}");
@@ -250,20 +447,34 @@ impl Traces {
     /// The context a review's span is made under, or `None` when it makes
     /// none: no sampled parent and no sampler of roots.
     pub fn parent(&self, headers: &HeaderMap) -> Option<Context> {
-        // Unsampled, or no trace: read from the header's flags alone
-        // before anything is parsed or allocated (the API server sends a
-        // traceparent with every call once it traces at all).
-        if !self.roots
-            && !headers
-                .get("traceparent")
-                .is_some_and(|value| sampled_flag(value.as_bytes()))
-        {
-            return None;
-        }
-        let cx = self.propagator.extract(&HeaderExtractor(headers));
-        let remote = cx.span().span_context().clone();
-        let sampled_parent = remote.is_valid() && remote.is_sampled();
-        (self.roots || sampled_parent).then_some(cx)
+        let traceparent = if self.sampling.follows_parent {
+            headers.get("traceparent")
+        } else {
+            None
+        };
+        let cx = match traceparent {
+            // The parent's decision, read from the header's flags alone
+            // before anything is parsed or allocated (the API server sends
+            // a traceparent with every call once it traces at all).
+            Some(value) => {
+                if !sampled_flag(value.as_bytes()) {
+                    return None;
+                }
+                let cx = self.propagator.extract(&HeaderExtractor(headers));
+                if !cx.span().span_context().is_valid() {
+                    return None; // a header that does not parse: no trace
+                }
+                cx
+            }
+            // No parent to follow: a trace of its own, for a share.
+            None => {
+                if !draw(self.sampling.ratio) {
+                    return None;
+                }
+                Context::new()
+            }
+        };
+        self.budget.take().then_some(cx)
     }
 
     /// Exports what is queued and stops the batch processor's thread,
@@ -435,6 +646,12 @@ impl<E: SpanExporter> SpanExporter for Redacting<E> {
 
 /// One span as it may leave the process.
 pub fn redact(span: &mut SpanData) {
+    // A lookup that found no pod is an answer, not a failure: the kube
+    // client marks every 4xx an error.
+    let not_found = span
+        .attributes
+        .iter()
+        .any(|kv| kv.key.as_str() == "http.status_code" && matches!(kv.value, Value::I64(404)));
     let mut kept = Vec::with_capacity(span.attributes.len());
     for attribute in span.attributes.drain(..) {
         let key = attribute.key.as_str();
@@ -451,8 +668,22 @@ pub fn redact(span: &mut SpanData) {
     span.events = Default::default();
     span.links = Default::default();
     span.dropped_attributes_count = 0;
+    // The caller's tracestate is its own text: not passed on.
+    if !span.span_context.trace_state().header().is_empty() {
+        span.span_context = SpanContext::new(
+            span.span_context.trace_id(),
+            span.span_context.span_id(),
+            span.span_context.trace_flags(),
+            span.span_context.is_remote(),
+            TraceState::NONE,
+        );
+    }
     if let Status::Error { .. } = span.status {
-        span.status = Status::error("");
+        span.status = if not_found {
+            Status::Unset
+        } else {
+            Status::error("")
+        };
     }
 }
 
@@ -497,7 +728,7 @@ fn url_template(url: &str) -> Cow<'static, str> {
 
 /// A review's span, when the review is traced: made under the API
 /// server's context before anything of the review runs, ended when
-/// dropped (after the answer is written). It is never entered: the
+/// dropped (once the response is built, before hyper writes it). It is never entered: the
 /// decision line is written with no span current, as without tracing
 /// (its direct path); only each lookup's future runs inside a span.
 #[derive(Debug)]
@@ -610,16 +841,21 @@ impl ReviewSpan {
         )
     }
 
-    /// The trace's id, in hex (the decision line's `trace_id`).
+    /// The trace's id, in hex (the decision line's `trace_id`); empty
+    /// when the span is not sampled.
     pub fn trace_id(&self) -> String {
         use opentelemetry::trace::TraceContextExt;
         use tracing_opentelemetry::OpenTelemetrySpanExt;
-        self.0
-            .context()
-            .span()
-            .span_context()
-            .trace_id()
-            .to_string()
+        let cx = self.0.context();
+        let span = cx.span();
+        let context = span.span_context();
+        // Every span made is sampled (the decision is taken before), but
+        // say so only of one that is.
+        if context.is_sampled() {
+            context.trace_id().to_string()
+        } else {
+            String::new()
+        }
     }
 
     /// The span of writing the answer, a child of this one.
@@ -688,6 +924,141 @@ mod tests {
         assert_eq!(value("http.method").as_deref(), Some("GET"));
         assert_eq!(value("k8s.namespace.name").map(|v| v.len()), Some(253));
         assert_eq!(value("ownerguard.owner"), None);
+    }
+
+    #[test]
+    fn samplers_are_the_specifications_names_and_a_ratio_needs_its_share() {
+        let parse = |name: Option<&str>, arg: Option<&str>| Sampling::parse(name, arg);
+        assert_eq!(parse(None, None).unwrap(), Sampling::PARENT);
+        assert_eq!(parse(Some(""), Some("0.3")).unwrap(), Sampling::PARENT);
+        let ratio = parse(Some("parentbased_traceidratio"), Some(" 0.01 ")).unwrap();
+        assert!(ratio.follows_parent && (ratio.ratio - 0.01).abs() < 1e-12);
+        assert_eq!(
+            parse(Some("always_on"), None).unwrap(),
+            Sampling {
+                follows_parent: false,
+                ratio: 1.0
+            }
+        );
+        for (name, arg) in [
+            (Some("parentbased_traceidratio"), None),
+            (Some("traceidratio"), Some("1%")),
+            (Some("traceidratio"), Some("0,01")),
+            (Some("traceidratio"), Some("2")),
+            (Some("traceidratio"), Some("-0.1")),
+            (Some("ALWAYS_OFF"), None),
+            (Some("parentbased_ratio"), Some("0.1")),
+        ] {
+            assert!(parse(name, arg).is_err(), "{name:?} {arg:?}");
+        }
+        assert_eq!(
+            parse(Some("always_off"), None).unwrap().name(),
+            "always_off"
+        );
+        assert_eq!(ratio.name(), "parentbased_traceidratio 0.01");
+    }
+
+    /// Which reviews get a span, from the header and the settings.
+    #[test]
+    fn a_span_is_made_by_the_parents_flag_or_the_samplers_own_share() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let traces = |sampler: Sampling, ignore_parent: bool, max_per_second: u32| {
+            Traces::start(
+                runtime.handle().clone(),
+                TraceSettings {
+                    endpoint: "http://127.0.0.1:9/v1/traces".into(),
+                    timeout: Duration::from_secs(1),
+                    certificate: None,
+                    sampler,
+                    ignore_parent,
+                    max_per_second,
+                },
+            )
+            .unwrap()
+        };
+        let headers = |flags: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                "traceparent",
+                format!("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}")
+                    .parse()
+                    .unwrap(),
+            );
+            h
+        };
+        let parented = |cx: Option<Context>| cx.map(|cx| cx.span().span_context().is_valid());
+        let follow = traces(Sampling::PARENT, false, 100);
+        assert_eq!(parented(follow.parent(&headers("01"))), Some(true));
+        assert_eq!(parented(follow.parent(&headers("00"))), None);
+        assert_eq!(parented(follow.parent(&HeaderMap::new())), None);
+        let always = Sampling {
+            follows_parent: false,
+            ratio: 1.0,
+        };
+        // Ignoring the caller: a trace of its own, whatever it sent.
+        let own = traces(always, true, 100);
+        assert_eq!(parented(own.parent(&headers("00"))), Some(false));
+        assert_eq!(parented(own.parent(&headers("01"))), Some(false));
+        // Nothing could be traced: refused at start.
+        assert!(matches!(
+            Traces::start(
+                runtime.handle().clone(),
+                TraceSettings {
+                    endpoint: "http://127.0.0.1:9/v1/traces".into(),
+                    timeout: Duration::from_secs(1),
+                    certificate: None,
+                    sampler: Sampling::PARENT,
+                    ignore_parent: true,
+                    max_per_second: 100,
+                },
+            ),
+            Err(TracesError::NothingTraced(_))
+        ));
+        // A caller that asks for every review gets at most the budget.
+        let bounded = traces(Sampling::PARENT, false, 2);
+        let traced = (0..10)
+            .filter(|_| bounded.parent(&headers("01")).is_some())
+            .count();
+        assert_eq!(traced, 2);
+        for t in [follow, own, bounded] {
+            t.shutdown(Duration::from_millis(100));
+        }
+    }
+
+    #[test]
+    fn the_budget_allows_so_many_a_second_and_none_at_zero() {
+        let budget = Budget::new(3);
+        assert_eq!((0..10).filter(|_| budget.take()).count(), 3);
+        assert!(!Budget::new(0).take());
+    }
+
+    #[test]
+    fn a_share_is_drawn_near_its_ratio() {
+        assert!(draw(1.0));
+        assert!(!draw(0.0));
+        let drawn = (0..100_000).filter(|_| draw(0.1)).count();
+        assert!((9_000..11_000).contains(&drawn), "{drawn}");
+    }
+
+    #[test]
+    fn the_callers_tracestate_and_a_not_found_error_do_not_leave() {
+        let mut data = span(vec![KeyValue::new("http.status_code", 404)]);
+        data.span_context = SpanContext::new(
+            TraceId::from(1),
+            SpanId::from(2),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::from_key_value([("vendor", "worker-7")]).unwrap(),
+        );
+        redact(&mut data);
+        assert_eq!(data.span_context.trace_state().header(), "");
+        assert_eq!(data.status, Status::Unset);
+        let mut failed = span(vec![KeyValue::new("http.status_code", 500)]);
+        redact(&mut failed);
+        assert_eq!(failed.status, Status::error(""));
     }
 
     #[test]

@@ -334,7 +334,11 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared_length.is_some_and(|length| length > MAX_BODY_BYTES) {
-        return TransportError::TooLarge.into_response();
+        let error = TransportError::TooLarge;
+        if let Some(trace) = &trace {
+            trace.record_status(error.status().as_u16(), Some(error.kind()));
+        }
+        return error.into_response();
     }
     // The whole request, body included, within what the API server waits:
     // a client that trickles its body must not hold a task for ever.
