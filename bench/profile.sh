@@ -77,7 +77,8 @@ server.serve_forever()
   BENCH_PIDS+=("$!")
   for _ in $(seq 1 100); do [[ -s "$sink_port_file" ]] && break; sleep 0.05; done
   export OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$(cat "$sink_port_file")"
-  tracing=(--tracing)
+  # Every review the client samples is traced: no budget a second.
+  tracing=(--tracing --tracing-max-per-second 4294967295)
   load_tracing=(--traceparent "$PROFILE_TRACING")
   blog "tracing on, every review's trace $PROFILE_TRACING, exported to $OTEL_EXPORTER_OTLP_ENDPOINT"
 fi
