@@ -134,7 +134,9 @@ func TestTraces(t *testing.T) {
 func setTracing(t *testing.T, on bool) {
 	t.Helper()
 	ctx := ctxFor(t, 3*time.Minute)
-	_, err := plane.Helm(ctx, "upgrade", releaseName, chartDir(), "--namespace", releaseNamespace, "--reuse-values",
+	// --force-conflicts: earlier scenarios edit the Deployment's args
+	// under a field manager of their own, as an operator's hand would.
+	_, err := plane.Helm(ctx, "upgrade", releaseName, chartDir(), "--namespace", releaseNamespace, "--reuse-values", "--force-conflicts",
 		"--set", fmt.Sprintf("tracing.enabled=%v", on), "--set", "tracing.endpoint=http://"+harness.CollectorHTTP)
 	must(t, err, "helm upgrade --set tracing.enabled")
 	guard.Stop(30 * time.Second)
