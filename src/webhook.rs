@@ -180,7 +180,7 @@ impl Webhook {
                 body,
                 outcome,
                 elapsed: started.elapsed(),
-                trace_id: trace.map(ReviewSpan::trace_id),
+                trace_id: trace.and_then(ReviewSpan::trace_id),
             };
             for observer in &self.observers {
                 observer.observe(&decision);

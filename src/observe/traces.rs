@@ -841,21 +841,17 @@ impl ReviewSpan {
         )
     }
 
-    /// The trace's id, in hex (the decision line's `trace_id`); empty
+    /// The trace's id, in hex (the decision line's `trace_id`); none
     /// when the span is not sampled.
-    pub fn trace_id(&self) -> String {
+    pub fn trace_id(&self) -> Option<String> {
         use opentelemetry::trace::TraceContextExt;
         use tracing_opentelemetry::OpenTelemetrySpanExt;
         let cx = self.0.context();
         let span = cx.span();
         let context = span.span_context();
         // Every span made is sampled (the decision is taken before), but
-        // say so only of one that is.
-        if context.is_sampled() {
-            context.trace_id().to_string()
-        } else {
-            String::new()
-        }
+        // name the trace only of one that is.
+        context.is_sampled().then(|| context.trace_id().to_string())
     }
 
     /// The span of writing the answer, a child of this one.
