@@ -545,12 +545,7 @@ fn https_connector(certificate: Option<&str>, endpoint: &str) -> Result<Connecto
                     .add(certificate)
                     .map_err(|e| TracesError::Certificate(format!("{path}: {e}")))?;
             }
-            let config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| TracesError::Certificate(e.to_string()))?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            builder.with_tls_config(config)
+            builder.with_tls_config(client_config(provider, roots)?)
         }
         None => match builder.with_provider_and_native_roots(provider.clone()) {
             Ok(builder) => builder,
@@ -561,16 +556,23 @@ fn https_connector(certificate: Option<&str>, endpoint: &str) -> Result<Connecto
                     "the system's roots, for {endpoint}: {e}"
                 )));
             }
-            Err(_) => hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
-                rustls::ClientConfig::builder_with_provider(provider)
-                    .with_safe_default_protocol_versions()
-                    .map_err(|e| TracesError::Certificate(e.to_string()))?
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth(),
-            ),
+            Err(_) => hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(client_config(provider, rustls::RootCertStore::empty())?),
         },
     };
     Ok(builder.https_or_http().enable_http1().build())
+}
+
+/// A rustls client trusting `roots` alone, with the ring provider.
+fn client_config(
+    provider: std::sync::Arc<rustls::crypto::CryptoProvider>,
+    roots: rustls::RootCertStore,
+) -> Result<rustls::ClientConfig, TracesError> {
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TracesError::Certificate(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }
 
 /// The hyper client, run on ownerguard's runtime: the batch processor
