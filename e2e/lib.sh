@@ -287,7 +287,7 @@ e2e_cleanup() {
       E2E_PASSED=0 E2E_FAILED=1
       rc=1
     fi
-    echo "$E2E_PASSED passed, $E2E_FAILED failed, ${E2E_SKIPPED:-0} skipped below their minor (Kubernetes ${E2E_KUBE_VERSION:-?})"
+    echo "$E2E_PASSED passed, $E2E_FAILED failed, ${E2E_SKIPPED:-0} skipped, each for its reason above (Kubernetes ${E2E_KUBE_VERSION:-?})"
   fi
   exit $rc
 }
@@ -295,12 +295,12 @@ e2e_cleanup() {
 # Count the leaf tests of a `go test -v` log (a test with subtests counts
 # through its subtests) into E2E_PASSED, E2E_FAILED and E2E_SKIPPED,
 # naming each failure. A skip counts as skipped only when the scenario
-# recorded it as one that holds from a later minor on
-# ($E2E_WORK/skipped-by-version, written by needsMinor); any other skip
-# counts as failed. A binary that failed outside any test counts as one
+# recorded it with its reason ($E2E_WORK/skipped, written by skipFor: an
+# API of a later minor, the published image in a run of the binary); any
+# other skip counts as failed. A binary that failed outside any test counts as one
 # failure. Returns non-zero when something failed.
 e2e_count() {
-  local file="$1" status="$2" counts versioned="$E2E_WORK/skipped-by-version"
+  local file="$1" status="$2" counts versioned="$E2E_WORK/skipped"
   [[ -f "$versioned" ]] || : >"$versioned"
   counts="$(awk -F'\t' '
     FILENAME == ARGV[1] { byversion[$1] = $2; next }

@@ -74,7 +74,14 @@ func (p *Plane) runContainer(ctx context.Context, c kubernetes.Interface, in *In
 		return fmt.Errorf("OWNERGUARD_IMAGE is not set (run e2e/run)")
 	}
 	if in.Image != image {
-		return fmt.Errorf("deployment %s/%s names the image %q, the suite runs %q: install with harness.ChartSettings", in.Namespace, in.Name, in.Image, image)
+		// A reference by digest is pulled, as a kubelet pulls it (an
+		// install from a registry); any other name than the suite's image
+		// is a mistake of the scenario.
+		pulled, err := PullByDigest(ctx, in.Image)
+		if err != nil {
+			return fmt.Errorf("deployment %s/%s names the image %q, the suite runs %q: install with harness.ChartSettings, or name an image by digest: %w", in.Namespace, in.Name, in.Image, image, err)
+		}
+		image = pulled
 	}
 	user, err := imageUser(ctx, image)
 	if err != nil {
@@ -130,6 +137,7 @@ func (p *Plane) runContainer(ctx context.Context, c kubernetes.Interface, in *In
 	if hostname == "" {
 		hostname = opt.Name
 	}
+	og.Image = image
 	og.Container = fmt.Sprintf("%s-%s-%d", netns, opt.Name, containerSeq.Add(1))
 	args := []string{"run", "--rm", "--pull=never", "--name", og.Container,
 		"--label", "io.ownerguard.e2e.netns=" + netns,
@@ -193,6 +201,47 @@ func (og *Ownerguard) Stop(grace time.Duration) {
 	if !og.Wait(10 * time.Second) {
 		og.Process.Stop(time.Second)
 	}
+}
+
+// PullByDigest pulls an image named by digest (repository[:tag]@sha256:…)
+// as a kubelet's runtime does: from the suite's network namespace, where
+// a registry started by a scenario listens, over plain HTTP (a registry
+// on loopback), by the digest alone (the tag of a reference that has
+// both is dropped, as CRI-O and containerd drop it: the digest decides).
+// podman checks that the manifest it gets has that digest. It returns
+// the reference pulled (repository@digest), the name to run.
+func PullByDigest(ctx context.Context, ref string) (string, error) {
+	repository, digest, ok := strings.Cut(ref, "@")
+	if !ok || !strings.HasPrefix(digest, "sha256:") || len(digest) != len("sha256:")+64 {
+		return "", fmt.Errorf("%q names no sha256 digest", ref)
+	}
+	if colon := strings.LastIndex(repository, ":"); colon > strings.LastIndex(repository, "/") {
+		repository = repository[:colon] // a tag; a colon before the last slash is the registry's port
+	}
+	pulled := repository + "@" + digest
+	if _, err := podmanOutput(ctx, "image", "exists", pulled); err == nil {
+		return pulled, nil // IfNotPresent: a digest names one image
+	}
+	netns := os.Getenv("E2E_NETNS")
+	if netns == "" {
+		return "", fmt.Errorf("E2E_NETNS is not set (run e2e/run)")
+	}
+	// podman's storage is the host's (E2E_HOST_PID's mount namespace); the
+	// registry is in the suite's network namespace.
+	args := []string{"--net=/var/run/netns/" + netns}
+	if pid := os.Getenv("E2E_HOST_PID"); pid != "" {
+		args = append(args, "--mount=/proc/"+pid+"/ns/mnt")
+	}
+	args = append(args, "--", "podman", "pull", "--quiet", "--tls-verify=false", pulled)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "nsenter", args...)
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("podman pull %s: %v: %s", pulled, err, strings.TrimSpace(stderr.String()))
+	}
+	return pulled, nil
 }
 
 var imageUsers sync.Map

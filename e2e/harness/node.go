@@ -331,7 +331,11 @@ func (n *Node) runPod(ctx context.Context, np *nodePod) {
 		return
 	}
 	np.og = og
-	n.event("kubelet: %s: container started at %s", pod.Name, np.ip)
+	if og.Image != "" {
+		n.event("kubelet: %s: container of %s started at %s", pod.Name, og.Image, np.ip)
+	} else {
+		n.event("kubelet: %s: container started at %s", pod.Name, np.ip)
+	}
 	if err := n.writeStatus(ctx, pod, np.ip, false); err != nil {
 		n.event("kubelet: %s: status: %v", pod.Name, err)
 	}

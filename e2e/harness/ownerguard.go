@@ -64,6 +64,7 @@ type Ownerguard struct {
 	ServerName  string   // <service>.<namespace>.svc
 	Args        []string // as it runs
 	Container   string   // the podman container, empty for a process
+	Image       string   // the image it runs (pulled by digest or the suite's), empty for a process
 	TLS         *Volume  // the serving Secret's volume, as the kubelet writes it
 	tlsSource   *corev1.SecretVolumeSource
 	mounts      []mount
