@@ -94,7 +94,10 @@ e2e_build() {
   # rebuilt from other sources while the suite runs.
   cp "$built" "$E2E_BIN/ownerguard"
   OWNERGUARD_BIN="$E2E_BIN/ownerguard"
-  export OWNERGUARD_BIN
+  # Where release/publish leaves the release it published (the target
+  # directory's release/): the suite installs it from its registry.
+  E2E_RELEASE_DIR="$(dirname "$built")"
+  export OWNERGUARD_BIN E2E_RELEASE_DIR
   e2e_report_crds
 }
 

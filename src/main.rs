@@ -12,6 +12,7 @@ use ownerguard::commands::cli::{CertsArgs, Cli, Command, DoctorArgs, ReleaseArgs
 use ownerguard::commands::doctor::DoctorOptions;
 use ownerguard::commands::reaper::{self, DEFAULT_LEASE_DURATION, LeaseSettings, ReaperSettings};
 use ownerguard::commands::release::{Owner, ReleaseError};
+use ownerguard::commands::restarts::{self, RestartSettings};
 use ownerguard::commands::review;
 use ownerguard::observe::Metrics;
 use ownerguard::observe::Recorder;
@@ -319,6 +320,28 @@ fn background(
             args.audit_interval,
             writer,
             metrics.clone(),
+        ));
+    }
+    if args.release_restarted {
+        let settings = RestartSettings {
+            key_prefix: args.policy.key_prefix.clone(),
+            clock_margin: args.restart_clock_margin,
+            namespaces: args.namespaces.clone(),
+            lease: LeaseSettings {
+                namespace: args.reaper_lease_namespace.clone(),
+                name: args.restart_lease.clone(),
+                identity: args.reaper_identity.clone(),
+                duration: DEFAULT_LEASE_DURATION,
+            },
+            retry_after: reaper::DEFAULT_REAP_RETRY,
+        };
+        info!(label = %settings.label(), margin = ?settings.clock_margin, lease = %settings.lease.name,
+            "releasing what earlier runs of restarted workers made (pods that opt in)");
+        tokio::spawn(restarts::run(
+            client.clone(),
+            settings,
+            metrics.clone(),
+            events.clone(),
         ));
     }
     if args.reap_finished {

@@ -213,14 +213,14 @@ fn the_cluster_wide_switch_has_its_own_policy_and_opt_out() {
 
 #[test]
 fn rbac_is_get_list_watch_on_pods_and_the_check_only_creates_configmaps() {
-    // What the server may do beyond reading pods comes only with the audit
-    // or the reaper (their renders: helm_grants_the_audit_and_the_reaper_
-    // only what each needs).
+    // What the server may do beyond reading pods comes only with the audit,
+    // the reaper or the release of restarted workers (their renders:
+    // helm_grants_the_audit_and_the_reaper_only_what_each_needs).
     let role = template("clusterrole.yaml");
     let rules = &role[role.find("rules:").unwrap()..];
     assert!(
         rules.trim().starts_with(
-            "rules:\n  - apiGroups: [\"\"]\n    resources: [\"pods\"]\n    verbs: {{ if .Values.reaper.enabled }}[\"get\", \"list\", \"watch\", \"delete\"]{{ else }}[\"get\", \"list\", \"watch\"]{{ end }}"
+            "rules:\n  - apiGroups: [\"\"]\n    resources: [\"pods\"]\n    verbs: {{ if include \"ownerguard.releases\" . }}[\"get\", \"list\", \"watch\", \"delete\"]{{ else }}[\"get\", \"list\", \"watch\"]{{ end }}"
         ),
         "{rules}"
     );
@@ -239,6 +239,7 @@ fn rbac_is_get_list_watch_on_pods_and_the_check_only_creates_configmaps() {
             "clusterrole.yaml",
             "check-role.yaml",
             "reaper-role.yaml",
+            "restarts-role.yaml",
             "audit-role.yaml",
         ];
         if path.is_file() && !granting.contains(&name.as_str()) {
@@ -247,6 +248,7 @@ fn rbac_is_get_list_watch_on_pods_and_the_check_only_creates_configmaps() {
         }
     }
     assert!(template("reaper-role.yaml").starts_with("{{- if .Values.reaper.enabled }}"));
+    assert!(template("restarts-role.yaml").starts_with("{{- if .Values.restartRelease.enabled }}"));
     assert!(
         template("audit-role.yaml")
             .starts_with("{{- if and .Values.audit.interval .Values.audit.reports }}")
@@ -289,7 +291,7 @@ fn helm_grants_the_audit_and_the_reaper_only_what_each_needs() {
             .unwrap()
             .iter()
             .map(|a| a.as_str().unwrap().to_string())
-            .filter(|a| a.contains("audit") || a.contains("reap"))
+            .filter(|a| a.contains("audit") || a.contains("reap") || a.contains("restart"))
             .collect();
         (rules, lease, args)
     };
@@ -351,6 +353,25 @@ fn helm_grants_the_audit_and_the_reaper_only_what_each_needs() {
             "--reaper-lease=og-ownerguard-reaper"
         ]
     );
+    // The release of restarted workers: the same deletes, a Lease of its own.
+    let (restarts, reaper_lease, args) = rules(&["--set", "restartRelease.enabled=true"]);
+    assert_eq!(restarts, reaper);
+    assert!(!reaper_lease, "the reaper's Lease Role without the reaper");
+    assert_eq!(
+        args,
+        vec![
+            "--release-restarted",
+            "--restart-clock-margin=2s",
+            "--restart-lease=og-ownerguard-restarts"
+        ]
+    );
+    let objects = render_with(&helm, &["--set", "restartRelease.enabled=true"]);
+    let role = object(&objects, "Role", "og-ownerguard-restarts");
+    assert_eq!(
+        role["rules"][1]["resourceNames"],
+        json!(["og-ownerguard-restarts"])
+    );
+    object(&objects, "RoleBinding", "og-ownerguard-restarts");
 }
 
 #[test]

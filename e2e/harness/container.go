@@ -204,12 +204,17 @@ func (og *Ownerguard) Stop(grace time.Duration) {
 }
 
 // PullByDigest pulls an image named by digest (repository[:tag]@sha256:…)
-// as a kubelet's runtime does: from the suite's network namespace, where
-// a registry started by a scenario listens, over plain HTTP (a registry
-// on loopback), by the digest alone (the tag of a reference that has
-// both is dropped, as CRI-O and containerd drop it: the digest decides).
-// podman checks that the manifest it gets has that digest. It returns
-// the reference pulled (repository@digest), the name to run.
+// as a kubelet's runtime does with imagePullPolicy Always: from the
+// suite's network namespace, where a registry started by a scenario
+// listens, over plain HTTP (a registry on loopback), by the digest alone
+// (the tag of a reference that has both is dropped, as CRI-O and
+// containerd drop it: the digest decides). podman checks that the
+// manifest it gets has that digest. Always pulled, never taken from the
+// store: podman finds an image by its digest whatever the repository,
+// and the suite's own image has the same digest when the build is the
+// same (a reproducible build), so a lookup would prove nothing of the
+// registry. It returns the reference pulled (repository@digest), the
+// name to run.
 func PullByDigest(ctx context.Context, ref string) (string, error) {
 	repository, digest, ok := strings.Cut(ref, "@")
 	if !ok || !strings.HasPrefix(digest, "sha256:") || len(digest) != len("sha256:")+64 {
@@ -219,9 +224,6 @@ func PullByDigest(ctx context.Context, ref string) (string, error) {
 		repository = repository[:colon] // a tag; a colon before the last slash is the registry's port
 	}
 	pulled := repository + "@" + digest
-	if _, err := podmanOutput(ctx, "image", "exists", pulled); err == nil {
-		return pulled, nil // IfNotPresent: a digest names one image
-	}
 	netns := os.Getenv("E2E_NETNS")
 	if netns == "" {
 		return "", fmt.Errorf("E2E_NETNS is not set (run e2e/run)")

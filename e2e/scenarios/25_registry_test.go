@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -42,14 +43,23 @@ type publishedRelease struct {
 // E2E_REQUIRE_RELEASE is set (CI publishes before this suite runs).
 func readPublished(t *testing.T) publishedRelease {
 	t.Helper()
-	dir := filepath.Join(repo, "target", "release")
-	f, err := os.Open(filepath.Join(dir, "published.env"))
-	if err != nil {
-		why := fmt.Sprintf("no release published from this checkout (%v): run `bash .ci/image`, `bash release/sbom` and `bash release/publish` first", err)
+	notHere := func(why string) {
+		t.Helper()
+		why += ": run `bash .ci/image`, `bash release/sbom` and `bash release/publish` first"
 		if os.Getenv("E2E_REQUIRE_RELEASE") != "" {
 			t.Fatal(why)
 		}
 		skipFor(t, why)
+	}
+	// Where release/publish writes: the target directory's release/
+	// (CARGO_TARGET_DIR's, when set), as e2e/lib.sh says.
+	dir := os.Getenv("E2E_RELEASE_DIR")
+	if dir == "" {
+		dir = filepath.Join(repo, "target", "release")
+	}
+	f, err := os.Open(filepath.Join(dir, "published.env"))
+	if err != nil {
+		notHere(fmt.Sprintf("no release published from this checkout (%v)", err))
 	}
 	defer f.Close()
 	r := publishedRelease{dir: dir, env: map[string]string{}}
@@ -60,17 +70,23 @@ func readPublished(t *testing.T) publishedRelease {
 		}
 	}
 	must(t, lines.Err(), "read published.env")
-	for _, k := range []string{"REGISTRY_BIN", "COSIGN", "IMAGE_REPOSITORY", "IMAGE_DIGEST", "CHART_REPOSITORY", "CHART_DIGEST"} {
+	for _, k := range []string{"COMMIT", "REGISTRY_BIN", "COSIGN", "IMAGE_REPOSITORY", "IMAGE_DIGEST", "CHART_REPOSITORY", "CHART_DIGEST"} {
 		if r.env[k] == "" {
 			t.Fatalf("published.env names no %s: rerun `bash release/publish`", k)
 		}
+	}
+	head, err := exec.Command("git", "-C", repo, "rev-parse", "HEAD").Output()
+	must(t, err, "git rev-parse HEAD")
+	if commit := strings.TrimSpace(string(head)); r.env["COMMIT"] != commit {
+		notHere(fmt.Sprintf("the release published here is of commit %s, the checkout is at %s", r.env["COMMIT"], commit))
 	}
 	return r
 }
 
 // serveRegistry serves the kept storage again, read-only, on loopback in
-// the suite's network namespace, with the registry release/publish used.
-func serveRegistry(t *testing.T, r publishedRelease) string {
+// the suite's network namespace, with the registry release/publish used;
+// its access log is the proof of what was pulled.
+func serveRegistry(t *testing.T, r publishedRelease) (string, *harness.Process) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err, "a free port")
@@ -80,8 +96,6 @@ func serveRegistry(t *testing.T, r publishedRelease) string {
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf(`version: 0.1
 log:
   level: warn
-  accesslog:
-    disabled: true
 storage:
   filesystem:
     rootdirectory: %s
@@ -99,8 +113,12 @@ http:
 	must(t, err, "start the registry")
 	t.Cleanup(func() { proc.Stop(5 * time.Second) })
 	must(t, harness.WaitHTTP(ctxFor(t, 30*time.Second), proc, &http.Client{Timeout: 2 * time.Second}, "http://"+addr+"/v2/", "", 20*time.Second), "the registry serves")
-	return addr
+	return addr, proc
 }
+
+// errNotSigned: cosign verify ran and found no signature made with the
+// key (not an error of the registry or of the command).
+var errNotSigned = errors.New("no signature made with the key")
 
 // cosignVerified runs `cosign verify` as docs/install.md tells a user
 // to, and wants a signature of that very digest among what it verified
@@ -112,6 +130,12 @@ func cosignVerified(ctx context.Context, r publishedRelease, key, ref string) er
 		"--insecure-ignore-tlog=true", "--allow-insecure-registry", ref)
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
+		// What cosign says when the signatures it found were not made
+		// with this key.
+		if strings.Contains(stderr.String(), "accepted signatures do not match threshold") ||
+			strings.Contains(stderr.String(), "no matching signatures") {
+			return fmt.Errorf("cosign verify %s: %w: %s", ref, errNotSigned, lastLine(stderr.String()))
+		}
 		return fmt.Errorf("cosign verify %s: %v: %s", ref, err, lastLine(stderr.String()))
 	}
 	var payloads []struct {
@@ -140,6 +164,9 @@ func lastLine(s string) string {
 
 func TestInstallFromRegistry(t *testing.T) {
 	if harness.Mode() != "image" {
+		if os.Getenv("E2E_REQUIRE_RELEASE") != "" {
+			t.Fatal("E2E_REQUIRE_RELEASE needs E2E_OWNERGUARD=image: the published image runs only there")
+		}
 		skipFor(t, "installs the published image, which E2E_OWNERGUARD=process does not run")
 	}
 	const (
@@ -149,12 +176,9 @@ func TestInstallFromRegistry(t *testing.T) {
 	rel := readPublished(t)
 	ctx := ctxFor(t, 8*time.Minute)
 	start := time.Now()
-	registry := serveRegistry(t, rel)
+	registry, registryProc := serveRegistry(t, rel)
 	image := registry + "/" + rel.env["IMAGE_REPOSITORY"] + "@" + rel.env["IMAGE_DIGEST"]
 	chart := registry + "/" + rel.env["CHART_REPOSITORY"] + "@" + rel.env["CHART_DIGEST"]
-	// Pulled here, by this run's node: none left by an earlier run.
-	_ = harness.Podman(ctx, "rmi", "--ignore", image).Run()
-	t.Cleanup(func() { _ = harness.Podman(context.Background(), "rmi", "--ignore", image).Run() })
 
 	// 1. Verify before installing, with the public key alone; and a key
 	// that did not sign them fails.
@@ -168,8 +192,10 @@ func TestInstallFromRegistry(t *testing.T) {
 	if out, err := gen.CombinedOutput(); err != nil {
 		t.Fatalf("cosign generate-key-pair: %v: %s", err, out)
 	}
-	if err := cosignVerified(ctx, rel, filepath.Join(otherDir, "other.pub"), image); err == nil {
-		t.Fatal("cosign verify passed the image with a key that did not sign it")
+	for _, ref := range []string{image, chart} {
+		if err := cosignVerified(ctx, rel, filepath.Join(otherDir, "other.pub"), ref); !errors.Is(err, errNotSigned) {
+			t.Fatalf("cosign verify of %s with a key that did not sign it: %v, want no signature made with the key", ref, err)
+		}
 	}
 
 	// 2. Install the chart by its digest, the image by its digest, as
@@ -210,6 +236,19 @@ func TestInstallFromRegistry(t *testing.T) {
 	}
 	if len(pods) == 0 || started < len(pods) {
 		t.Fatalf("%d of the release's %d pods started from %s; the node's events: %v", started, len(pods), image, node.Events())
+	}
+	// The node's runtime fetched the manifest of that digest from this
+	// registry (its access log), and the image holds this checkout's
+	// build (the one every other scenario runs).
+	manifest := `"GET /v2/` + rel.env["IMAGE_REPOSITORY"] + `/manifests/` + rel.env["IMAGE_DIGEST"] + ` HTTP/1.1" 200 `
+	pulls := 0
+	for _, line := range strings.Split(registryProc.Tail(10000), "\n") {
+		if strings.Contains(line, manifest) && strings.Contains(line, `"containers/`) {
+			pulls++
+		}
+	}
+	if pulls == 0 {
+		t.Fatalf("the registry served no manifest %s to the node's runtime (podman): its log:\n%s", rel.env["IMAGE_DIGEST"], registryProc.Tail(40))
 	}
 	must(t, harness.CheckImage(ctx, image, os.Getenv("OWNERGUARD_BIN")), "the image pulled holds this checkout's build")
 

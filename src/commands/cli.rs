@@ -479,6 +479,29 @@ pub struct ServeArgs {
     #[arg(long, env = "POD_NAME", default_value = "ownerguard")]
     pub reaper_identity: String,
 
+    /// Release what earlier runs of a restarted worker container made, as
+    /// `release` does, for the worker pods that ask for it with the label
+    /// <key prefix>/release-on-restart: <container> (several: a.b): once
+    /// that container has restarted, what the pod owns that was created
+    /// before its newest run started goes; what the current run made
+    /// stays. Watches the pods with that label only. One replica releases
+    /// at a time, the holder of a Lease. Needs delete on pods, Jobs and
+    /// ConfigMaps, and the Lease.
+    #[arg(long, conflicts_with = "pods")]
+    pub release_restarted: bool,
+
+    /// With --release-restarted: how far a node's clock may be from the API
+    /// server's. Objects created within it of a restart are kept (which
+    /// run made them cannot be told); a node that reports a start further
+    /// ahead than this has nothing released.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    pub restart_clock_margin: Duration,
+
+    /// The Lease that makes one replica the one that releases restarted
+    /// workers' objects (in the reaper's Lease namespace, same identity).
+    #[arg(long, default_value = "ownerguard-restarts")]
+    pub restart_lease: String,
+
     /// Record Kubernetes Events on the worker pods concerned: the reaper's
     /// releases and, in a namespace in warn mode, each create let through
     /// that enforce refuses; rate-limited per pod (a burst of 25, one more

@@ -9,4 +9,5 @@ pub mod cli;
 pub mod doctor;
 pub mod reaper;
 pub mod release;
+pub mod restarts;
 pub mod review;

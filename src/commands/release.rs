@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     Api, DeleteParams, ListParams, PartialObjectMeta, Preconditions, PropagationPolicy,
 };
@@ -75,6 +76,55 @@ pub struct Released {
     pub pods: usize,
     pub jobs: usize,
     pub config_maps: usize,
+}
+
+/// Which of an owner's objects a release takes: all of them (`release`,
+/// the reaper), or only those an earlier run of a restarted worker made
+/// ([`crate::commands::restarts`]), told apart by when the API server
+/// created them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Made {
+    /// Everything the owner owns.
+    #[default]
+    Any,
+    /// Objects created at or before `cutoff` (their `creationTimestamp`,
+    /// the API server's clock). Those created after it but before
+    /// `unproven_until` are kept and named as unproven: they may be of
+    /// either run. The pods of a Job released go with it whenever they
+    /// were made (the Job's controller made them, not the run).
+    Before {
+        cutoff: Timestamp,
+        unproven_until: Timestamp,
+    },
+}
+
+impl Made {
+    /// What this release does with an object created at `created`.
+    fn verdict(self, created: Option<&Timestamp>) -> Verdict {
+        match self {
+            Self::Any => Verdict::Release,
+            Self::Before {
+                cutoff,
+                unproven_until,
+            } => match created {
+                Some(at) if *at <= cutoff => Verdict::Release,
+                // No creation time: nothing proves when it was made.
+                None => Verdict::Unproven,
+                Some(at) if *at < unproven_until => Verdict::Unproven,
+                Some(_) => Verdict::Keep,
+            },
+        }
+    }
+}
+
+/// What a release does with one object the owner owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Release,
+    /// Kept: made by the current run.
+    Keep,
+    /// Kept: which run made it cannot be proven.
+    Unproven,
 }
 
 /// The owner whose objects are released.
@@ -144,7 +194,9 @@ pub async fn release(
     owner: &Owner,
     timeout: Duration,
 ) -> Result<Released, ReleaseError> {
-    release_and_wait(client, owner, Some(timeout)).await
+    release_and_wait(client, owner, Some(timeout), Made::Any)
+        .await
+        .map(|(released, _)| released)
 }
 
 /// Delete what `owner` owns, as [`release`] does, without waiting for the
@@ -161,14 +213,32 @@ pub async fn release(
 /// or a listing fails (nothing is deleted then); [`ReleaseError::Incomplete`]
 /// naming what is left when a delete failed.
 pub async fn delete_owned(client: Client, owner: &Owner) -> Result<Released, ReleaseError> {
-    release_and_wait(client, owner, None).await
+    delete_owned_made(client, owner, Made::Any)
+        .await
+        .map(|(released, _)| released)
+}
+
+/// Delete what `owner` owns and `made` takes, as [`delete_owned`] does;
+/// also the objects kept because their run cannot be proven
+/// (`Kind/name`).
+///
+/// # Errors
+///
+/// As [`delete_owned`].
+pub async fn delete_owned_made(
+    client: Client,
+    owner: &Owner,
+    made: Made,
+) -> Result<(Released, Vec<String>), ReleaseError> {
+    release_and_wait(client, owner, None, made).await
 }
 
 async fn release_and_wait(
     client: Client,
     owner: &Owner,
     wait: Option<Duration>,
-) -> Result<Released, ReleaseError> {
+    made: Made,
+) -> Result<(Released, Vec<String>), ReleaseError> {
     owner.validate()?;
     let namespace = owner.namespace.as_str();
     let api_error = |action: &str| {
@@ -219,8 +289,14 @@ async fn release_and_wait(
 
     // Jobs first, so that their controller does not replace the pods.
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    let owned_jobs = match owned(&jobs, |r| worker.named_by(r), gone).await {
-        Ok(jobs) => jobs,
+    let mut unproven = Vec::new();
+    let by_creation =
+        |meta: &ObjectMeta| made.verdict(meta.creation_timestamp.as_ref().map(|t| &t.0));
+    let owned_jobs = match owned(&jobs, |r| worker.named_by(r), gone, by_creation).await {
+        Ok((jobs, kept)) => {
+            unproven.extend(kept.into_iter().map(|name| format!("Job/{name}")));
+            jobs
+        }
         Err(kube::Error::Api(status)) if status.code == 403 => {
             warn!(%namespace, message = %status.message, "not allowed to list Jobs; Jobs are skipped");
             Vec::new()
@@ -254,28 +330,43 @@ async fn release_and_wait(
         }
     }
 
-    let owned_pods = owned(
+    let of_a_released_job = |r: &OwnerReference| {
+        jobs_released.iter().any(|(name, uid)| {
+            Tuple {
+                api_version: "batch/v1",
+                kind: "Job",
+                name,
+                uid,
+            }
+            .named_by(r)
+        })
+    };
+    let (owned_pods, kept_pods) = owned(
         &pods,
-        |r| {
-            worker.named_by(r)
-                || jobs_released.iter().any(|(name, uid)| {
-                    Tuple {
-                        api_version: "batch/v1",
-                        kind: "Job",
-                        name,
-                        uid,
-                    }
-                    .named_by(r)
-                })
-        },
+        |r| worker.named_by(r) || of_a_released_job(r),
         gone,
+        |meta| {
+            let references = meta.owner_references.as_deref().unwrap_or_default();
+            if references.iter().any(of_a_released_job) {
+                Verdict::Release
+            } else {
+                by_creation(meta)
+            }
+        },
     )
     .await
     .map_err(api_error("list pods"))?;
+    unproven.extend(kept_pods.into_iter().map(|name| format!("Pod/{name}")));
     let config_maps: Api<ConfigMap> = Api::namespaced(client, namespace);
-    let owned_config_maps = owned(&config_maps, |r| worker.named_by(r), gone)
-        .await
-        .map_err(api_error("list ConfigMaps"))?;
+    let (owned_config_maps, kept_config_maps) =
+        owned(&config_maps, |r| worker.named_by(r), gone, by_creation)
+            .await
+            .map_err(api_error("list ConfigMaps"))?;
+    unproven.extend(
+        kept_config_maps
+            .into_iter()
+            .map(|name| format!("ConfigMap/{name}")),
+    );
 
     let mut waiting = BTreeSet::new();
     for Owned {
@@ -333,7 +424,7 @@ async fn release_and_wait(
     }
     info!(%namespace, owner = %owner.name, pods = released.pods, jobs = released.jobs, config_maps = released.config_maps,
         "released the objects of a previous worker process");
-    Ok(released)
+    Ok((released, unproven))
 }
 
 /// `Kind/name: why` of a delete that failed.
@@ -392,36 +483,43 @@ async fn co_owners(pods: &Api<Pod>) -> Result<CoOwners, kube::Error> {
 /// other reference to a pod that `gone` says owns nothing any more: the
 /// garbage collector deletes a dependent only once no owner of it is
 /// left, so one with a running pod (or any other object) as owner beside
-/// the released one is that owner's too and stays. Listed metadata-only.
+/// the released one is that owner's too and stays. Of those, the ones
+/// `verdict` releases, and the names of those it keeps as unproven.
+/// Listed metadata-only.
 async fn owned<K>(
     api: &Api<K>,
     owned_by: impl Fn(&OwnerReference) -> bool,
     gone: impl Fn(&OwnerReference) -> bool,
-) -> Result<Vec<Owned>, kube::Error>
+    verdict: impl Fn(&ObjectMeta) -> Verdict,
+) -> Result<(Vec<Owned>, Vec<String>), kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let list = api.list_metadata(&ListParams::default()).await?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|item| {
-            item.metadata
-                .owner_references
-                .as_deref()
-                .is_some_and(|references| {
-                    references.iter().any(&owned_by)
-                        && references.iter().all(|r| owned_by(r) || gone(r))
-                })
-        })
-        .filter_map(|item| {
-            Some(Owned {
-                terminating: item.metadata.deletion_timestamp.is_some(),
-                name: item.metadata.name?,
-                uid: item.metadata.uid?,
-            })
-        })
-        .collect())
+    let mut released = Vec::new();
+    let mut unproven = Vec::new();
+    for item in list.items {
+        let meta = item.metadata;
+        let theirs = meta.owner_references.as_deref().is_some_and(|references| {
+            references.iter().any(&owned_by) && references.iter().all(|r| owned_by(r) || gone(r))
+        });
+        if !theirs {
+            continue;
+        }
+        let (Some(name), Some(uid)) = (meta.name.clone(), meta.uid.clone()) else {
+            continue;
+        };
+        match verdict(&meta) {
+            Verdict::Release => released.push(Owned {
+                terminating: meta.deletion_timestamp.is_some(),
+                name,
+                uid,
+            }),
+            Verdict::Unproven if meta.deletion_timestamp.is_none() => unproven.push(name),
+            Verdict::Unproven | Verdict::Keep => {}
+        }
+    }
+    Ok((released, unproven))
 }
 
 /// Delete one object if it still has `uid`. `Ok(false)` when it is already

@@ -69,6 +69,12 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    /// A fixed set: `unproven`, `clock`.
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResourceLabels {
     /// `pods`, `jobs`, `configmaps`: what `release` deletes.
     resource: &'static str,
@@ -100,6 +106,8 @@ pub struct Metrics {
     reaped_objects: Family<ResourceLabels, Counter>,
     reap_failures: Family<ResourceLabels, Counter>,
     reaper_leader: Gauge,
+    restart_kept: Family<ReasonLabels, Counter>,
+    restart_leader: Gauge,
     connections: Gauge,
     connections_refused: Counter,
     events: Family<ResultLabels, Counter>,
@@ -276,13 +284,13 @@ impl Default for Metrics {
         let reaped_objects = Family::<ResourceLabels, Counter>::default();
         registry.register(
             "reaped_objects",
-            "Objects the reaper (--reap-finished) deleted for owners that have finished, by resource",
+            "Objects the reaper (--reap-finished) deleted for owners that have finished, and --release-restarted for earlier runs of restarted workers, by resource",
             reaped_objects.clone(),
         );
         let reap_failures = Family::<ResourceLabels, Counter>::default();
         registry.register(
             "reap_failures",
-            "Objects of finished owners the reaper could not delete, by resource (release: the owner's release failed before any delete)",
+            "Objects of finished owners (the reaper) or of earlier runs of restarted workers (--release-restarted) that could not be deleted, by resource (release: the owner's release failed before any delete)",
             reap_failures.clone(),
         );
         let reaper_leader = Gauge::default();
@@ -290,6 +298,18 @@ impl Default for Metrics {
             "reaper_leader",
             "1 on the replica that holds the reaper's Lease (the one that reaps), 0 on the others",
             reaper_leader.clone(),
+        );
+        let restart_kept = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "restart_children_kept",
+            "Objects of restarted workers (--release-restarted) kept although they may be of an earlier run: unproven (created within --restart-clock-margin of the restart), clock (counted once per restarted pod held: its node's clock ahead beyond the margin)",
+            restart_kept.clone(),
+        );
+        let restart_leader = Gauge::default();
+        registry.register(
+            "restart_release_leader",
+            "1 on the replica that holds the Lease of --release-restarted (the one that releases), 0 on the others",
+            restart_leader.clone(),
         );
         let connections = Gauge::default();
         registry.register(
@@ -329,6 +349,8 @@ impl Default for Metrics {
             reaped_objects,
             reap_failures,
             reaper_leader,
+            restart_kept,
+            restart_leader,
             requests,
             warned,
             namespaces: Default::default(),
@@ -605,6 +627,16 @@ impl Metrics {
 
     pub fn set_reaper_leader(&self, leader: bool) {
         self.reaper_leader.set(i64::from(leader));
+    }
+
+    pub fn count_restart_kept(&self, reason: &'static str, objects: usize) {
+        self.restart_kept
+            .get_or_create(&ReasonLabels { reason })
+            .inc_by(u64::try_from(objects).unwrap_or(u64::MAX));
+    }
+
+    pub fn set_restart_leader(&self, leader: bool) {
+        self.restart_leader.set(i64::from(leader));
     }
 
     /// The registry in the Prometheus text format.

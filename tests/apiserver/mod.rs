@@ -3,7 +3,7 @@
 //! faults a real one has.
 //!
 //! - list with `resourceVersion` (metadata-only when the client asks with
-//!   `as=PartialObjectMetadataList`), label selectors of `k=v` terms, field
+//!   `as=PartialObjectMetadataList`), label selectors of `k=v` and `k` terms, field
 //!   selectors of `=`, `==` and `!=` terms on the fields the real one
 //!   serves for pods (`metadata.name`, `metadata.namespace`,
 //!   `status.phase`, `spec.nodeName`; any other is 400, as there);
@@ -143,7 +143,7 @@ fn fields_select(terms: &[FieldTerm], object: &Value) -> bool {
 struct Watcher {
     kind: Kind,
     namespace: Option<String>,
-    selector: Vec<(String, String)>,
+    selector: Vec<LabelTerm>,
     fields: Vec<FieldTerm>,
     metadata_only: bool,
     sender: mpsc::UnboundedSender<Result<Bytes, Infallible>>,
@@ -183,7 +183,7 @@ impl Change {
         &self,
         kind: Kind,
         namespace: Option<&str>,
-        selector: &[(String, String)],
+        selector: &[LabelTerm],
         fields: &[FieldTerm],
     ) -> Option<(&'static str, &Value)> {
         let passes = |object: &Value| {
@@ -555,10 +555,17 @@ fn with_rv(mut object: Value, rv: u64) -> Value {
     object
 }
 
-fn selects(selector: &[(String, String)], object: &Value) -> bool {
-    selector
-        .iter()
-        .all(|(k, v)| object["metadata"]["labels"][k].as_str() == Some(v))
+/// One term of a label selector: `key=value`, or `key` (the label is there).
+type LabelTerm = (String, Option<String>);
+
+fn selects(selector: &[LabelTerm], object: &Value) -> bool {
+    selector.iter().all(|(k, v)| {
+        let label = object["metadata"]["labels"][k].as_str();
+        match v {
+            Some(v) => label == Some(v.as_str()),
+            None => label.is_some(),
+        }
+    })
 }
 
 fn metadata_form(object: &Value) -> Value {
@@ -962,13 +969,16 @@ fn replace(api: &FakeApi, kind: Kind, namespace: String, name: String, body: &[u
     json_response(api.object(kind, &namespace, &name).unwrap_or_default())
 }
 
-fn parse_selector(query: &BTreeMap<String, String>) -> Vec<(String, String)> {
+fn parse_selector(query: &BTreeMap<String, String>) -> Vec<LabelTerm> {
     query
         .get("labelSelector")
         .map(|s| {
             s.split(',')
-                .filter_map(|term| term.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .filter(|term| !term.is_empty())
+                .map(|term| match term.split_once('=') {
+                    Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                    None => (term.to_string(), None),
+                })
                 .collect()
         })
         .unwrap_or_default()

@@ -38,6 +38,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* Whether the server deletes what owner pods own: the reaper
+(reaper.enabled), or the release of restarted workers
+(restartRelease.enabled). Empty when neither. */}}
+{{- define "ownerguard.releases" -}}
+{{- if or .Values.reaper.enabled .Values.restartRelease.enabled }}true{{ end }}
+{{- end }}
+
 {{/* The image, by digest when one is given. image.repository is required. */}}
 {{- define "ownerguard.image" -}}
 {{- $repository := required "image.repository is required: build the image from the Dockerfile, push it to your registry and set image.repository (and image.tag or image.digest); there is no public image yet" .Values.image.repository }}

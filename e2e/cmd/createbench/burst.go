@@ -248,9 +248,11 @@ type auditReader struct {
 }
 
 type timedCreate struct {
-	at   time.Time
-	took time.Duration
-	code int
+	at      time.Time
+	took    time.Duration
+	code    int
+	user    string
+	message string
 }
 
 func (a *auditReader) podCreates(ns string) ([]timedCreate, error) {
@@ -274,22 +276,31 @@ func (a *auditReader) podCreates(ns string) ([]timedCreate, error) {
 		}
 		a.offset += int64(len(line))
 		var event struct {
-			Stage     string `json:"stage"`
-			Verb      string `json:"verb"`
+			Stage      string `json:"stage"`
+			Verb       string `json:"verb"`
+			RequestURI string `json:"requestURI"`
+			User       struct {
+				Username string `json:"username"`
+			} `json:"user"`
 			ObjectRef struct {
 				Resource, Namespace, Subresource string
 			} `json:"objectRef"`
 			ResponseStatus struct {
-				Code int `json:"code"`
+				Code    int    `json:"code"`
+				Message string `json:"message"`
 			} `json:"responseStatus"`
 			Received metav1.MicroTime `json:"requestReceivedTimestamp"`
 			Answered metav1.MicroTime `json:"stageTimestamp"`
 		}
 		if json.Unmarshal(line, &event) != nil || event.Stage != "ResponseComplete" || event.Verb != "create" ||
-			event.ObjectRef.Resource != "pods" || event.ObjectRef.Subresource != "" || event.ObjectRef.Namespace != ns {
+			event.ObjectRef.Resource != "pods" || event.ObjectRef.Subresource != "" || event.ObjectRef.Namespace != ns ||
+			// The probes of a switch of registrations: dry runs, one of
+			// them refused on purpose.
+			strings.Contains(event.RequestURI, "dryRun=") {
 			continue
 		}
-		out = append(out, timedCreate{at: event.Received.Time, took: event.Answered.Sub(event.Received.Time), code: event.ResponseStatus.Code})
+		out = append(out, timedCreate{at: event.Received.Time, took: event.Answered.Sub(event.Received.Time),
+			code: event.ResponseStatus.Code, user: event.User.Username, message: event.ResponseStatus.Message})
 	}
 	return out, nil
 }
@@ -383,7 +394,7 @@ func runBurst(ctx context.Context, cluster *harness.Cluster, ns string, labelled
 				var took []time.Duration
 				for _, c := range creates {
 					if c.code >= 300 {
-						return fmt.Errorf("%s, %v: a pod create answered %d", wl.name, to, c.code)
+						return fmt.Errorf("%s, %v: a pod create by %s answered %d: %s", wl.name, to, c.user, c.code, c.message)
 					}
 					if !c.at.Before(start) && !c.at.After(start.Add(run)) {
 						took = append(took, c.took)

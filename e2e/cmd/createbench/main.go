@@ -160,6 +160,7 @@ func runBurstBench(deployment, job, rounds int) error {
 	// appends the worker's reference to the controller's.
 	yes := true
 	controller := &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "burst", UID: "00000000-0000-0000-0000-00000000b0b0", Controller: &yes, BlockOwnerDeletion: &yes}
+	probeReferences = []metav1.OwnerReference{*controller}
 	mutateAnswer, validateAnswer, err := ownerguardAnswers(b.ns, b.owner, owner, controller, filepath.Join(b.cluster.Plane.Work, "answers"))
 	if err != nil {
 		return err
@@ -532,6 +533,7 @@ func setWebhooks(ctx context.Context, admin *kubernetes.Clientset, from, to regi
 		return out, nil
 	}
 	probe := pod("probe", map[string]string{"ownerguard.io/owner-pod": "missing", "ownerguard.io/owner-uid": "00000000-0000-0000-0000-000000000000"})
+	probe.OwnerReferences = probeReferences
 	err := harness.Until(ctx, 30*time.Second, 200*time.Millisecond, fmt.Sprintf("webhooks registered to %v in force", to), func() error {
 		before, err := counts()
 		if err != nil {
@@ -576,6 +578,7 @@ func setWebhooks(ctx context.Context, admin *kubernetes.Clientset, from, to regi
 	// have loaded it (until then /validate refuses the probe: no
 	// reference, or the policy answers 503).
 	ready := pod("probe-allowed", map[string]string{"ownerguard.io/owner-pod": owner.Name, "ownerguard.io/owner-uid": string(owner.UID)})
+	ready.OwnerReferences = probeReferences
 	return harness.Until(ctx, 60*time.Second, 500*time.Millisecond, fmt.Sprintf("the allowed probe, registered to %v", to), func() error {
 		_, err := admin.CoreV1().Pods(owner.Namespace).Create(ctx, ready.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
@@ -621,6 +624,13 @@ func addServicePorts(ctx context.Context, cluster *harness.Cluster, ceilings map
 	_, err = cluster.Admin.CoreV1().Services(cluster.Inst.Namespace).Update(ctx, svc, metav1.UpdateOptions{})
 	return err
 }
+
+// probeReferences are the ownerReferences of the probes that tell a
+// switch of registrations in force: none, or in a burst its controller's
+// reference, as the pods the answers replayed were made for carry it (the
+// replayed patch appends to the references; on a pod without any, the API
+// server could not apply it).
+var probeReferences []metav1.OwnerReference
 
 // ownerguardAnswers asks the ownerguard binary (OWNERGUARD_BIN, `review`,
 // offline, the owner in an inventory) what it answers on /mutate for a

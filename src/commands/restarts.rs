@@ -1,0 +1,970 @@
+//! `serve --release-restarted`: what the earlier runs of a restarted
+//! worker container made is released by the server, as `release` releases
+//! it, without the worker's help.
+//!
+//! A worker container restarted in its pod (an OOM kill, a crash, `kill
+//! 1`) keeps its pod, so the garbage collector keeps everything the pod
+//! owns, and the agents of the dead process run on (trap 3). A worker pod
+//! opts in with the label `<prefix>/release-on-restart: <container>` (or
+//! several, `a.b`: a container name never holds a dot). Once a container it
+//! names has restarted, every object the pod owns that was made before the
+//! container's newest run started is released; nothing made by the
+//! current run is.
+//!
+//! How a child's run is known. The kubelet records when the newest run of
+//! the container started (`state.running.startedAt`, or the
+//! `lastTerminationState` of a container waiting to start again), on the
+//! node's clock, to the second; the API server records when it created
+//! the child (`creationTimestamp`), on its own clock, to the second. Under
+//! a bound `m` on the two clocks' difference (`--restart-clock-margin`), a
+//! child with `created + 1 s + m <= started` was made before the run
+//! started: by an earlier one. A child created after `started + 1 s + m`
+//! is the current run's; one between is kept and counted as unproven (a
+//! leak is recoverable; deleting a live agent is not). No status the
+//! kubelet writes comes before the container it reports has started, so
+//! nothing ownerguard sees at admission can date a child's run better than
+//! that: a create by the new process in the second before the kubelet's
+//! report looks like the old run's to every cache, and only the clocks
+//! tell them apart.
+//!
+//! The node's clock ahead of the API server's is the dangerous direction
+//! (it makes new children look old): the API server's time of the status
+//! write that first showed a run (its `managedFields` entry) bounds it, and
+//! a pod whose kubelet reports a start later than that by more than the
+//! margin is held, its children kept and counted.
+//!
+//! The rule reads only the current status: a restart ownerguard did not
+//! see (it was down, its watch was cut) is seen at the next list, and the
+//! newest run's start bounds every earlier run, however many were missed.
+//! A worker that restarts again before a release is done gets a new pass
+//! with the later start. Several opted-in containers: the token names the
+//! pod, not the container, so a restart of any of them releases what was
+//! made before it.
+//!
+//! One replica releases, the holder of a Lease of its own (the reaper's
+//! way: a pass bounded by a third of the Lease, stopped when it is lost).
+//! Only the opted-in pods are watched (a label selector), whole, for
+//! their container statuses.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::Api;
+use kube::runtime::watcher;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::commands::reaper::{Lease, LeaseSettings};
+use crate::commands::release::{Made, Owner, ReleaseError, Released, delete_owned_made};
+use crate::observe::Metrics;
+use crate::observe::events::{PodEvent, PodRef};
+
+/// The label that opts a worker pod in, under the key prefix.
+pub const OPT_IN: &str = "release-on-restart";
+
+/// `--restart-clock-margin`'s default: what NTP keeps two nodes within,
+/// many times over.
+pub const DEFAULT_CLOCK_MARGIN: Duration = Duration::from_secs(2);
+
+/// How the release of restarted workers runs.
+#[derive(Debug, Clone)]
+pub struct RestartSettings {
+    /// The owner labels' key prefix: the opt-in label is under it.
+    pub key_prefix: String,
+    /// The bound on the difference between a node's clock and the API
+    /// server's.
+    pub clock_margin: Duration,
+    /// The namespaces watched; empty for all.
+    pub namespaces: Vec<String>,
+    /// The Lease that makes one replica the one that releases.
+    pub lease: LeaseSettings,
+    /// After a pass that left something, how long until it is tried again.
+    pub retry_after: Duration,
+}
+
+impl RestartSettings {
+    /// The opt-in label's key.
+    pub fn label(&self) -> String {
+        format!("{}/{OPT_IN}", self.key_prefix)
+    }
+}
+
+/// The containers an opt-in label's value names: one or more container
+/// names (DNS-1123 labels) joined by `.`.
+///
+/// # Errors
+///
+/// Why the value names no container, in words for an Event.
+pub fn opted_in(value: &str) -> Result<Vec<&str>, String> {
+    let names: Vec<&str> = value.split('.').collect();
+    for name in &names {
+        let valid = !name.is_empty()
+            && name.len() <= 63
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !name.starts_with('-')
+            && !name.ends_with('-');
+        if !valid {
+            return Err(format!(
+                "'{value}' is not a container name, nor names joined by '.'"
+            ));
+        }
+    }
+    Ok(names)
+}
+
+/// The newest run of a container as its status says: whether the
+/// container has run before it, and when it started (node clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NewestRun {
+    restarted: bool,
+    started: Option<Timestamp>,
+    /// The runtime's id of that run, when the status names it.
+    id: String,
+}
+
+fn newest_run(status: &ContainerStatus) -> NewestRun {
+    let state = status.state.as_ref();
+    let last = status
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref());
+    // A reset restart count (a node rebooted, its logs gone) still leaves
+    // the earlier run in lastTerminationState.
+    let restarted = status.restart_count >= 1 || last.is_some();
+    let (started, id) = if let Some(running) = state.and_then(|s| s.running.as_ref()) {
+        (
+            running.started_at.as_ref().map(|t| t.0),
+            status.container_id.clone(),
+        )
+    } else if let Some(terminated) = state.and_then(|s| s.terminated.as_ref()) {
+        (
+            terminated.started_at.as_ref().map(|t| t.0),
+            terminated.container_id.clone(),
+        )
+    } else {
+        // Waiting (to start again, in back-off): the newest run is the
+        // one that ended, the current process is not there yet.
+        (
+            last.and_then(|t| t.started_at.as_ref()).map(|t| t.0),
+            last.and_then(|t| t.container_id.clone()),
+        )
+    };
+    NewestRun {
+        restarted,
+        started,
+        id: id.unwrap_or_default(),
+    }
+}
+
+/// What to do for an opted-in pod, as its status says now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// No opted-in container has restarted with a known start: nothing.
+    Nothing,
+    /// Not this rule's to act on: the pod is being deleted (the collector
+    /// takes what it owns) or has finished (the reaper's).
+    NotRunning(&'static str),
+    /// The node's clock is ahead of the API server's by more than the
+    /// margin: the pod is held, its children kept, until another run.
+    ClockAhead { by: SignedDuration, runs: String },
+    /// Release what was made before `started`, the start of `container`'s
+    /// newest run.
+    Release {
+        made: Made,
+        container: String,
+        restarts: i32,
+        started: Timestamp,
+        /// The runs this plan is for: a pass done for them is not redone.
+        runs: String,
+    },
+}
+
+/// What an opted-in pod's status says to do. `reported` is the API
+/// server's time of the status write that first showed the pod's current
+/// runs (the latest `managedFields` time of the `status` subresource when
+/// they were first seen); `unknown` gets the names the label gives that
+/// the pod has no container of.
+pub fn plan(pod: &Pod, names: &[&str], margin: Duration, reported: Option<Timestamp>) -> Plan {
+    plan_with(pod, names, margin, reported, &mut Vec::new())
+}
+
+fn plan_with(
+    pod: &Pod,
+    names: &[&str],
+    margin: Duration,
+    reported: Option<Timestamp>,
+    unknown: &mut Vec<String>,
+) -> Plan {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Plan::NotRunning("being deleted");
+    }
+    let status = pod.status.as_ref();
+    if let Some(phase @ ("Succeeded" | "Failed")) = status.and_then(|s| s.phase.as_deref()) {
+        return Plan::NotRunning(if phase == "Succeeded" {
+            "finished (Succeeded)"
+        } else {
+            "finished (Failed)"
+        });
+    }
+    let statuses = status
+        .into_iter()
+        .flat_map(|s| {
+            s.container_statuses
+                .iter()
+                .flatten()
+                .chain(s.init_container_statuses.iter().flatten())
+        })
+        .collect::<Vec<_>>();
+    let mut newest: Option<(Timestamp, &ContainerStatus)> = None;
+    let mut runs = Vec::new();
+    for name in names {
+        let Some(container) = statuses.iter().find(|c| c.name == *name) else {
+            unknown.push((*name).to_string());
+            continue;
+        };
+        let run = newest_run(container);
+        runs.push(format!("{name}={}/{}", container.restart_count, run.id));
+        if !run.restarted {
+            continue;
+        }
+        // No start time (a run the runtime lost): nothing until the next
+        // status names one.
+        let Some(started) = run.started else { continue };
+        if newest.is_none_or(|(at, _)| started > at) {
+            newest = Some((started, container));
+        }
+    }
+    let Some((started, container)) = newest else {
+        return Plan::Nothing;
+    };
+    let margin = SignedDuration::try_from(margin).unwrap_or(SignedDuration::MAX);
+    let second = SignedDuration::from_secs(1);
+    if let Some(reported) = reported {
+        // The kubelet wrote `started` at or before `reported` (API clock,
+        // the second's floor): a start later than that by more than the
+        // margin is the node's clock ahead.
+        let ahead = started.duration_since(reported) - second;
+        if ahead > margin {
+            return Plan::ClockAhead {
+                by: ahead,
+                runs: runs.join(","),
+            };
+        }
+    }
+    let (Ok(cutoff), Ok(unproven_until)) = (
+        started.checked_sub(second + margin),
+        started.checked_add(second + margin),
+    ) else {
+        return Plan::Nothing;
+    };
+    Plan::Release {
+        made: Made::Before {
+            cutoff,
+            unproven_until,
+        },
+        container: container.name.clone(),
+        restarts: container.restart_count,
+        started,
+        runs: runs.join(","),
+    }
+}
+
+/// The API server's time of the pod's latest status write.
+fn status_written(pod: &Pod) -> Option<Timestamp> {
+    pod.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|f| f.subresource.as_deref() == Some("status"))
+        .filter_map(|f| f.time.as_ref().map(|t| t.0))
+        .max()
+}
+
+/// What the releaser knows of one opted-in pod.
+#[derive(Debug)]
+struct Tracked {
+    uid: String,
+    /// The runs as first seen, and the API server's time of the status
+    /// write that showed them then.
+    runs: String,
+    reported: Option<Timestamp>,
+    /// The runs whose pass is done (a pass is not redone for them).
+    done: Option<String>,
+    /// A pass due (not before the instant), for these runs.
+    due: Option<(Instant, Plan)>,
+    /// The names its label gives that are no container of it, said once.
+    warned_unknown: bool,
+}
+
+/// Release forever: watch the opted-in pods, and while this replica holds
+/// the Lease, release what earlier runs of their restarted containers made.
+pub async fn run(
+    client: kube::Client,
+    settings: RestartSettings,
+    metrics: Arc<Metrics>,
+    events: Option<crate::observe::events::Events>,
+) {
+    let label = settings.label();
+    let config = watcher::Config::default().labels(&label);
+    // One watch per scope (all namespaces, or each of --namespace), each
+    // event tagged with its scope: a relist replaces what its scope knew.
+    let scopes: Vec<(Option<String>, Api<Pod>)> = if settings.namespaces.is_empty() {
+        vec![(None, Api::all(client.clone()))]
+    } else {
+        settings
+            .namespaces
+            .iter()
+            .map(|ns| (Some(ns.clone()), Api::namespaced(client.clone(), ns)))
+            .collect()
+    };
+    let mut relisting: HashMap<Option<String>, std::collections::HashSet<(String, String)>> =
+        HashMap::new();
+    let mut changes = futures::stream::select_all(scopes.into_iter().map(|(scope, api)| {
+        watcher::watcher(api, config.clone())
+            .map(move |event| (scope.clone(), event.map_err(|e| e.to_string())))
+            .boxed()
+    }));
+    let mut lease = Lease::new(client.clone(), settings.lease.clone());
+    let mut pods: HashMap<(String, String), Tracked> = HashMap::new();
+    let mut tick = tokio::time::interval(lease.renew_every());
+    loop {
+        tokio::select! {
+            change = changes.next() => match change {
+                Some((_, Ok(watcher::Event::Apply(pod)))) => {
+                    see(&mut pods, &pod, &settings, &label, events.as_ref());
+                }
+                Some((scope, Ok(watcher::Event::InitApply(pod)))) => {
+                    if let Some(seen) = relisting.get_mut(&scope) {
+                        seen.insert(key_of(&pod));
+                    }
+                    see(&mut pods, &pod, &settings, &label, events.as_ref());
+                }
+                Some((_, Ok(watcher::Event::Delete(pod)))) => {
+                    pods.remove(&key_of(&pod));
+                }
+                Some((scope, Ok(watcher::Event::Init))) => {
+                    relisting.insert(scope, std::collections::HashSet::new());
+                }
+                Some((scope, Ok(watcher::Event::InitDone))) => {
+                    // Pods of the scope the list no longer has were
+                    // deleted while the watch was away.
+                    if let Some(seen) = relisting.remove(&scope) {
+                        pods.retain(|key, _| {
+                            scope.as_ref().is_some_and(|ns| *ns != key.0) || seen.contains(key)
+                        });
+                    }
+                }
+                Some((_, Err(error))) => {
+                    // The watcher relists by itself (with its backoff): a
+                    // restart missed meanwhile is in the list.
+                    warn!(%error, "the watch of opted-in worker pods failed; it is retried");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                None => return,
+            },
+            _ = tick.tick() => {
+                let leader = lease.hold().await;
+                metrics.set_restart_leader(leader);
+                if leader {
+                    pass(&client, &mut pods, &mut lease, &settings, &metrics, events.as_ref()).await;
+                }
+            }
+        }
+    }
+}
+
+fn key_of(pod: &Pod) -> (String, String) {
+    (
+        pod.metadata.namespace.clone().unwrap_or_default(),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Take in a pod's new state: a plan due now when its runs call for one
+/// that is not done.
+fn see(
+    pods: &mut HashMap<(String, String), Tracked>,
+    pod: &Pod,
+    settings: &RestartSettings,
+    label: &str,
+    events: Option<&crate::observe::events::Events>,
+) {
+    let (Some(namespace), Some(name), Some(uid)) = (
+        pod.metadata.namespace.clone(),
+        pod.metadata.name.clone(),
+        pod.metadata.uid.clone(),
+    ) else {
+        return;
+    };
+    let value = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(label))
+        .cloned()
+        .unwrap_or_default();
+    let key = (namespace.clone(), name.clone());
+    let names = match opted_in(&value) {
+        Ok(names) => names,
+        Err(why) => {
+            let tracked = pods.entry(key).or_insert_with(|| Tracked::new(&uid));
+            if !tracked.warned_unknown {
+                tracked.warned_unknown = true;
+                warn!(%namespace, pod = %name, %why, "an opted-in pod's label names no container: nothing of it is released");
+                record(
+                    events,
+                    &namespace,
+                    &name,
+                    &uid,
+                    true,
+                    "RestartReleaseNotConfigured",
+                    format!(
+                        "ownerguard releases nothing of this pod on a restart: its label {label}: {why}"
+                    ),
+                );
+            }
+            return;
+        }
+    };
+    let tracked = pods.entry(key).or_insert_with(|| Tracked::new(&uid));
+    if tracked.uid != uid {
+        // Another pod under the name: nothing of the old one carries over.
+        *tracked = Tracked::new(&uid);
+    }
+    let mut unknown = Vec::new();
+    let first = plan_with(pod, &names, settings.clock_margin, None, &mut unknown);
+    if !unknown.is_empty() && !tracked.warned_unknown {
+        tracked.warned_unknown = true;
+        warn!(%namespace, pod = %name, containers = ?unknown, "an opted-in pod's label names containers it does not have");
+        record(
+            events,
+            &namespace,
+            &name,
+            &uid,
+            true,
+            "RestartReleaseNotConfigured",
+            format!(
+                "ownerguard's label {label} names container(s) this pod does not have: {}",
+                unknown.join(", ")
+            ),
+        );
+    }
+    let runs = match &first {
+        Plan::Release { runs, .. } | Plan::ClockAhead { runs, .. } => runs.clone(),
+        _ => String::new(),
+    };
+    if runs != tracked.runs {
+        // These runs, first seen now: the status write that showed them.
+        tracked.runs = runs;
+        tracked.reported = status_written(pod);
+    }
+    let now = plan_with(
+        pod,
+        &names,
+        settings.clock_margin,
+        tracked.reported,
+        &mut Vec::new(),
+    );
+    match &now {
+        Plan::Release { runs, .. } | Plan::ClockAhead { runs, .. } => {
+            if tracked.done.as_deref() != Some(runs.as_str()) {
+                tracked.due = Some((Instant::now(), now));
+            }
+        }
+        Plan::Nothing | Plan::NotRunning(_) => tracked.due = None,
+    }
+}
+
+impl Tracked {
+    fn new(uid: &str) -> Self {
+        Self {
+            uid: uid.to_string(),
+            runs: String::new(),
+            reported: None,
+            done: None,
+            due: None,
+            warned_unknown: false,
+        }
+    }
+}
+
+/// One pass over the pods due, while the Lease is held.
+async fn pass(
+    client: &kube::Client,
+    pods: &mut HashMap<(String, String), Tracked>,
+    lease: &mut Lease,
+    settings: &RestartSettings,
+    metrics: &Metrics,
+    events: Option<&crate::observe::events::Events>,
+) {
+    let now = Instant::now();
+    let due: Vec<(String, String)> = pods
+        .iter()
+        .filter(|(_, t)| t.due.as_ref().is_some_and(|(at, _)| *at <= now))
+        .map(|(key, _)| key.clone())
+        .collect();
+    for key in due {
+        if !lease.renewed_within(lease.renew_every()) && !lease.hold().await {
+            metrics.set_restart_leader(false);
+            return;
+        }
+        let Some(tracked) = pods.get_mut(&key) else {
+            continue;
+        };
+        let Some((_, plan)) = tracked.due.take() else {
+            continue;
+        };
+        let owner = Owner {
+            namespace: key.0.clone(),
+            name: key.1.clone(),
+            uid: tracked.uid.clone(),
+        };
+        match plan {
+            Plan::ClockAhead { by, runs } => {
+                // Held for these runs: what they made stays, counted once.
+                metrics.count_restart_kept("clock", 1);
+                warn!(namespace = %owner.namespace, pod = %owner.name, ahead = %by,
+                    "a restarted worker's node reports a start ahead of the API server's clock beyond --restart-clock-margin: nothing of it is released");
+                record(
+                    events,
+                    &owner.namespace,
+                    &owner.name,
+                    &owner.uid,
+                    true,
+                    "RestartReleaseHeld",
+                    format!(
+                        "ownerguard released nothing of this restarted pod: its node reports a start {by:#} ahead of the API server's clock, beyond --restart-clock-margin; what the pod owns is kept"
+                    ),
+                );
+                tracked.done = Some(runs);
+            }
+            Plan::Release {
+                made,
+                container,
+                restarts,
+                started,
+                runs,
+            } => {
+                let result = tokio::time::timeout(
+                    lease.renew_every(),
+                    delete_owned_made(client.clone(), &owner, made),
+                )
+                .await;
+                let done = released(
+                    &owner, &container, restarts, started, result, metrics, events,
+                );
+                if done {
+                    tracked.done = Some(runs);
+                } else {
+                    tracked.due = Some((
+                        Instant::now() + settings.retry_after,
+                        Plan::Release {
+                            made,
+                            container,
+                            restarts,
+                            started,
+                            runs,
+                        },
+                    ));
+                }
+            }
+            Plan::Nothing | Plan::NotRunning(_) => {}
+        }
+    }
+}
+
+/// Count and tell what a pass did; whether it is done.
+fn released(
+    owner: &Owner,
+    container: &str,
+    restarts: i32,
+    started: Timestamp,
+    result: Result<Result<(Released, Vec<String>), ReleaseError>, tokio::time::error::Elapsed>,
+    metrics: &Metrics,
+    events: Option<&crate::observe::events::Events>,
+) -> bool {
+    let (namespace, name, uid) = (&owner.namespace, &owner.name, &owner.uid);
+    match result {
+        Ok(Ok((released, unproven))) => {
+            metrics.count_reaped("pods", released.pods);
+            metrics.count_reaped("jobs", released.jobs);
+            metrics.count_reaped("configmaps", released.config_maps);
+            metrics.count_restart_kept("unproven", unproven.len());
+            let total = released.pods + released.jobs + released.config_maps;
+            if total > 0 {
+                record(
+                    events,
+                    namespace,
+                    name,
+                    uid,
+                    false,
+                    "RestartReleased",
+                    format!(
+                        "ownerguard released what earlier runs of container '{container}' (restart {restarts}, started {started}) made: {} pod(s), {} Job(s), {} ConfigMap(s)",
+                        released.pods, released.jobs, released.config_maps
+                    ),
+                );
+            }
+            if !unproven.is_empty() {
+                record(
+                    events,
+                    namespace,
+                    name,
+                    uid,
+                    true,
+                    "RestartChildrenKept",
+                    format!(
+                        "ownerguard kept {} object(s) made too near the restart of container '{container}' to tell which run made them (within --restart-clock-margin of its start): {}",
+                        unproven.len(),
+                        shown(&unproven)
+                    ),
+                );
+            }
+            info!(%namespace, pod = %name, %container, restarts, %started, pods = released.pods, jobs = released.jobs,
+                config_maps = released.config_maps, kept_unproven = unproven.len(),
+                "released what earlier runs of a restarted worker made");
+            true
+        }
+        Ok(Err(ReleaseError::Incomplete { left, .. })) => {
+            for object in &left {
+                metrics.count_reap_failure(match object.split('/').next() {
+                    Some("Job") => "jobs",
+                    Some("ConfigMap") => "configmaps",
+                    _ => "pods",
+                });
+            }
+            record(
+                events,
+                namespace,
+                name,
+                uid,
+                true,
+                "RestartReleaseIncomplete",
+                format!(
+                    "ownerguard could not release {} object(s) that earlier runs of container '{container}' made, the rest released; it tries again: {}",
+                    left.len(),
+                    shown(&left)
+                ),
+            );
+            warn!(%namespace, pod = %name, left = ?left, "releasing what earlier runs of a restarted worker made left objects behind; retried later");
+            false
+        }
+        // Gone, or replaced under its name: nothing of it to release.
+        Ok(Err(ReleaseError::OwnerNotFound { .. } | ReleaseError::OwnerUidMismatch { .. })) => true,
+        Ok(Err(error)) => {
+            metrics.count_reap_failure("release");
+            warn!(%namespace, pod = %name, %error, "releasing what earlier runs of a restarted worker made failed; retried later");
+            false
+        }
+        Err(_) => {
+            metrics.count_reap_failure("release");
+            warn!(%namespace, pod = %name, "releasing what earlier runs of a restarted worker made took longer than a third of the Lease; retried later");
+            false
+        }
+    }
+}
+
+/// Up to five of `objects`, and how many more.
+fn shown(objects: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = objects
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if objects.len() > SHOWN {
+        text.push_str(&format!(" and {} more", objects.len() - SHOWN));
+    }
+    text
+}
+
+fn record(
+    events: Option<&crate::observe::events::Events>,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    warning: bool,
+    reason: &'static str,
+    note: String,
+) {
+    if let Some(events) = events {
+        events.record(PodEvent {
+            pod: PodRef {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                uid: uid.to_string(),
+            },
+            warning,
+            reason,
+            action: "Release",
+            note,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+        PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+
+    const MARGIN: Duration = Duration::from_secs(2);
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(1_780_000_000 + second).unwrap()
+    }
+
+    fn running(name: &str, restarts: i32, started: i64) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            restart_count: restarts,
+            container_id: Some(format!("containerd://{name}-{restarts}")),
+            state: Some(ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(Time(at(started))),
+                }),
+                ..ContainerState::default()
+            }),
+            last_state: (restarts > 0).then(|| ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    started_at: Some(Time(at(started - 100))),
+                    finished_at: Some(Time(at(started - 1))),
+                    container_id: Some(format!("containerd://{name}-{}", restarts - 1)),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            }),
+            ..ContainerStatus::default()
+        }
+    }
+
+    fn pod(statuses: Vec<ContainerStatus>) -> Pod {
+        Pod {
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                container_statuses: Some(statuses),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    /// Whether a child created at `created` (API clock) goes.
+    fn goes(plan: &Plan, created: Timestamp) -> Option<bool> {
+        match plan {
+            Plan::Release {
+                made: Made::Before { cutoff, .. },
+                ..
+            } => Some(created <= *cutoff),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_label_names_containers_joined_by_dots() {
+        assert_eq!(opted_in("worker"), Ok(vec!["worker"]));
+        assert_eq!(
+            opted_in("worker.sidecar-1"),
+            Ok(vec!["worker", "sidecar-1"])
+        );
+        for bad in ["", "Worker", "a..b", "-a", "a-", "a_b", &"a".repeat(64)] {
+            assert!(opted_in(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_container_that_never_restarted_releases_nothing() {
+        let p = pod(vec![running("worker", 0, 0)]);
+        assert_eq!(plan(&p, &["worker"], MARGIN, None), Plan::Nothing);
+    }
+
+    #[test]
+    fn what_was_made_before_the_new_run_by_more_than_the_margin_goes_and_nothing_after() {
+        // The new run started at 100 (node clock): a child created at 97
+        // (API clock) is older by more than a second and the margin.
+        let p = pod(vec![running("worker", 1, 100)]);
+        let plan = plan(&p, &["worker"], MARGIN, Some(at(101)));
+        assert_eq!(goes(&plan, at(97)), Some(true));
+        assert_eq!(goes(&plan, at(98)), Some(false));
+        assert_eq!(goes(&plan, at(100)), Some(false));
+        assert_eq!(goes(&plan, at(150)), Some(false));
+        let Plan::Release {
+            made: Made::Before { unproven_until, .. },
+            container,
+            restarts,
+            ..
+        } = plan
+        else {
+            panic!("{plan:?}")
+        };
+        // Between: kept, counted as unproven.
+        assert_eq!(unproven_until, at(103));
+        assert_eq!((container.as_str(), restarts), ("worker", 1));
+    }
+
+    /// The guarantee, under the stated clock bound: whatever the node's
+    /// clock is off by (within the margin), whatever second fractions the
+    /// truncations dropped, no child the current run made is released.
+    #[test]
+    fn no_child_of_the_current_run_is_ever_released_within_the_clock_bound() {
+        let margin_ms = 2_000_i64;
+        for skew_ms in (-margin_ms..=margin_ms).step_by(250) {
+            for start_ms in (100_000..101_000).step_by(125) {
+                // The run really started at start_ms (true time); the node
+                // writes its clock's time, truncated to the second.
+                let node_start = (start_ms + skew_ms).div_euclid(1000);
+                let p = pod(vec![running("worker", 1, node_start)]);
+                let plan = plan(&p, &["worker"], MARGIN, None);
+                // A child of the current run is made at or after the start;
+                // the API server stamps its own time, truncated.
+                for after_ms in (0..4_000).step_by(50) {
+                    let created = (start_ms + after_ms).div_euclid(1000);
+                    assert_eq!(
+                        goes(&plan, at(created)),
+                        Some(false),
+                        "skew {skew_ms} ms, start {start_ms} ms, child {after_ms} ms after"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_crash_looping_container_dates_its_dead_run() {
+        // Waiting to start again: the newest run is the one that ended.
+        let mut status = running("worker", 3, 0);
+        status.state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                ..ContainerStateWaiting::default()
+            }),
+            ..ContainerState::default()
+        });
+        status.last_state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                started_at: Some(Time(at(200))),
+                finished_at: Some(Time(at(210))),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        });
+        let plan = plan(&pod(vec![status]), &["worker"], MARGIN, None);
+        assert_eq!(goes(&plan, at(190)), Some(true));
+        assert_eq!(
+            goes(&plan, at(205)),
+            Some(false),
+            "the dead run's own children wait for the next run"
+        );
+    }
+
+    #[test]
+    fn a_reset_restart_count_still_shows_the_earlier_run() {
+        let mut status = running("worker", 0, 100);
+        status.last_state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                started_at: Some(Time(at(10))),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        });
+        let plan = plan(&pod(vec![status]), &["worker"], MARGIN, None);
+        assert_eq!(goes(&plan, at(50)), Some(true));
+    }
+
+    #[test]
+    fn a_run_with_no_start_time_waits() {
+        let mut status = running("worker", 2, 0);
+        status.state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                reason: Some("ContainerStatusUnknown".into()),
+                exit_code: 137,
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        });
+        assert_eq!(
+            plan(&pod(vec![status]), &["worker"], MARGIN, None),
+            Plan::Nothing
+        );
+    }
+
+    #[test]
+    fn the_latest_restart_of_several_opted_in_containers_counts() {
+        let p = pod(vec![running("worker", 1, 100), running("helper", 4, 300)]);
+        let plan = plan(&p, &["worker", "helper"], MARGIN, None);
+        assert_eq!(goes(&plan, at(250)), Some(true));
+        // Only the containers named count.
+        let only = super::plan(&p, &["worker"], MARGIN, None);
+        assert_eq!(goes(&only, at(250)), Some(false));
+        assert_eq!(goes(&only, at(90)), Some(true));
+    }
+
+    #[test]
+    fn a_name_the_pod_has_no_container_of_is_reported_and_releases_nothing() {
+        let p = pod(vec![running("worker", 1, 100)]);
+        let mut unknown = Vec::new();
+        assert_eq!(
+            plan_with(&p, &["wroker"], MARGIN, None, &mut unknown),
+            Plan::Nothing
+        );
+        assert_eq!(unknown, ["wroker"]);
+    }
+
+    #[test]
+    fn a_pod_being_deleted_or_finished_is_not_this_rules() {
+        let mut p = pod(vec![running("worker", 1, 100)]);
+        p.metadata.deletion_timestamp = Some(Time(at(200)));
+        assert!(matches!(
+            plan(&p, &["worker"], MARGIN, None),
+            Plan::NotRunning(_)
+        ));
+        let mut p = pod(vec![running("worker", 1, 100)]);
+        p.status.as_mut().unwrap().phase = Some("Failed".into());
+        assert!(matches!(
+            plan(&p, &["worker"], MARGIN, None),
+            Plan::NotRunning(_)
+        ));
+    }
+
+    #[test]
+    fn a_node_clock_ahead_beyond_the_margin_holds_the_pod() {
+        // The kubelet reports a start at 160 in a status the API server
+        // wrote at 100: its clock is a minute ahead.
+        let p = pod(vec![running("worker", 1, 160)]);
+        assert!(matches!(
+            plan(&p, &["worker"], MARGIN, Some(at(100))),
+            Plan::ClockAhead { .. }
+        ));
+        // Within the margin: released as usual.
+        assert!(matches!(
+            plan(&p, &["worker"], MARGIN, Some(at(158))),
+            Plan::Release { .. }
+        ));
+    }
+
+    #[test]
+    fn the_status_write_time_is_the_latest_status_entry() {
+        let mut p = pod(vec![]);
+        let entry = |subresource: Option<&str>, second: i64| ManagedFieldsEntry {
+            subresource: subresource.map(String::from),
+            time: Some(Time(at(second))),
+            ..ManagedFieldsEntry::default()
+        };
+        p.metadata.managed_fields = Some(vec![
+            entry(None, 500),
+            entry(Some("status"), 100),
+            entry(Some("status"), 120),
+        ]);
+        assert_eq!(status_written(&p), Some(at(120)));
+    }
+}

@@ -1,0 +1,349 @@
+//! `serve --release-restarted` against the loopback API server: an
+//! opted-in worker whose container restarted has what its earlier runs
+//! made released, Jobs with their pods, and what its current run made
+//! kept; what was made too near the restart to tell is kept; a worker
+//! that did not opt in keeps everything; a second restart releases what
+//! the run before it made.
+
+mod apiserver;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use apiserver::{FakeApi, Kind};
+use ownerguard::commands::reaper::LeaseSettings;
+use ownerguard::commands::restarts::{self, RestartSettings};
+use ownerguard::k8s::client::without_retries;
+use ownerguard::observe::Metrics;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+const NS: &str = "agents";
+const W1: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000001";
+const W2: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000002";
+const OTHER: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000003";
+
+fn client(server: &apiserver::Running) -> kube::Client {
+    kube::Client::try_from(without_retries(server.config())).unwrap()
+}
+
+fn start(server: &apiserver::Running) -> (Arc<Metrics>, tokio::task::JoinHandle<()>) {
+    let metrics = Arc::new(Metrics::default());
+    let settings = RestartSettings {
+        key_prefix: "ownerguard.io".into(),
+        clock_margin: Duration::from_secs(2),
+        namespaces: Vec::new(),
+        lease: LeaseSettings {
+            namespace: "ownerguard".into(),
+            name: "ownerguard-restarts".into(),
+            identity: "ownerguard-0".into(),
+            duration: Duration::from_millis(900),
+        },
+        retry_after: Duration::from_millis(300),
+    };
+    let task = tokio::spawn(restarts::run(
+        client(server),
+        settings,
+        metrics.clone(),
+        None,
+    ));
+    (metrics, task)
+}
+
+async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A worker pod, opted in (`label`), whose container `worker` is in its
+/// `restarts`th restart, started at `started`, the status written at
+/// `written` (the API server's time, in its managedFields).
+fn worker(
+    name: &str,
+    uid: &str,
+    label: Option<&str>,
+    restarts: i32,
+    started: &str,
+    written: &str,
+) -> Value {
+    let mut labels = json!({"app": "worker"});
+    if let Some(label) = label {
+        labels["ownerguard.io/release-on-restart"] = json!(label);
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "uid": uid, "labels": labels,
+            "creationTimestamp": "2026-12-01T09:00:00Z",
+            "managedFields": [
+                {"manager": "kubectl", "operation": "Update", "apiVersion": "v1", "time": "2026-12-01T09:00:00Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {}},
+                {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": written,
+                 "fieldsType": "FieldsV1", "fieldsV1": {}, "subresource": "status"}
+            ]},
+        "spec": {"containers": [{"name": "worker", "image": "worker:1"}]},
+        "status": {"phase": "Running", "startTime": "2026-12-01T09:00:01Z",
+            "containerStatuses": [{
+                "name": "worker", "ready": true, "restartCount": restarts, "image": "worker:1", "imageID": "",
+                "containerID": format!("containerd://{name}-{restarts}"),
+                "state": {"running": {"startedAt": started}},
+                "lastState": if restarts > 0 {
+                    json!({"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                        "startedAt": "2026-12-01T09:00:02Z", "finishedAt": started}})
+                } else { json!({}) }
+            }]}
+    })
+}
+
+/// An object of `kind` owned by the pods of `owners` (name, uid), created
+/// at `created`.
+fn child(kind: Kind, name: &str, uid: &str, owners: &[(&str, &str)], created: &str) -> Value {
+    let (api_version, kind_name) = match kind {
+        Kind::Pod => ("v1", "Pod"),
+        Kind::ConfigMap => ("v1", "ConfigMap"),
+        Kind::Job => ("batch/v1", "Job"),
+        _ => unreachable!(),
+    };
+    let references: Vec<Value> = owners
+        .iter()
+        .map(|(owner, owner_uid)| {
+            json!({"apiVersion": "v1", "kind": "Pod", "name": owner, "uid": owner_uid,
+            "controller": false, "blockOwnerDeletion": false})
+        })
+        .collect();
+    json!({"apiVersion": api_version, "kind": kind_name,
+        "metadata": {"name": name, "namespace": NS, "uid": uid, "creationTimestamp": created,
+            "labels": {"ownerguard.io/owner-pod": owners[0].0},
+            "ownerReferences": references}})
+}
+
+fn exists(api: &FakeApi, kind: Kind, name: &str) -> bool {
+    api.exists(kind, NS, name)
+}
+
+#[tokio::test]
+async fn an_opted_in_worker_restarted_has_its_earlier_runs_children_released_and_its_current_runs_kept()
+ {
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    // The worker's container restarted at 10:00:00 (its new run's start,
+    // the node's clock); the kubelet's status write came a second later.
+    api.put_object(
+        Kind::Pod,
+        worker(
+            "w-1",
+            W1,
+            Some("worker"),
+            1,
+            "2026-12-01T10:00:00Z",
+            "2026-12-01T10:00:01Z",
+        ),
+    );
+    api.put_pod(NS, "w-2", OTHER);
+    for (kind, name, uid, created) in [
+        // The first run's, well before the restart.
+        (
+            Kind::ConfigMap,
+            "prompt-old",
+            "c-old",
+            "2026-12-01T09:30:00Z",
+        ),
+        (Kind::Pod, "agent-old", "p-old", "2026-12-01T09:59:57Z"),
+        (Kind::Job, "step-old", "j-old", "2026-12-01T09:40:00Z"),
+        // Too near the restart to tell (within a second and the margin).
+        (
+            Kind::ConfigMap,
+            "prompt-near",
+            "c-near",
+            "2026-12-01T09:59:59Z",
+        ),
+        (Kind::Pod, "agent-near", "p-near", "2026-12-01T10:00:02Z"),
+        // The current run's.
+        (
+            Kind::ConfigMap,
+            "prompt-new",
+            "c-new",
+            "2026-12-01T10:00:05Z",
+        ),
+        (Kind::Pod, "agent-new", "p-new", "2026-12-01T10:01:00Z"),
+    ] {
+        api.put_object(kind, child(kind, name, uid, &[("w-1", W1)], created));
+    }
+    // The old Job's pod, made after the restart by the Job's controller:
+    // it goes with its Job.
+    let mut job_pod = child(
+        Kind::Pod,
+        "step-old-x1",
+        "p-job",
+        &[("w-1", W1)],
+        "2026-12-01T10:00:30Z",
+    );
+    job_pod["metadata"]["ownerReferences"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"apiVersion": "batch/v1", "kind": "Job", "name": "step-old", "uid": "j-old", "controller": true}));
+    api.put_object(Kind::Pod, job_pod);
+    // An old one shared with another running worker: that worker's too.
+    api.put_object(
+        Kind::ConfigMap,
+        child(
+            Kind::ConfigMap,
+            "prompt-shared",
+            "c-shared",
+            &[("w-1", W1), ("w-2", OTHER)],
+            "2026-12-01T09:10:00Z",
+        ),
+    );
+
+    let (metrics, task) = start(&server);
+    eventually("the earlier run's children released", || {
+        !exists(api, Kind::ConfigMap, "prompt-old")
+            && !exists(api, Kind::Pod, "agent-old")
+            && !exists(api, Kind::Job, "step-old")
+            && !exists(api, Kind::Pod, "step-old-x1")
+    })
+    .await;
+    // Settle: a second pass must change nothing.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for (kind, name) in [
+        (Kind::ConfigMap, "prompt-near"),
+        (Kind::Pod, "agent-near"),
+        (Kind::ConfigMap, "prompt-new"),
+        (Kind::Pod, "agent-new"),
+        (Kind::ConfigMap, "prompt-shared"),
+    ] {
+        assert!(exists(api, kind, name), "{name} was released");
+    }
+    let text = metrics.encode();
+    assert!(
+        text.contains("ownerguard_restart_children_kept_total{reason=\"unproven\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ownerguard_reaped_objects_total{resource=\"configmaps\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ownerguard_restart_release_leader 1"),
+        "{text}"
+    );
+    // Every delete named its object's uid.
+    for call in api.calls_matching("DELETE ") {
+        assert!(
+            call.contains("uid"),
+            "a delete without its uid precondition: {call}"
+        );
+    }
+
+    // The worker restarts again at 10:05: what the second run made before
+    // it goes now, what the third makes stays.
+    api.put_object(
+        Kind::Pod,
+        worker(
+            "w-1",
+            W1,
+            Some("worker"),
+            2,
+            "2026-12-01T10:05:00Z",
+            "2026-12-01T10:05:01Z",
+        ),
+    );
+    api.put_object(
+        Kind::ConfigMap,
+        child(
+            Kind::ConfigMap,
+            "prompt-third",
+            "c-third",
+            &[("w-1", W1)],
+            "2026-12-01T10:05:10Z",
+        ),
+    );
+    eventually("the second run's children released", || {
+        !exists(api, Kind::ConfigMap, "prompt-new") && !exists(api, Kind::Pod, "agent-new")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        exists(api, Kind::ConfigMap, "prompt-third"),
+        "the current run's child was released"
+    );
+    assert!(exists(api, Kind::ConfigMap, "prompt-shared"));
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_worker_that_did_not_opt_in_keeps_everything_and_a_clock_ahead_holds_the_pod() {
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    // Restarted, but not opted in: the watch does not even see it.
+    api.put_object(
+        Kind::Pod,
+        worker(
+            "w-1",
+            W1,
+            None,
+            3,
+            "2026-12-01T10:00:00Z",
+            "2026-12-01T10:00:01Z",
+        ),
+    );
+    api.put_object(
+        Kind::ConfigMap,
+        child(
+            Kind::ConfigMap,
+            "prompt-1",
+            "c-1",
+            &[("w-1", W1)],
+            "2026-12-01T09:00:00Z",
+        ),
+    );
+    // Opted in, but its node reports a start a minute after the API
+    // server wrote the status: its clock is ahead, nothing is released.
+    api.put_object(
+        Kind::Pod,
+        worker(
+            "w-2",
+            W2,
+            Some("worker"),
+            1,
+            "2026-12-01T10:01:00Z",
+            "2026-12-01T10:00:00Z",
+        ),
+    );
+    api.put_object(
+        Kind::ConfigMap,
+        child(
+            Kind::ConfigMap,
+            "prompt-2",
+            "c-2",
+            &[("w-2", W2)],
+            "2026-12-01T09:00:00Z",
+        ),
+    );
+    let (metrics, task) = start(&server);
+    eventually("the held pod counted", || {
+        metrics
+            .encode()
+            .contains("ownerguard_restart_children_kept_total{reason=\"clock\"} 1")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(exists(api, Kind::ConfigMap, "prompt-1"));
+    assert!(exists(api, Kind::ConfigMap, "prompt-2"));
+    assert!(
+        api.calls_matching("DELETE ").is_empty(),
+        "{:?}",
+        api.calls_matching("DELETE ")
+    );
+    // Only the opted-in pods are watched.
+    assert!(
+        api.calls_matching("/api/v1/pods?")
+            .iter()
+            .all(|call| call.contains("labelSelector=ownerguard.io%2Frelease-on-restart")),
+        "{:?}",
+        api.calls_matching("/api/v1/pods?")
+    );
+    task.abort();
+}
