@@ -240,6 +240,7 @@ fn rbac_is_get_list_watch_on_pods_and_the_check_only_creates_configmaps() {
             "check-role.yaml",
             "reaper-role.yaml",
             "restarts-role.yaml",
+            "restarts-node-lease-role.yaml",
             "audit-role.yaml",
         ];
         if path.is_file() && !granting.contains(&name.as_str()) {
@@ -372,6 +373,14 @@ fn helm_grants_the_audit_and_the_reaper_only_what_each_needs() {
         json!(["og-ownerguard-restarts"])
     );
     object(&objects, "RoleBinding", "og-ownerguard-restarts");
+    // The nodes' Leases, read only, in their namespace only.
+    let nodes = object(&objects, "Role", "og-ownerguard-node-leases");
+    assert_eq!(nodes["metadata"]["namespace"], "kube-node-lease");
+    assert_eq!(
+        nodes["rules"],
+        json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]}])
+    );
+    object(&objects, "RoleBinding", "og-ownerguard-node-leases");
 }
 
 #[test]

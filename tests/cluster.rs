@@ -1222,3 +1222,45 @@ async fn readiness_waits_for_the_lists_of_finished_pods_too() {
     server.api.set_faults(Faults::default());
     eventually("readiness once every list succeeded", || lookup.is_ready()).await;
 }
+
+// A burst of creates naming one worker whose cache entry has just grown
+// older than --cache-max-age (what a Job of 500 pods does, 5 minutes into
+// its worker's life): one live check stands for all of them, none is
+// refused for the live lookups' limit.
+#[tokio::test]
+async fn a_burst_on_an_old_entry_sends_one_get_and_is_refused_nothing() {
+    let max_age = Duration::from_millis(300);
+    let settings = WatchSettings {
+        max_age,
+        ..WatchSettings::default()
+    };
+    let limits = LookupLimits {
+        concurrency: 2,
+        rate_per_second: 2,
+    };
+    let cluster = Cluster::start_with(settings, limits, running_workers).await;
+    cluster.synced().await;
+    eventually("the watch", || {
+        cluster.api().open_watches() == WATCHES_PER_SCOPE
+    })
+    .await;
+    tokio::time::sleep(max_age + Duration::from_millis(200)).await;
+    assert!(cluster.watches.trusted(NS));
+    cluster.api().clear_calls();
+    cluster
+        .api()
+        .update_faults(|f| f.get_delay = Duration::from_millis(200));
+    let reviews = (0..100).map(|_| {
+        let cluster = &cluster;
+        async move {
+            cluster
+                .review("w-1", U1, Some(Duration::from_secs(1)))
+                .await
+        }
+    });
+    let responses = futures::future::join_all(reviews).await;
+    for response in &responses {
+        assert_eq!(response["allowed"], true, "{response}");
+    }
+    assert_eq!(cluster.gets().len(), 1, "{:?}", cluster.gets());
+}

@@ -229,13 +229,32 @@ async fn an_opted_in_worker_restarted_has_its_earlier_runs_children_released_and
         text.contains("ownerguard_restart_release_leader 1"),
         "{text}"
     );
-    // Every delete named its object's uid.
-    for call in api.calls_matching("DELETE ") {
+    // Every delete named its object's uid; one pass made the calls of
+    // `release` (docs/performance.md): the worker's GET, the namespace's
+    // lists, one DELETE per object; not repeated for the same runs.
+    let deletes = api.calls_matching("DELETE ");
+    assert_eq!(deletes.len(), 4, "{deletes:?}");
+    for call in &deletes {
         assert!(
             call.contains("uid"),
             "a delete without its uid precondition: {call}"
         );
     }
+    assert_eq!(
+        api.calls_matching("GET /api/v1/namespaces/agents/pods/w-1")
+            .len(),
+        1
+    );
+    assert_eq!(
+        api.calls_matching("GET /apis/batch/v1/namespaces/agents/jobs?")
+            .len(),
+        1
+    );
+    assert_eq!(
+        api.calls_matching("GET /api/v1/namespaces/agents/configmaps?")
+            .len(),
+        1
+    );
 
     // The worker restarts again at 10:05: what the second run made before
     // it goes now, what the third makes stays.
@@ -345,5 +364,54 @@ async fn a_worker_that_did_not_opt_in_keeps_everything_and_a_clock_ahead_holds_t
         "{:?}",
         api.calls_matching("/api/v1/pods?")
     );
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_node_whose_lease_shows_its_clock_ahead_has_nothing_released() {
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    // The status looks fine (written a second after the start), but the
+    // node's own Lease says its clock is a minute ahead of the API
+    // server's: its renewTime (node clock) against the API server's time
+    // of that write (managedFields).
+    let mut pod = worker(
+        "w-1",
+        W1,
+        Some("worker"),
+        1,
+        "2026-12-01T10:00:00Z",
+        "2026-12-01T10:00:01Z",
+    );
+    pod["spec"]["nodeName"] = json!("node-a");
+    api.put_object(Kind::Pod, pod);
+    api.put_object(
+        Kind::Lease,
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "node-a", "namespace": "kube-node-lease", "uid": "l-a",
+                "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "coordination.k8s.io/v1",
+                    "time": "2026-12-01T10:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {}}]},
+            "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40,
+                "renewTime": "2026-12-01T10:01:00.000000Z"}}),
+    );
+    api.put_object(
+        Kind::ConfigMap,
+        child(
+            Kind::ConfigMap,
+            "prompt-old",
+            "c-old",
+            &[("w-1", W1)],
+            "2026-12-01T09:00:00Z",
+        ),
+    );
+    let (metrics, task) = start(&server);
+    eventually("the held pod counted", || {
+        metrics
+            .encode()
+            .contains("ownerguard_restart_children_kept_total{reason=\"clock\"} 1")
+    })
+    .await;
+    assert!(exists(api, Kind::ConfigMap, "prompt-old"));
+    assert!(api.calls_matching("DELETE ").is_empty());
     task.abort();
 }

@@ -12,6 +12,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,6 +88,16 @@ func TestRestartRelease(t *testing.T) {
 	// made before this is provably of the first run.
 	time.Sleep(4 * time.Second)
 
+	// One object made while the restart is under way (the image changed,
+	// the kubelet not yet reporting): which run made it cannot be told
+	// from the clocks, so it is kept and counted.
+	for _, w := range []*Worker{optedIn, control} {
+		patch := `{"spec":{"containers":[{"name":"worker","image":"e2e.invalid/worker:2"}]}}`
+		_, err := admin.CoreV1().Pods(ns).Patch(ctx, w.Name(), types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+		must(t, err, "change the worker's image")
+	}
+	_, err = optedIn.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("prompt-during", ownedLabels(optedIn.Name(), "")), metav1.CreateOptions{})
+	must(t, err, "the ConfigMap made during the restart")
 	for _, w := range []*Worker{optedIn, control} {
 		restartByKubelet(ctx, t, w, "e2e.invalid/worker:2")
 	}
@@ -123,7 +134,7 @@ func TestRestartRelease(t *testing.T) {
 	fmt.Printf("    restart: the first run's ConfigMap, agent and Job released %.2f s after the kubelet reported the restart\n", released.Seconds())
 	// A pass or two later, the new run's and the other worker's are there.
 	time.Sleep(6 * time.Second)
-	for _, name := range []string{"prompt-second", "prompt-control"} {
+	for _, name := range []string{"prompt-second", "prompt-during", "prompt-control"} {
 		if !exists(name, func(ctx context.Context) error {
 			_, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 			return err
@@ -139,6 +150,9 @@ func TestRestartRelease(t *testing.T) {
 			t.Errorf("Pod %s was released", name)
 		}
 	}
+	if kept, err := og.Metric("ownerguard_restart_children_kept_total", map[string]string{"reason": "unproven"}); err != nil || kept < 1 {
+		t.Errorf("ownerguard_restart_children_kept_total{reason=\"unproven\"} %v (%v), want the ConfigMap made during the restart counted", kept, err)
+	}
 	// Told on the worker pod.
 	must(t, harness.Until(ctx, 30*time.Second, 200*time.Millisecond, "the RestartReleased Event", func() error {
 		events, err := admin.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + optedIn.Name()})
@@ -151,5 +165,126 @@ func TestRestartRelease(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("%d events, none RestartReleased", len(events.Items))
+	}), "the Event")
+}
+
+// The edges on the real kubelet: restarts ownerguard did not see (it was
+// down across two of them), a second opted-in container's restart, and a
+// label naming no container.
+func TestRestartReleaseEdges(t *testing.T) {
+	ctx := ctxFor(t, 5*time.Minute)
+	ns := newNamespace(t, "restart-edges", workerRules)
+	serve := func() *harness.Ownerguard {
+		t.Helper()
+		og, err := plane.Serve(ctx, admin, inst, harness.ServeOptions{
+			Name: "ownerguard-restart-edges", Token: plane.PKI.OwnerguardAdminToken,
+			Addr: "127.0.0.1:8481", MetricsPort: 9481,
+			ExtraArgs: []string{"--release-restarted", "--restart-lease=e2e-restart-edges",
+				"--reaper-lease-namespace=" + ns, "--reaper-identity=replica-0", "--events"}})
+		must(t, err, "ownerguard with --release-restarted")
+		return og
+	}
+	configMapOf := func(w *Worker, name string) {
+		t.Helper()
+		_, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap(name, ownedLabels(w.Name(), "")), metav1.CreateOptions{})
+		must(t, err, "ConfigMap "+name)
+	}
+	there := func(name string) bool {
+		_, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("ConfigMap %s: %v", name, err)
+		}
+		return err == nil
+	}
+	waitGone := func(name string) {
+		t.Helper()
+		_, err := gone(ctx, 30*time.Second, func(ctx context.Context) error {
+			_, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+			return err
+		})
+		must(t, err, "ConfigMap "+name+" released")
+	}
+
+	missed := runningWorker(t, ns, "worker-missed", func(p *corev1.Pod) {
+		p.Labels["ownerguard.io/release-on-restart"] = "worker"
+	})
+	// Two containers opted in; only the second one restarts.
+	pair := runningWorker(t, ns, "worker-pair", func(p *corev1.Pod) {
+		p.Labels["ownerguard.io/release-on-restart"] = "worker.helper"
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "helper", Image: "e2e.invalid/helper:1"})
+	})
+	// A label that names no container of the pod.
+	typo := runningWorker(t, ns, "worker-typo", func(p *corev1.Pod) {
+		p.Labels["ownerguard.io/release-on-restart"] = "wroker"
+	})
+
+	// ownerguard down across two restarts of worker-missed: its first
+	// and second runs' objects go once it is back, its third run's stay.
+	configMapOf(missed, "missed-run-1")
+	time.Sleep(4 * time.Second)
+	restartByKubelet(ctx, t, missed, "e2e.invalid/worker:2")
+	configMapOf(missed, "missed-run-2")
+	time.Sleep(4 * time.Second)
+	patch := `{"spec":{"containers":[{"name":"worker","image":"e2e.invalid/worker:3"}]}}`
+	_, err := admin.CoreV1().Pods(ns).Patch(ctx, missed.Name(), types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	must(t, err, "change the worker's image again")
+	must(t, harness.Until(ctx, 60*time.Second, 100*time.Millisecond, "the second restart", func() error {
+		pod, err := admin.CoreV1().Pods(ns).Get(ctx, missed.Name(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range pod.Status.ContainerStatuses {
+			if c.Name == "worker" && c.RestartCount >= 2 && c.State.Running != nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("container statuses %+v", pod.Status.ContainerStatuses)
+	}), "the second restart")
+	configMapOf(missed, "missed-run-3")
+
+	configMapOf(pair, "pair-before")
+	configMapOf(typo, "typo-before")
+	time.Sleep(4 * time.Second)
+	patch = `{"spec":{"containers":[{"name":"helper","image":"e2e.invalid/helper:2"}]}}`
+	_, err = admin.CoreV1().Pods(ns).Patch(ctx, pair.Name(), types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	must(t, err, "change the helper's image")
+	must(t, harness.Until(ctx, 60*time.Second, 100*time.Millisecond, "the helper's restart", func() error {
+		pod, err := admin.CoreV1().Pods(ns).Get(ctx, pair.Name(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range pod.Status.ContainerStatuses {
+			if c.Name == "helper" && c.RestartCount >= 1 && c.State.Running != nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("container statuses %+v", pod.Status.ContainerStatuses)
+	}), "the helper's restart")
+	configMapOf(pair, "pair-after")
+	restartByKubelet(ctx, t, typo, "e2e.invalid/worker:2")
+
+	// Now ownerguard starts: it learns every restart from the list.
+	og := serve()
+	defer og.Stop(30 * time.Second)
+	waitGone("missed-run-1")
+	waitGone("missed-run-2")
+	waitGone("pair-before")
+	time.Sleep(6 * time.Second)
+	for _, name := range []string{"missed-run-3", "pair-after", "typo-before"} {
+		if !there(name) {
+			t.Errorf("ConfigMap %s was released", name)
+		}
+	}
+	must(t, harness.Until(ctx, 30*time.Second, 200*time.Millisecond, "the RestartReleaseNotConfigured Event", func() error {
+		events, err := admin.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + typo.Name()})
+		if err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == "RestartReleaseNotConfigured" && strings.Contains(e.Note, "wroker") {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d events, none RestartReleaseNotConfigured", len(events.Items))
 	}), "the Event")
 }

@@ -194,7 +194,7 @@ pub async fn release(
     owner: &Owner,
     timeout: Duration,
 ) -> Result<Released, ReleaseError> {
-    release_and_wait(client, owner, Some(timeout), Made::Any)
+    release_and_wait_in(client, owner, Some(timeout), Made::Any, None)
         .await
         .map(|(released, _)| released)
 }
@@ -213,12 +213,13 @@ pub async fn release(
 /// or a listing fails (nothing is deleted then); [`ReleaseError::Incomplete`]
 /// naming what is left when a delete failed.
 pub async fn delete_owned(client: Client, owner: &Owner) -> Result<Released, ReleaseError> {
-    delete_owned_made(client, owner, Made::Any)
+    delete_owned_made(client, owner, Made::Any, None)
         .await
         .map(|(released, _)| released)
 }
 
-/// Delete what `owner` owns and `made` takes, as [`delete_owned`] does;
+/// Delete what `owner` owns and `made` takes, as [`delete_owned`] does,
+/// among the objects `selector` (a label selector) lists, or all;
 /// also the objects kept because their run cannot be proven
 /// (`Kind/name`).
 ///
@@ -229,15 +230,17 @@ pub async fn delete_owned_made(
     client: Client,
     owner: &Owner,
     made: Made,
+    selector: Option<&str>,
 ) -> Result<(Released, Vec<String>), ReleaseError> {
-    release_and_wait(client, owner, None, made).await
+    release_and_wait_in(client, owner, None, made, selector).await
 }
 
-async fn release_and_wait(
+async fn release_and_wait_in(
     client: Client,
     owner: &Owner,
     wait: Option<Duration>,
     made: Made,
+    selector: Option<&str>,
 ) -> Result<(Released, Vec<String>), ReleaseError> {
     owner.validate()?;
     let namespace = owner.namespace.as_str();
@@ -276,11 +279,45 @@ async fn release_and_wait(
         uid: &owner.uid,
     };
 
+    // The candidates, listed metadata-only (by `selector` when given).
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client, namespace);
+    let listed_jobs = match list_meta(&jobs, selector).await {
+        Ok(jobs) => jobs,
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            warn!(%namespace, message = %status.message, "not allowed to list Jobs; Jobs are skipped");
+            Vec::new()
+        }
+        Err(error) => return Err(api_error("list Jobs")(error)),
+    };
+    let listed_pods = list_meta(&pods, selector)
+        .await
+        .map_err(api_error("list pods"))?;
+    let listed_config_maps = list_meta(&config_maps, selector)
+        .await
+        .map_err(api_error("list ConfigMaps"))?;
+
     // The other pods an object may name beside the owner: one that is
     // gone, going or finished owns nothing any more (a finished pod keeps
     // its dependents only as long as its object stays, which is what the
     // reaper ends), so an object shared with it is the owner's to release.
-    let others = co_owners(&pods).await.map_err(api_error("list pods"))?;
+    // Listed only when some object of the owner names another pod.
+    let shared = listed_jobs
+        .iter()
+        .chain(&listed_pods)
+        .chain(&listed_config_maps)
+        .any(|meta| {
+            let references = meta.owner_references.as_deref().unwrap_or_default();
+            references.iter().any(|r| worker.named_by(r))
+                && references
+                    .iter()
+                    .any(|r| r.kind == "Pod" && !worker.named_by(r))
+        });
+    let others = if shared {
+        co_owners(&pods).await.map_err(api_error("list pods"))?
+    } else {
+        CoOwners::default()
+    };
     let gone = |r: &OwnerReference| {
         r.kind == "Pod"
             && crate::k8s::names::is_core_v1(&r.api_version)
@@ -288,21 +325,11 @@ async fn release_and_wait(
     };
 
     // Jobs first, so that their controller does not replace the pods.
-    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
     let mut unproven = Vec::new();
     let by_creation =
         |meta: &ObjectMeta| made.verdict(meta.creation_timestamp.as_ref().map(|t| &t.0));
-    let owned_jobs = match owned(&jobs, |r| worker.named_by(r), gone, by_creation).await {
-        Ok((jobs, kept)) => {
-            unproven.extend(kept.into_iter().map(|name| format!("Job/{name}")));
-            jobs
-        }
-        Err(kube::Error::Api(status)) if status.code == 403 => {
-            warn!(%namespace, message = %status.message, "not allowed to list Jobs; Jobs are skipped");
-            Vec::new()
-        }
-        Err(error) => return Err(api_error("list Jobs")(error)),
-    };
+    let (owned_jobs, kept_jobs) = owned(listed_jobs, |r| worker.named_by(r), gone, by_creation);
+    unproven.extend(kept_jobs.into_iter().map(|name| format!("Job/{name}")));
     let mut released = Released::default();
     let mut left = Vec::new();
     // The Jobs released (or already gone): their pods go too.
@@ -342,7 +369,7 @@ async fn release_and_wait(
         })
     };
     let (owned_pods, kept_pods) = owned(
-        &pods,
+        listed_pods,
         |r| worker.named_by(r) || of_a_released_job(r),
         gone,
         |meta| {
@@ -353,15 +380,14 @@ async fn release_and_wait(
                 by_creation(meta)
             }
         },
-    )
-    .await
-    .map_err(api_error("list pods"))?;
+    );
     unproven.extend(kept_pods.into_iter().map(|name| format!("Pod/{name}")));
-    let config_maps: Api<ConfigMap> = Api::namespaced(client, namespace);
-    let (owned_config_maps, kept_config_maps) =
-        owned(&config_maps, |r| worker.named_by(r), gone, by_creation)
-            .await
-            .map_err(api_error("list ConfigMaps"))?;
+    let (owned_config_maps, kept_config_maps) = owned(
+        listed_config_maps,
+        |r| worker.named_by(r),
+        gone,
+        by_creation,
+    );
     unproven.extend(
         kept_config_maps
             .into_iter()
@@ -450,6 +476,7 @@ struct Owned {
 }
 
 /// The running pods of the namespace, by uid.
+#[derive(Default)]
 struct CoOwners {
     running: BTreeSet<String>,
 }
@@ -485,21 +512,15 @@ async fn co_owners(pods: &Api<Pod>) -> Result<CoOwners, kube::Error> {
 /// left, so one with a running pod (or any other object) as owner beside
 /// the released one is that owner's too and stays. Of those, the ones
 /// `verdict` releases, and the names of those it keeps as unproven.
-/// Listed metadata-only.
-async fn owned<K>(
-    api: &Api<K>,
+fn owned(
+    listed: Vec<ObjectMeta>,
     owned_by: impl Fn(&OwnerReference) -> bool,
     gone: impl Fn(&OwnerReference) -> bool,
     verdict: impl Fn(&ObjectMeta) -> Verdict,
-) -> Result<(Vec<Owned>, Vec<String>), kube::Error>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let list = api.list_metadata(&ListParams::default()).await?;
+) -> (Vec<Owned>, Vec<String>) {
     let mut released = Vec::new();
     let mut unproven = Vec::new();
-    for item in list.items {
-        let meta = item.metadata;
+    for meta in listed {
         let theirs = meta.owner_references.as_deref().is_some_and(|references| {
             references.iter().any(&owned_by) && references.iter().all(|r| owned_by(r) || gone(r))
         });
@@ -519,7 +540,26 @@ where
             Verdict::Unproven | Verdict::Keep => {}
         }
     }
-    Ok((released, unproven))
+    (released, unproven)
+}
+
+/// The metadata of the objects of `api` (those `selector` selects, when
+/// given).
+async fn list_meta<K>(api: &Api<K>, selector: Option<&str>) -> Result<Vec<ObjectMeta>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = ListParams::default();
+    if let Some(selector) = selector {
+        params = params.labels(selector);
+    }
+    Ok(api
+        .list_metadata(&params)
+        .await?
+        .items
+        .into_iter()
+        .map(|item| item.metadata)
+        .collect())
 }
 
 /// Delete one object if it still has `uid`. `Ok(false)` when it is already

@@ -51,10 +51,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease as LeaseObject;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -300,6 +301,11 @@ struct Tracked {
     due: Option<(Instant, Plan)>,
     /// The names its label gives that are no container of it, said once.
     warned_unknown: bool,
+    /// An Event to record on it, by the Lease's holder (not by every
+    /// replica).
+    tell: Option<String>,
+    /// The node it runs on: its Lease dates the node's clock.
+    node: Option<String>,
 }
 
 /// Release forever: watch the opted-in pods, and while this replica holds
@@ -327,23 +333,25 @@ pub async fn run(
         HashMap::new();
     let mut changes = futures::stream::select_all(scopes.into_iter().map(|(scope, api)| {
         watcher::watcher(api, config.clone())
+            .default_backoff()
             .map(move |event| (scope.clone(), event.map_err(|e| e.to_string())))
             .boxed()
     }));
     let mut lease = Lease::new(client.clone(), settings.lease.clone());
     let mut pods: HashMap<(String, String), Tracked> = HashMap::new();
     let mut tick = tokio::time::interval(lease.renew_every());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             change = changes.next() => match change {
                 Some((_, Ok(watcher::Event::Apply(pod)))) => {
-                    see(&mut pods, &pod, &settings, &label, events.as_ref());
+                    see(&mut pods, &pod, &settings, &label);
                 }
                 Some((scope, Ok(watcher::Event::InitApply(pod)))) => {
                     if let Some(seen) = relisting.get_mut(&scope) {
                         seen.insert(key_of(&pod));
                     }
-                    see(&mut pods, &pod, &settings, &label, events.as_ref());
+                    see(&mut pods, &pod, &settings, &label);
                 }
                 Some((_, Ok(watcher::Event::Delete(pod)))) => {
                     pods.remove(&key_of(&pod));
@@ -364,7 +372,6 @@ pub async fn run(
                     // The watcher relists by itself (with its backoff): a
                     // restart missed meanwhile is in the list.
                     warn!(%error, "the watch of opted-in worker pods failed; it is retried");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
                 }
                 None => return,
             },
@@ -393,7 +400,6 @@ fn see(
     pod: &Pod,
     settings: &RestartSettings,
     label: &str,
-    events: Option<&crate::observe::events::Events>,
 ) {
     let (Some(namespace), Some(name), Some(uid)) = (
         pod.metadata.namespace.clone(),
@@ -417,18 +423,11 @@ fn see(
             if !tracked.warned_unknown {
                 tracked.warned_unknown = true;
                 warn!(%namespace, pod = %name, %why, "an opted-in pod's label names no container: nothing of it is released");
-                record(
-                    events,
-                    &namespace,
-                    &name,
-                    &uid,
-                    true,
-                    "RestartReleaseNotConfigured",
-                    format!(
-                        "ownerguard releases nothing of this pod on a restart: its label {label}: {why}"
-                    ),
-                );
+                tracked.tell = Some(format!(
+                    "ownerguard releases nothing of this pod on a restart: its label {label}: {why}"
+                ));
             }
+            tracked.due = None;
             return;
         }
     };
@@ -442,19 +441,12 @@ fn see(
     if !unknown.is_empty() && !tracked.warned_unknown {
         tracked.warned_unknown = true;
         warn!(%namespace, pod = %name, containers = ?unknown, "an opted-in pod's label names containers it does not have");
-        record(
-            events,
-            &namespace,
-            &name,
-            &uid,
-            true,
-            "RestartReleaseNotConfigured",
-            format!(
-                "ownerguard's label {label} names container(s) this pod does not have: {}",
-                unknown.join(", ")
-            ),
-        );
+        tracked.tell = Some(format!(
+            "ownerguard's label {label} names container(s) this pod does not have: {}",
+            unknown.join(", ")
+        ));
     }
+    tracked.node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
     let runs = match &first {
         Plan::Release { runs, .. } | Plan::ClockAhead { runs, .. } => runs.clone(),
         _ => String::new(),
@@ -473,7 +465,15 @@ fn see(
     );
     match &now {
         Plan::Release { runs, .. } | Plan::ClockAhead { runs, .. } => {
-            if tracked.done.as_deref() != Some(runs.as_str()) {
+            let pending = match &tracked.due {
+                Some((_, Plan::Release { runs: due, .. } | Plan::ClockAhead { runs: due, .. })) => {
+                    Some(due.as_str())
+                }
+                _ => None,
+            };
+            // A pass already due for these runs keeps its time (a retry
+            // keeps its backoff).
+            if tracked.done.as_deref() != Some(runs.as_str()) && pending != Some(runs.as_str()) {
                 tracked.due = Some((Instant::now(), now));
             }
         }
@@ -490,6 +490,8 @@ impl Tracked {
             done: None,
             due: None,
             warned_unknown: false,
+            tell: None,
+            node: None,
         }
     }
 }
@@ -503,13 +505,35 @@ async fn pass(
     metrics: &Metrics,
     events: Option<&crate::observe::events::Events>,
 ) {
+    for (key, tracked) in pods.iter_mut() {
+        if let Some(note) = tracked.tell.take() {
+            record(
+                events,
+                &key.0,
+                &key.1,
+                &tracked.uid,
+                true,
+                "RestartReleaseNotConfigured",
+                note,
+            );
+        }
+    }
     let now = Instant::now();
-    let due: Vec<(String, String)> = pods
+    let mut due: Vec<(Instant, (String, String))> = pods
         .iter()
-        .filter(|(_, t)| t.due.as_ref().is_some_and(|(at, _)| *at <= now))
-        .map(|(key, _)| key.clone())
+        .filter_map(|(key, t)| {
+            t.due
+                .as_ref()
+                .filter(|(at, _)| *at <= now)
+                .map(|(at, _)| (*at, key.clone()))
+        })
         .collect();
-    for key in due {
+    // At most PASSES_PER_TICK a renewal, the oldest first: after a start or
+    // a takeover, every restarted pod's pass comes again (what was done is
+    // kept in memory only), and those must not flood the API server nor
+    // hold the watch up; the rest wait for the next renewals.
+    due.sort();
+    for (_, key) in due.into_iter().take(PASSES_PER_TICK) {
         if !lease.renewed_within(lease.renew_every()) && !lease.hold().await {
             metrics.set_restart_leader(false);
             return;
@@ -551,9 +575,26 @@ async fn pass(
                 started,
                 runs,
             } => {
+                // The node's clock, dated by its own Lease: a node ahead
+                // of the API server's clock beyond the margin makes new
+                // children look old.
+                if let Some(node) = &tracked.node
+                    && let Some(ahead) = node_ahead(client, node).await
+                    && ahead
+                        > SignedDuration::try_from(settings.clock_margin)
+                            .unwrap_or(SignedDuration::MAX)
+                {
+                    tracked.due = Some((Instant::now(), Plan::ClockAhead { by: ahead, runs }));
+                    continue;
+                }
                 let result = tokio::time::timeout(
                     lease.renew_every(),
-                    delete_owned_made(client.clone(), &owner, made),
+                    delete_owned_made(
+                        client.clone(),
+                        &owner,
+                        made,
+                        Some(&children_of(&settings.key_prefix, &owner.name)),
+                    ),
                 )
                 .await;
                 let done = released(
@@ -577,6 +618,51 @@ async fn pass(
             Plan::Nothing | Plan::NotRunning(_) => {}
         }
     }
+}
+
+/// Passes at most each Lease renewal (5 s): 2 a second.
+const PASSES_PER_TICK: usize = 10;
+
+/// The label selector of what a worker labelled as its own: its name, or
+/// `Self` (a name over 63 characters cannot be a label value). What it
+/// owns without the label was not made through ownerguard and is kept.
+fn children_of(key_prefix: &str, worker: &str) -> String {
+    if worker.len() <= 63 {
+        format!("{key_prefix}/owner-pod in ({worker},Self)")
+    } else {
+        format!("{key_prefix}/owner-pod in (Self)")
+    }
+}
+
+/// How far the node's clock is ahead of the API server's, from its Lease
+/// in `kube-node-lease`: the kubelet writes `renewTime` from its clock
+/// (microseconds), the API server the time of that write into the
+/// Lease's `managedFields` (its own clock, the second's floor). None when
+/// the Lease cannot be read (then the margin is trusted as stated).
+async fn node_ahead(client: &kube::Client, node: &str) -> Option<SignedDuration> {
+    let leases: Api<LeaseObject> = Api::namespaced(client.clone(), "kube-node-lease");
+    match leases.get_opt(node).await {
+        Ok(Some(lease)) => lease_ahead(&lease),
+        Ok(None) => None,
+        Err(error) => {
+            warn!(%node, %error, "cannot read the node's Lease: its clock is taken to be within --restart-clock-margin");
+            None
+        }
+    }
+}
+
+fn lease_ahead(lease: &LeaseObject) -> Option<SignedDuration> {
+    let renewed = lease.spec.as_ref()?.renew_time.as_ref()?.0;
+    let written = lease
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|f| f.time.as_ref().map(|t| t.0))
+        .max()?;
+    // The write happened before the end of the second the API server
+    // recorded: the node's clock said `renewed` before that.
+    Some(renewed.duration_since(written) - SignedDuration::from_secs(1))
 }
 
 /// Count and tell what a pass did; whether it is done.
@@ -950,6 +1036,35 @@ mod tests {
             plan(&p, &["worker"], MARGIN, Some(at(158))),
             Plan::Release { .. }
         ));
+    }
+
+    #[test]
+    fn a_node_lease_dates_the_nodes_clock() {
+        let lease = |renewed: i64, written: i64| LeaseObject {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                managed_fields: Some(vec![ManagedFieldsEntry {
+                    time: Some(Time(at(written))),
+                    ..ManagedFieldsEntry::default()
+                }]),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+                renew_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                    at(renewed),
+                )),
+                ..Default::default()
+            }),
+        };
+        // In step: the write is recorded within the second of the renewal.
+        assert!(lease_ahead(&lease(100, 100)).unwrap() <= SignedDuration::ZERO);
+        // A minute ahead.
+        assert_eq!(
+            lease_ahead(&lease(160, 100)),
+            Some(SignedDuration::from_secs(59))
+        );
+        // Behind: negative, never held.
+        assert!(lease_ahead(&lease(40, 100)).unwrap() < SignedDuration::ZERO);
+        assert_eq!(lease_ahead(&LeaseObject::default()), None);
     }
 
     #[test]

@@ -555,14 +555,15 @@ fn with_rv(mut object: Value, rv: u64) -> Value {
     object
 }
 
-/// One term of a label selector: `key=value`, or `key` (the label is there).
-type LabelTerm = (String, Option<String>);
+/// One term of a label selector: `key=value` and `key in (a,b)` (the
+/// label has one of the values), or `key` (the label is there).
+type LabelTerm = (String, Option<Vec<String>>);
 
 fn selects(selector: &[LabelTerm], object: &Value) -> bool {
-    selector.iter().all(|(k, v)| {
+    selector.iter().all(|(k, values)| {
         let label = object["metadata"]["labels"][k].as_str();
-        match v {
-            Some(v) => label == Some(v.as_str()),
+        match values {
+            Some(values) => label.is_some_and(|l| values.iter().any(|v| v == l)),
             None => label.is_some(),
         }
     })
@@ -665,7 +666,11 @@ fn query(uri: &Uri) -> BTreeMap<String, String> {
                 k.to_string(),
                 v.replace("%3D", "=")
                     .replace("%2C", ",")
-                    .replace("%2F", "/"),
+                    .replace("%2F", "/")
+                    .replace("%28", "(")
+                    .replace("%29", ")")
+                    .replace("%20", " ")
+                    .replace('+', " "),
             )
         })
         .collect()
@@ -970,18 +975,42 @@ fn replace(api: &FakeApi, kind: Kind, namespace: String, name: String, body: &[u
 }
 
 fn parse_selector(query: &BTreeMap<String, String>) -> Vec<LabelTerm> {
-    query
-        .get("labelSelector")
-        .map(|s| {
-            s.split(',')
-                .filter(|term| !term.is_empty())
-                .map(|term| match term.split_once('=') {
-                    Some((k, v)) => (k.to_string(), Some(v.to_string())),
-                    None => (term.to_string(), None),
-                })
-                .collect()
+    let Some(selector) = query.get("labelSelector") else {
+        return Vec::new();
+    };
+    // Terms are split on the commas outside parentheses.
+    let mut terms = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in selector.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                terms.push(&selector[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&selector[start..]);
+    terms
+        .into_iter()
+        .map(str::trim)
+        .filter(|term| !term.is_empty())
+        .map(|term| {
+            if let Some((k, set)) = term.split_once(" in ") {
+                let set = set.trim().trim_start_matches('(').trim_end_matches(')');
+                (
+                    k.trim().to_string(),
+                    Some(set.split(',').map(|v| v.trim().to_string()).collect()),
+                )
+            } else if let Some((k, v)) = term.split_once('=') {
+                (k.to_string(), Some(vec![v.to_string()]))
+            } else {
+                (term.to_string(), None)
+            }
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// The field selector of a request; 400 for a field the API server does

@@ -91,6 +91,25 @@ pub struct ClusterLookup {
     throttle: Throttle,
     limits: LookupLimits,
     metrics: Arc<dyn ClusterMetrics>,
+    /// The pods whose old cache entry is being checked live now.
+    checking: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
+}
+
+/// A live check of an old entry in flight: the pod is in
+/// [`ClusterLookup::checking`] until it is dropped (answered, or the
+/// review gone).
+struct Checking {
+    set: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
+    key: (String, String),
+}
+
+impl Drop for Checking {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.key);
+    }
 }
 
 impl ClusterLookup {
@@ -106,6 +125,7 @@ impl ClusterLookup {
             throttle: Throttle::new(limits.concurrency, limits.rate_per_second),
             limits,
             metrics,
+            checking: Arc::default(),
         }
     }
 
@@ -293,6 +313,28 @@ impl OwnerLookup for ClusterLookup {
             if young && self.watches.trusted(namespace) {
                 return cached();
             }
+            // An old entry of a healthy watch that another review is
+            // checking live right now: that check stands for this one too.
+            // A burst of creates naming one worker (a Job's 500 pods) would
+            // otherwise send one GET each the moment its entry grows old,
+            // past the live lookups' limit, and be refused 503 for the
+            // limit, not for anything about the owner.
+            let _checking = if self.watches.trusted(namespace) {
+                let key = (namespace.to_string(), name.to_string());
+                let mut checking = self
+                    .checking
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if !checking.insert(key.clone()) {
+                    return cached();
+                }
+                Some(Checking {
+                    set: self.checking.clone(),
+                    key,
+                })
+            } else {
+                None
+            };
             // An entry older than --cache-max-age, or a watch of the scope
             // (of every pod, or of finished pods) that failed or went
             // silent: the hit is checked live, and the live answer wins.
