@@ -99,6 +99,12 @@ pub enum Made {
 }
 
 impl Made {
+    /// Whether this release takes an object created at `created` (the
+    /// other references aside).
+    pub fn takes(self, created: Option<&Timestamp>) -> bool {
+        self.verdict(created) == Verdict::Release
+    }
+
     /// What this release does with an object created at `created`.
     fn verdict(self, created: Option<&Timestamp>) -> Verdict {
         match self {
