@@ -288,3 +288,66 @@ func TestRestartReleaseEdges(t *testing.T) {
 		return fmt.Errorf("%d events, none RestartReleaseNotConfigured", len(events.Items))
 	}), "the Event")
 }
+
+// Two replicas, as the chart runs them: one holds the Lease and releases;
+// when it is gone, the other takes the Lease over and releases what a
+// restart that came meanwhile left, within the Lease's 15 s and a renewal.
+func TestRestartReleaseTakeover(t *testing.T) {
+	ctx := ctxFor(t, 4*time.Minute)
+	ns := newNamespace(t, "restart-takeover", workerRules)
+	w := runningWorker(t, ns, "worker-takeover", func(p *corev1.Pod) {
+		p.Labels["ownerguard.io/release-on-restart"] = "worker"
+	})
+	replicas := make([]*harness.Ownerguard, 2)
+	for i := range replicas {
+		og, err := plane.Serve(ctx, admin, inst, harness.ServeOptions{
+			Name: fmt.Sprintf("ownerguard-takeover-%d", i), Token: plane.PKI.OwnerguardAdminToken,
+			Addr: fmt.Sprintf("127.0.0.1:%d", 8482+i), MetricsPort: 9482 + i,
+			ExtraArgs: []string{"--release-restarted", "--restart-lease=e2e-takeover",
+				"--reaper-lease-namespace=" + ns, fmt.Sprintf("--reaper-identity=replica-%d", i)}})
+		must(t, err, "a replica")
+		defer og.Stop(30 * time.Second)
+		replicas[i] = og
+	}
+	leader := -1
+	must(t, harness.Until(ctx, 30*time.Second, 200*time.Millisecond, "one leader", func() error {
+		n := 0
+		for i, og := range replicas {
+			if v, err := og.Metric("ownerguard_restart_release_leader", nil); err == nil && v == 1 {
+				n++
+				leader = i
+			}
+		}
+		if n != 1 {
+			return fmt.Errorf("%d replicas lead", n)
+		}
+		return nil
+	}), "the Lease")
+
+	_, err := w.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("prompt-before", ownedLabels(w.Name(), "")), metav1.CreateOptions{})
+	must(t, err, "the first run's ConfigMap")
+	time.Sleep(4 * time.Second)
+	// The holder goes (as a pod killed), then the worker restarts.
+	replicas[leader].Stop(0)
+	restartByKubelet(ctx, t, w, "e2e.invalid/worker:2")
+	reported := time.Now()
+	_, err = w.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("prompt-after", ownedLabels(w.Name(), "")), metav1.CreateOptions{})
+	must(t, err, "the new run's ConfigMap")
+	took, err := gone(ctx, 60*time.Second, func(ctx context.Context) error {
+		_, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, "prompt-before", metav1.GetOptions{})
+		return err
+	})
+	must(t, err, "the other replica releases the first run's ConfigMap")
+	took = time.Since(reported)
+	fmt.Printf("    restart: released by the replica that took the Lease over %.2f s after the kubelet reported the restart\n", took.Seconds())
+	if took > 25*time.Second {
+		t.Errorf("released %.1f s after the report, past the Lease's 15 s, a renewal and a pass", took.Seconds())
+	}
+	other := replicas[1-leader]
+	if v, err := other.Metric("ownerguard_restart_release_leader", nil); err != nil || v != 1 {
+		t.Errorf("the other replica does not lead: %v (%v)", v, err)
+	}
+	if _, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, "prompt-after", metav1.GetOptions{}); err != nil {
+		t.Errorf("the new run's ConfigMap: %v", err)
+	}
+}
