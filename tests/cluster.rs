@@ -1264,3 +1264,51 @@ async fn a_burst_on_an_old_entry_sends_one_get_and_is_refused_nothing() {
     }
     assert_eq!(cluster.gets().len(), 1, "{:?}", cluster.gets());
 }
+
+// The same burst on an owner gone without the watch telling (its deletion
+// lost): the reviews that waited for the one live check do not answer
+// from the entry it refuted; none is allowed.
+#[tokio::test]
+async fn a_burst_on_an_old_entry_of_a_gone_owner_allows_nothing() {
+    let max_age = Duration::from_millis(300);
+    let settings = WatchSettings {
+        max_age,
+        ..WatchSettings::default()
+    };
+    let limits = LookupLimits {
+        concurrency: 4,
+        rate_per_second: 1_000,
+    };
+    let cluster = Cluster::start_with(settings, limits, running_workers).await;
+    cluster.synced().await;
+    eventually("the watch", || {
+        cluster.api().open_watches() == WATCHES_PER_SCOPE
+    })
+    .await;
+    cluster
+        .api()
+        .update_faults(|f| f.drop_events_of = Some("w-1".into()));
+    cluster.api().remove(apiserver::Kind::Pod, NS, "w-1");
+    // Other pods' events keep the watch trusted meanwhile.
+    for churn in 0..5 {
+        cluster.api().put_pod(NS, &format!("churn-{churn}"), U2);
+        tokio::time::sleep(max_age / 2).await;
+    }
+    assert!(cluster.watches.trusted(NS));
+    cluster
+        .api()
+        .update_faults(|f| f.get_delay = Duration::from_millis(200));
+    for _ in 0..3 {
+        let reviews = (0..30).map(|_| {
+            let cluster = &cluster;
+            async move {
+                cluster
+                    .review("w-1", U1, Some(Duration::from_secs(2)))
+                    .await
+            }
+        });
+        for response in futures::future::join_all(reviews).await {
+            assert_eq!(response["allowed"], false, "{response}");
+        }
+    }
+}

@@ -390,7 +390,7 @@ async fn a_node_whose_lease_shows_its_clock_ahead_has_nothing_released() {
         json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": "node-a", "namespace": "kube-node-lease", "uid": "l-a",
                 "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "coordination.k8s.io/v1",
-                    "time": "2026-12-01T10:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {}}]},
+                    "time": "2026-12-01T10:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:renewTime": {}}}}]},
             "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40,
                 "renewTime": "2026-12-01T10:01:00.000000Z"}}),
     );

@@ -307,27 +307,32 @@ async fn release_and_wait_in(
     // gone, going or finished owns nothing any more (a finished pod keeps
     // its dependents only as long as its object stays, which is what the
     // reaper ends), so an object shared with it is the owner's to release.
-    // Listed only when some object of the owner names another pod.
+    // Listed only when some object that names the owner or a Job names
+    // another pod too; unlisted, no other pod counts as gone.
     let shared = listed_jobs
         .iter()
         .chain(&listed_pods)
         .chain(&listed_config_maps)
         .any(|meta| {
             let references = meta.owner_references.as_deref().unwrap_or_default();
-            references.iter().any(|r| worker.named_by(r))
+            references
+                .iter()
+                .any(|r| worker.named_by(r) || r.kind == "Job")
                 && references
                     .iter()
                     .any(|r| r.kind == "Pod" && !worker.named_by(r))
         });
     let others = if shared {
-        co_owners(&pods).await.map_err(api_error("list pods"))?
+        Some(co_owners(&pods).await.map_err(api_error("list pods"))?)
     } else {
-        CoOwners::default()
+        None
     };
     let gone = |r: &OwnerReference| {
         r.kind == "Pod"
             && crate::k8s::names::is_core_v1(&r.api_version)
-            && !others.running.contains(&r.uid)
+            && others
+                .as_ref()
+                .is_some_and(|others| !others.running.contains(&r.uid))
     };
 
     // Jobs first, so that their controller does not replace the pods.
@@ -373,6 +378,15 @@ async fn release_and_wait_in(
             }
             .named_by(r)
         })
+    };
+    // Listed again once Jobs went: their controller may have made pods
+    // since the first list.
+    let listed_pods = if jobs_released.is_empty() {
+        listed_pods
+    } else {
+        list_meta(&pods, selector)
+            .await
+            .map_err(api_error("list pods"))?
     };
     let (owned_pods, kept_pods) = owned(
         listed_pods,
@@ -482,7 +496,6 @@ struct Owned {
 }
 
 /// The running pods of the namespace, by uid.
-#[derive(Default)]
 struct CoOwners {
     running: BTreeSet<String>,
 }

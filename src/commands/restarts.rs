@@ -249,8 +249,9 @@ fn plan_with(
     if let Some(reported) = reported {
         // The kubelet wrote `started` at or before `reported` (API clock,
         // the second's floor): a start later than that by more than the
-        // margin is the node's clock ahead.
-        let ahead = started.duration_since(reported) - second;
+        // margin is the node's clock ahead. Both floors may hide up to a
+        // second: not taken off, so that the doubt holds the pod.
+        let ahead = started.duration_since(reported);
         if ahead > margin {
             return Plan::ClockAhead {
                 by: ahead,
@@ -653,16 +654,25 @@ async fn node_ahead(client: &kube::Client, node: &str) -> Option<SignedDuration>
 
 fn lease_ahead(lease: &LeaseObject) -> Option<SignedDuration> {
     let renewed = lease.spec.as_ref()?.renew_time.as_ref()?.0;
+    // The entry of the manager that wrote renewTime (the kubelet).
     let written = lease
         .metadata
         .managed_fields
         .iter()
         .flatten()
+        .filter(|f| {
+            f.fields_v1
+                .as_ref()
+                .and_then(|fields| fields.0.get("f:spec"))
+                .and_then(|spec| spec.get("f:renewTime"))
+                .is_some()
+        })
         .filter_map(|f| f.time.as_ref().map(|t| t.0))
         .max()?;
-    // The write happened before the end of the second the API server
-    // recorded: the node's clock said `renewed` before that.
-    Some(renewed.duration_since(written) - SignedDuration::from_secs(1))
+    // The API server recorded the write's second (its floor); the node's
+    // clock said `renewed` just before the write. The second the floor
+    // may hide is not taken off: the doubt holds the pod.
+    Some(renewed.duration_since(written))
 }
 
 /// Count and tell what a pass did; whether it is done.
@@ -1042,10 +1052,20 @@ mod tests {
     fn a_node_lease_dates_the_nodes_clock() {
         let lease = |renewed: i64, written: i64| LeaseObject {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                managed_fields: Some(vec![ManagedFieldsEntry {
-                    time: Some(Time(at(written))),
-                    ..ManagedFieldsEntry::default()
-                }]),
+                managed_fields: Some(vec![
+                    ManagedFieldsEntry {
+                        time: Some(Time(at(written))),
+                        fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+                            serde_json::json!({"f:spec": {"f:renewTime": {}}}),
+                        )),
+                        ..ManagedFieldsEntry::default()
+                    },
+                    // Another manager's later write dates nothing.
+                    ManagedFieldsEntry {
+                        time: Some(Time(at(written + 500))),
+                        ..ManagedFieldsEntry::default()
+                    },
+                ]),
                 ..Default::default()
             },
             spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
@@ -1060,7 +1080,7 @@ mod tests {
         // A minute ahead.
         assert_eq!(
             lease_ahead(&lease(160, 100)),
-            Some(SignedDuration::from_secs(59))
+            Some(SignedDuration::from_secs(60))
         );
         // Behind: negative, never held.
         assert!(lease_ahead(&lease(40, 100)).unwrap() < SignedDuration::ZERO);

@@ -33,7 +33,8 @@ pub use watches::Watches;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use http_body_util::BodyExt;
 use kube::core::Status;
 use serde::Deserialize;
@@ -91,20 +92,26 @@ pub struct ClusterLookup {
     throttle: Throttle,
     limits: LookupLimits,
     metrics: Arc<dyn ClusterMetrics>,
-    /// The pods whose old cache entry is being checked live now.
-    checking: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
+    /// The pods whose old cache entry is being checked live now, each
+    /// with what resolves once that check is over.
+    checking: Arc<std::sync::Mutex<InFlight>>,
 }
+
+/// Old cache entries being checked live, by (namespace, name).
+type InFlight = std::collections::HashMap<(String, String), Shared<BoxFuture<'static, ()>>>;
 
 /// A live check of an old entry in flight: the pod is in
 /// [`ClusterLookup::checking`] until it is dropped (answered, or the
-/// review gone).
+/// review gone), and the reviews waiting on it wake then.
 struct Checking {
-    set: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
+    set: Arc<std::sync::Mutex<InFlight>>,
     key: (String, String),
+    _done: tokio::sync::oneshot::Sender<()>,
 }
 
 impl Drop for Checking {
     fn drop(&mut self) {
+        // Removed first; the sender, dropped after, wakes the waiters.
         self.set
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -314,27 +321,49 @@ impl OwnerLookup for ClusterLookup {
                 return cached();
             }
             // An old entry of a healthy watch that another review is
-            // checking live right now: that check stands for this one too.
-            // A burst of creates naming one worker (a Job's 500 pods) would
-            // otherwise send one GET each the moment its entry grows old,
-            // past the live lookups' limit, and be refused 503 for the
-            // limit, not for anything about the owner.
-            let _checking = if self.watches.trusted(namespace) {
+            // checking live right now: this one waits for that check and
+            // answers as it left the entry (young again: from the cache;
+            // not confirmed: live, itself). A burst of creates naming one
+            // worker (a Job's 500 pods) would otherwise send one GET each
+            // the moment its entry grows old, past the live lookups'
+            // limit, and be refused 503 for the limit, not for anything
+            // about the owner.
+            let mut _checking = None;
+            if self.watches.trusted(namespace) {
                 let key = (namespace.to_string(), name.to_string());
-                let mut checking = self
-                    .checking
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if !checking.insert(key.clone()) {
-                    return cached();
+                let running = {
+                    let mut checking = self
+                        .checking
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    match checking.get(&key) {
+                        Some(done) => Some(done.clone()),
+                        None => {
+                            let (sender, receiver) = tokio::sync::oneshot::channel::<()>();
+                            checking.insert(key.clone(), receiver.map(|_| ()).boxed().shared());
+                            _checking = Some(Checking {
+                                set: self.checking.clone(),
+                                key,
+                                _done: sender,
+                            });
+                            None
+                        }
+                    }
+                };
+                if let Some(done) = running {
+                    let _ = tokio::time::timeout_at(query.deadline, done).await;
+                    if let Some(hit) = self.watches.get(namespace, name, query.expected_uid)
+                        && self.watches.young(&hit)
+                        && self.watches.trusted(namespace)
+                    {
+                        return Lookup {
+                            source: Source::Cache,
+                            outcome: Ok(Some(hit.pod)),
+                        };
+                    }
+                    return self.get(namespace, name, query.deadline).await;
                 }
-                Some(Checking {
-                    set: self.checking.clone(),
-                    key,
-                })
-            } else {
-                None
-            };
+            }
             // An entry older than --cache-max-age, or a watch of the scope
             // (of every pod, or of finished pods) that failed or went
             // silent: the hit is checked live, and the live answer wins.
