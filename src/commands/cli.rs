@@ -485,8 +485,9 @@ pub struct ServeArgs {
     /// that container has restarted, what the pod owns that was created
     /// before its newest run started goes; what the current run made
     /// stays. Watches the pods with that label only. One replica releases
-    /// at a time, the holder of a Lease. Needs delete on pods, Jobs and
-    /// ConfigMaps, and the Lease.
+    /// at a time, the holder of a Lease. Needs list and delete on pods,
+    /// Jobs and ConfigMaps, the Lease, and get on the nodes' Leases
+    /// (kube-node-lease: they date each node's clock).
     #[arg(long, conflicts_with = "pods")]
     pub release_restarted: bool,
 
