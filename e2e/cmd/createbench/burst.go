@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 )
 
 // burstTune: the controller manager, the scheduler and the hollow node at
@@ -174,12 +175,18 @@ func deploymentBurst(ctx context.Context, admin *kubernetes.Clientset, ns, app s
 	}
 	w := watchBurst(admin, ns, app, pods)
 	start := w.begin()
-	scale, err := admin.AppsV1().Deployments(ns).GetScale(ctx, app, metav1.GetOptions{})
+	// The deployment controller writes the new Deployment meanwhile: a
+	// scale read before that conflicts, and is read again.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale, err := admin.AppsV1().Deployments(ns).GetScale(ctx, app, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		scale.Spec.Replicas = int32(pods)
+		_, err = admin.AppsV1().Deployments(ns).UpdateScale(ctx, app, scale, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		return start, 0, 0, err
-	}
-	scale.Spec.Replicas = int32(pods)
-	if _, err := admin.AppsV1().Deployments(ns).UpdateScale(ctx, app, scale, metav1.UpdateOptions{}); err != nil {
 		return start, 0, 0, err
 	}
 	exist, run, err := w.wait(5 * time.Minute)
