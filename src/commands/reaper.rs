@@ -264,7 +264,7 @@ fn pod_ref(owner: &Owner) -> PodRef {
 }
 
 /// The resource of an object `release` left (`Job/step-1: why`).
-fn left_resource(object: &str) -> &'static str {
+pub(crate) fn left_resource(object: &str) -> &'static str {
     match object.split('/').next() {
         Some("Job") => "jobs",
         Some("ConfigMap") => "configmaps",

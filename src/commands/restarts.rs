@@ -59,7 +59,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::commands::reaper::{Lease, LeaseSettings};
+use crate::commands::reaper::{Lease, LeaseSettings, left_resource};
 use crate::commands::release::{Made, Owner, ReleaseError, Released, delete_owned_made};
 use crate::observe::Metrics;
 use crate::observe::events::{PodEvent, PodRef};
@@ -729,11 +729,7 @@ fn released(
         }
         Ok(Err(ReleaseError::Incomplete { left, .. })) => {
             for object in &left {
-                metrics.count_reap_failure(match object.split('/').next() {
-                    Some("Job") => "jobs",
-                    Some("ConfigMap") => "configmaps",
-                    _ => "pods",
-                });
+                metrics.count_reap_failure(left_resource(object));
             }
             record(
                 events,
