@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, Pod,
-    PodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, Pod, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -32,10 +32,14 @@ fn written(ms: i64) -> Timestamp {
     Timestamp::from_second((EPOCH + ms).div_euclid(1000)).unwrap()
 }
 
-/// One opted-in container: its runs' true starts (ms, ascending).
+/// One opted-in container: its runs' true starts (ms, ascending), and
+/// whether the newest of them has crashed, the container waiting in
+/// back-off for the next (that run is then the last state, no run the
+/// current state).
 #[derive(Debug, Clone)]
 struct Container {
     starts: Vec<i64>,
+    backing_off: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -54,18 +58,21 @@ struct World {
 }
 
 fn world() -> impl Strategy<Value = World> {
-    let container = prop::collection::vec(1i64..120_000, 1..5).prop_map(|gaps| {
-        let mut at = 0;
-        Container {
-            starts: gaps
-                .into_iter()
-                .map(|gap| {
-                    at += gap;
-                    at
-                })
-                .collect(),
-        }
-    });
+    let container = (prop::collection::vec(1i64..120_000, 1..5), any::<bool>()).prop_map(
+        |(gaps, backing_off)| {
+            let mut at = 0;
+            Container {
+                starts: gaps
+                    .into_iter()
+                    .map(|gap| {
+                        at += gap;
+                        at
+                    })
+                    .collect(),
+                backing_off,
+            }
+        },
+    );
     (
         prop::collection::vec(container, 1..3),
         -MARGIN_MS..=MARGIN_MS,
@@ -91,6 +98,32 @@ fn pod(world: &World) -> Pod {
         .map(|(i, c)| {
             let newest = *c.starts.last().unwrap();
             let restarts = c.starts.len() - 1;
+            if c.backing_off {
+                // The newest run crashed: waiting, that run the last
+                // state, the count still the one of that run.
+                return ContainerStatus {
+                    name: format!("c{i}"),
+                    restart_count: i32::try_from(restarts).unwrap(),
+                    container_id: Some(format!("containerd://c{i}-{restarts}")),
+                    state: Some(ContainerState {
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some("CrashLoopBackOff".into()),
+                            ..ContainerStateWaiting::default()
+                        }),
+                        ..ContainerState::default()
+                    }),
+                    last_state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            started_at: Some(Time(written(newest + world.skew))),
+                            finished_at: Some(Time(written(newest + 500 + world.skew))),
+                            container_id: Some(format!("containerd://c{i}-{restarts}")),
+                            ..ContainerStateTerminated::default()
+                        }),
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                };
+            }
             ContainerStatus {
                 name: format!("c{i}"),
                 restart_count: i32::try_from(restarts).unwrap(),
@@ -143,8 +176,10 @@ fn no_child_of_the_current_run_is_released_and_old_ones_are() {
                 .map(|i| format!("c{i}"))
                 .collect();
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            // The oracle: the newest run of any opted-in container (the
-            // token names the pod, not the container).
+            // The oracle: the newest run of any opted-in container that
+            // ran after an earlier one (the token names the pod, not the
+            // container); a run that crashed and waits to start again is
+            // still the newest one that ran.
             let restarted: Vec<i64> = world
                 .containers
                 .iter()

@@ -137,21 +137,27 @@ fn newest_run(status: &ContainerStatus) -> NewestRun {
         .and_then(|s| s.terminated.as_ref());
     // A reset restart count (a node rebooted, its logs gone) still leaves
     // the earlier run in lastTerminationState.
-    let restarted = status.restart_count >= 1 || last.is_some();
-    let (started, id) = if let Some(running) = state.and_then(|s| s.running.as_ref()) {
+    let after_an_earlier_run = status.restart_count >= 1 || last.is_some();
+    let (restarted, started, id) = if let Some(running) = state.and_then(|s| s.running.as_ref()) {
         (
+            after_an_earlier_run,
             running.started_at.as_ref().map(|t| t.0),
             status.container_id.clone(),
         )
     } else if let Some(terminated) = state.and_then(|s| s.terminated.as_ref()) {
         (
+            after_an_earlier_run,
             terminated.started_at.as_ref().map(|t| t.0),
             terminated.container_id.clone(),
         )
     } else {
         // Waiting (to start again, in back-off): the newest run is the
-        // one that ended, the current process is not there yet.
+        // one that ended, the current process is not there yet. That run
+        // is the last state itself, so only the count says whether one
+        // came before it: after the first run's crash (count 0) nothing
+        // has restarted yet.
         (
+            status.restart_count >= 1,
             last.and_then(|t| t.started_at.as_ref()).map(|t| t.0),
             last.and_then(|t| t.container_id.clone()),
         )
@@ -956,6 +962,34 @@ mod tests {
             goes(&plan, at(205)),
             Some(false),
             "the dead run's own children wait for the next run"
+        );
+    }
+
+    #[test]
+    fn the_first_runs_crash_is_no_restart_until_the_next_run_starts() {
+        // Back-off after the first run crashed: its count is 0, its last
+        // state is that very run. What was made around the pod's start
+        // (before the first run, by whoever labelled it) is neither
+        // released nor counted.
+        let mut status = running("worker", 0, 0);
+        status.state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                ..ContainerStateWaiting::default()
+            }),
+            ..ContainerState::default()
+        });
+        status.last_state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                started_at: Some(Time(at(200))),
+                finished_at: Some(Time(at(210))),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        });
+        assert_eq!(
+            plan(&pod(vec![status]), &["worker"], MARGIN, None),
+            Plan::Nothing
         );
     }
 
