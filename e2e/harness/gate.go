@@ -71,6 +71,10 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request) {
 		} `json:"metadata"`
 	}
 	_ = json.Unmarshal(review.Request.Object.Raw, &object)
+	if review.Request.Operation == admissionv1.Delete {
+		// A DELETE has no object: the one deleted is the old object.
+		_ = json.Unmarshal(review.Request.OldObject.Raw, &object)
+	}
 	if _, probe := object.Metadata.Annotations[GateProbe]; probe {
 		g.mu.Lock()
 		g.probes++
@@ -152,7 +156,9 @@ func (g *Gate) Register(ctx context.Context, c kubernetes.Interface, resource, n
 }
 
 // RegisterFor registers the gate for operation on what rule names in
-// namespace ns, where the CEL expression match holds.
+// namespace ns, where the CEL expression match holds (for a DELETE, the
+// object deleted is oldObject; a probe of a DELETE is a dry-run delete of
+// an object carrying the GateProbe annotation).
 func (g *Gate) RegisterFor(ctx context.Context, c kubernetes.Interface, rule admissionregistrationv1.Rule, operation admissionregistrationv1.OperationType, ns, match string) error {
 	none := admissionregistrationv1.SideEffectClassNone
 	ignore := admissionregistrationv1.Ignore
@@ -166,7 +172,8 @@ func (g *Gate) RegisterFor(ctx context.Context, c kubernetes.Interface, rule adm
 			Rules:             []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{operation}, Rule: rule}},
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "held", Expression: "(" + match + ") || " +
-				"(has(object.metadata.annotations) && '" + GateProbe + "' in object.metadata.annotations)"}},
+				"(request.operation != 'DELETE' && has(object.metadata.annotations) && '" + GateProbe + "' in object.metadata.annotations) || " +
+				"(request.operation == 'DELETE' && has(oldObject.metadata.annotations) && '" + GateProbe + "' in oldObject.metadata.annotations)"}},
 			SideEffects:             &none,
 			FailurePolicy:           &ignore,
 			ReinvocationPolicy:      &never,

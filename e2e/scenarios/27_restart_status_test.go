@@ -20,6 +20,7 @@ import (
 
 	"ownerguard.io/e2e/harness"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -367,6 +368,85 @@ func TestRestartReleaseByStatus(t *testing.T) {
 		released(t, "loop-run-1", "loop-run-2")
 		time.Sleep(aPass)
 		kept(t, "loop-run-3")
+	})
+
+	// A restart during a pass: ownerguard's pass for the first restart is
+	// in flight (its delete of the first run's ConfigMap held in the API
+	// server by a gate) when the worker restarts again. The pass finishes
+	// as it began, with the first restart's start: the second run's
+	// ConfigMap, made in the moment after that start, is not its to
+	// release. The next pass, with the second restart's start, releases
+	// it; the third run's stays.
+	t.Run("RestartDuringAPass", func(t *testing.T) {
+		node := newStatusNode(ctx, t, "status-node-pass", 0, true)
+		w, first := node.worker(ctx, t, ns, "worker-pass")
+		made(t, w, "pass-run-0")
+		gate, err := harness.StartGate("aa-e2e-gate-restart-pass")
+		must(t, err, "the gate")
+		defer gate.Close(ctx, admin)
+		must(t, gate.RegisterFor(ctx, admin, admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+			admissionregistrationv1.Delete, ns, "oldObject.metadata.name == 'pass-run-0'"), "register the gate")
+		_, err = admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name: "gate-probe", Annotations: map[string]string{harness.GateProbe: "yes"}}}, metav1.CreateOptions{})
+		must(t, err, "the gate's probe object")
+		must(t, gate.Ready(ctx, func(ctx context.Context) error {
+			return admin.CoreV1().ConfigMaps(ns).Delete(ctx, "gate-probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		}), "the gate called")
+		time.Sleep(provably)
+
+		// The second run starts and makes its ConfigMap; its kubelet
+		// reports the start a little later, as under load.
+		start1 := node.now()
+		made(t, w, "pass-run-1")
+		time.Sleep(provably)
+		node.report(ctx, t, w.Pod, runningSince(1, start1, crashed(0, first, start1)))
+		held, err := gate.Held(ctx, 15*time.Second)
+		must(t, err, "the pass's delete of pass-run-0")
+		if held.OldObject.Raw == nil || !strings.Contains(string(held.OldObject.Raw), `"pass-run-0"`) {
+			t.Fatalf("the gate held %s %s, not the delete of pass-run-0", held.Operation, held.Name)
+		}
+		// The pass in flight: the worker restarts again.
+		start2 := node.now()
+		node.report(ctx, t, w.Pod, runningSince(2, start2, crashed(1, start1, start2)))
+		made(t, w, "pass-run-2")
+		gate.Open()
+		released(t, "pass-run-0", "pass-run-1")
+		time.Sleep(aPass)
+		kept(t, "pass-run-2")
+	})
+
+	// A pod replaced under its name (deleted, made again, as a
+	// StatefulSet's): nothing of what ownerguard knew of the old one
+	// carries over. The new pod's container runs report the same ids and
+	// counts as the old one's did, so only the uid tells them apart; its
+	// restart releases what its first run made.
+	t.Run("PodReplacedUnderItsName", func(t *testing.T) {
+		node := newStatusNode(ctx, t, "status-node-replaced", 0, true)
+		old, first := node.worker(ctx, t, ns, "worker-replaced")
+		made(t, old, "replaced-old-run-0")
+		time.Sleep(provably)
+		restart := node.now()
+		node.report(ctx, t, old.Pod, runningSince(1, restart, crashed(0, first, restart)))
+		released(t, "replaced-old-run-0")
+
+		must(t, admin.CoreV1().Pods(ns).Delete(ctx, old.Name(), metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}), "delete the old pod")
+		_, err := gone(ctx, 30*time.Second, func(ctx context.Context) error {
+			_, err := admin.CoreV1().Pods(ns).Get(ctx, old.Name(), metav1.GetOptions{})
+			return err
+		})
+		must(t, err, "the old pod gone")
+		w, first := node.worker(ctx, t, ns, "worker-replaced")
+		if w.UID() == old.UID() {
+			t.Fatalf("the new pod has the old one's uid %s", w.UID())
+		}
+		made(t, w, "replaced-new-run-0")
+		time.Sleep(provably)
+		restart = node.now()
+		node.report(ctx, t, w.Pod, runningSince(1, restart, crashed(0, first, restart)))
+		made(t, w, "replaced-new-run-1")
+		released(t, "replaced-new-run-0")
+		time.Sleep(aPass)
+		kept(t, "replaced-new-run-1")
 	})
 
 	// A restart count reset (the kubelet's record of earlier runs lost, a
