@@ -719,7 +719,7 @@ async fn at_the_cap_with_every_connection_serving_a_new_one_is_refused_until_one
     assert!(!matches!(read, Ok(n) if n > 0), "{read:?}");
     let (_, metrics) = get(server.metrics, "/metrics").await;
     assert!(
-        metrics.contains("ownerguard_connections_refused_total 1"),
+        metrics.contains("ownerguard_connections_refused_total{reason=\"cap\"} 1"),
         "{metrics}"
     );
     // Once one has been idle a second, it makes room for a new one.

@@ -404,8 +404,10 @@ pub struct ServeArgs {
     pub max_connections: usize,
 
     /// Most HTTPS connections one source address holds at once; past it,
-    /// its own least valuable connection makes room. Default: a quarter of
-    /// --max-connections, at least 50.
+    /// its own least valuable connection makes room. Default: three
+    /// quarters of --max-connections, at least 50 (an API server holds a
+    /// connection per webhook call in flight, up to its 600 requests in
+    /// flight in a burst).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
     pub max_connections_per_source: Option<usize>,
 

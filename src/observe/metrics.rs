@@ -70,7 +70,7 @@ struct ResultLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
-    /// A fixed set: `unproven`, `clock`.
+    /// A fixed set: `unproven`, `clock`; `cap`, `source_share`.
     reason: &'static str,
 }
 
@@ -109,7 +109,8 @@ pub struct Metrics {
     restart_kept: Family<ReasonLabels, Counter>,
     restart_leader: Gauge,
     connections: Gauge,
-    connections_refused: Counter,
+    connections_refused: Family<ReasonLabels, Counter>,
+    connections_shed: Family<ReasonLabels, Counter>,
     events: Family<ResultLabels, Counter>,
     unlabelled: Family<UnlabelledLabels, Counter>,
     /// The workloads of `unlabelled` so far (namespace, kind, name).
@@ -317,11 +318,17 @@ impl Default for Metrics {
             "HTTPS connections open (bounded by --max-connections; idle ones closed after --idle-timeout)",
             connections.clone(),
         );
-        let connections_refused = Counter::default();
+        let connections_refused = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "connections_refused",
-            "HTTPS connections closed at accept because --max-connections were open",
+            "HTTPS connections closed at accept, every connection in the way serving: reason cap (--max-connections open), source_share (its source at --max-connections-per-source)",
             connections_refused.clone(),
+        );
+        let connections_shed = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "connections_shed",
+            "HTTPS connections closed to make room for a new one (one in its handshake, unused, or idle over a second): reason cap (--max-connections open), source_share (the new one's source at --max-connections-per-source: one of its own went)",
+            connections_shed.clone(),
         );
         let events = Family::<ResultLabels, Counter>::default();
         registry.register(
@@ -343,6 +350,7 @@ impl Default for Metrics {
             connections,
             events,
             connections_refused,
+            connections_shed,
             audit_objects,
             audit_runs,
             audit_last_run,
@@ -621,8 +629,16 @@ impl Metrics {
         self.connections.dec();
     }
 
-    pub fn count_connection_refused(&self) {
-        self.connections_refused.inc();
+    pub fn count_connection_refused(&self, reason: &'static str) {
+        self.connections_refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    pub fn count_connection_shed(&self, reason: &'static str) {
+        self.connections_shed
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     pub fn set_reaper_leader(&self, leader: bool) {

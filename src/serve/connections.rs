@@ -113,11 +113,24 @@ pub struct Connections {
     per_source: usize,
 }
 
-/// Why a connection was not let in.
+/// Why a connection was not let in, or why another made room for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
     /// At the cap, every connection busy or serving reviews.
     Full,
+    /// Its source at its share of the cap, every one of that source's
+    /// connections busy or serving reviews.
+    SourceFull,
+}
+
+impl Refused {
+    /// The metrics' `reason` label.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Full => "cap",
+            Self::SourceFull => "source_share",
+        }
+    }
 }
 
 impl Connections {
@@ -130,10 +143,16 @@ impl Connections {
         })
     }
 
-    /// A share of the cap for one source: a quarter, at least 50 (an API
-    /// server keeps up to 25 idle connections per webhook path).
+    /// A share of the cap for one source: three quarters, at least 50
+    /// (an API server keeps up to 25 idle connections per webhook path).
+    /// An API server calls a webhook over HTTP/1.1, one connection per
+    /// call in flight, and may have 600 requests in flight
+    /// (`--max-requests-inflight` 400 and `--max-mutating-requests-inflight`
+    /// 200): in a burst of creates its connections must fit in its share,
+    /// or its own new connections shed its others and calls fail with a
+    /// reset connection. The quarter left keeps room for the others.
     pub fn default_per_source(cap: usize) -> usize {
-        (cap / 4).max(50)
+        (cap * 3 / 4).max(50)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -144,27 +163,35 @@ impl Connections {
 
     /// Let a new connection from `source` in, making room when the table
     /// is full (or the source holds its share) by shedding the least
-    /// valuable connection; refused when nothing may be shed.
+    /// valuable connection; refused when nothing may be shed. With the
+    /// slot, why another connection was told to go to make room, if one
+    /// was (the same reasons as a refusal's).
     ///
     /// # Errors
     ///
-    /// [`Refused::Full`] when every connection in the way is serving.
-    pub fn admit(self: &Arc<Self>, source: IpAddr) -> Result<Slot, Refused> {
+    /// [`Refused::SourceFull`] when every connection of the source is
+    /// serving, [`Refused::Full`] when every connection in the way is.
+    pub fn admit(self: &Arc<Self>, source: IpAddr) -> Result<(Slot, Option<Refused>), Refused> {
         let now = Instant::now();
         let mut table = self.lock();
         let known = table.known.contains_key(&source);
         let from_source = table.per_source.get(&source).copied().unwrap_or(0);
-        if from_source >= self.per_source {
+        // A share as large as the cap is no share: the cap is what binds.
+        let made_room = if from_source >= self.per_source && self.per_source < self.cap {
             let victim = table
                 .least_valuable(now, Some(source), true)
-                .ok_or(Refused::Full)?;
+                .ok_or(Refused::SourceFull)?;
             table.shed(victim);
+            Some(Refused::SourceFull)
         } else if table.entries.len() >= self.cap {
             let victim = table
                 .least_valuable(now, None, known)
                 .ok_or(Refused::Full)?;
             table.shed(victim);
-        }
+            Some(Refused::Full)
+        } else {
+            None
+        };
         let id = table.next;
         table.next += 1;
         let shed = Arc::new(Notify::new());
@@ -180,11 +207,12 @@ impl Connections {
             },
         );
         *table.per_source.entry(source).or_default() += 1;
-        Ok(Slot {
+        let slot = Slot {
             connections: self.clone(),
             id,
             shed,
-        })
+        };
+        Ok((slot, made_room))
     }
 
     /// Whether the table is three quarters full: handshakes get
@@ -329,13 +357,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn at_the_cap_a_handshaking_connection_makes_room_before_a_quiet_one() {
         let connections = Connections::new(3, 3);
-        let quiet = connections.admit(ip(1)).unwrap();
+        let quiet = connections.admit(ip(1)).unwrap().0;
         quiet.handshaken();
-        let handshaking = connections.admit(ip(2)).unwrap();
-        let serving = connections.admit(ip(3)).unwrap();
+        let handshaking = connections.admit(ip(2)).unwrap().0;
+        let serving = connections.admit(ip(3)).unwrap().0;
         serving.handshaken();
         serving.review_started();
-        let _new = connections.admit(ip(4)).unwrap();
+        let _new = connections.admit(ip(4)).unwrap().0;
         assert!(told_to_go(&handshaking));
         assert!(!told_to_go(&quiet) && !told_to_go(&serving));
     }
@@ -343,8 +371,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_busy_connection_is_never_shed_and_then_the_new_one_is_refused() {
         let connections = Connections::new(2, 2);
-        let a = connections.admit(ip(1)).unwrap();
-        let b = connections.admit(ip(2)).unwrap();
+        let a = connections.admit(ip(1)).unwrap().0;
+        let b = connections.admit(ip(2)).unwrap().0;
         for slot in [&a, &b] {
             slot.handshaken();
             slot.review_started();
@@ -358,8 +386,8 @@ mod tests {
     async fn an_idle_serving_connection_goes_only_after_a_second_of_silence_the_longest_idle_first()
     {
         let connections = Connections::new(2, 2);
-        let older = connections.admit(ip(1)).unwrap();
-        let newer = connections.admit(ip(2)).unwrap();
+        let older = connections.admit(ip(1)).unwrap().0;
+        let newer = connections.admit(ip(2)).unwrap().0;
         for slot in [&older, &newer] {
             slot.handshaken();
             slot.review_started();
@@ -369,7 +397,7 @@ mod tests {
         // Between two reviews: both keep their place.
         assert_eq!(connections.admit(ip(3)).unwrap_err(), Refused::Full);
         tokio::time::advance(Duration::from_secs(1)).await;
-        let _new = connections.admit(ip(3)).unwrap();
+        let _new = connections.admit(ip(3)).unwrap().0;
         assert!(told_to_go(&older));
         assert!(!told_to_go(&newer));
     }
@@ -377,10 +405,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_source_past_its_share_sheds_its_own_connections_not_others() {
         let connections = Connections::new(10, 2);
-        let other = connections.admit(ip(9)).unwrap();
-        let first = connections.admit(ip(1)).unwrap();
-        let _second = connections.admit(ip(1)).unwrap();
-        let _third = connections.admit(ip(1)).unwrap();
+        let other = connections.admit(ip(9)).unwrap().0;
+        let first = connections.admit(ip(1)).unwrap().0;
+        let _second = connections.admit(ip(1)).unwrap().0;
+        let (_third, made_room) = connections.admit(ip(1)).unwrap();
+        assert_eq!(made_room, Some(Refused::SourceFull));
         assert!(told_to_go(&first));
         assert!(!told_to_go(&other));
     }
@@ -389,23 +418,23 @@ mod tests {
     async fn a_stranger_never_takes_a_known_sources_place_and_a_known_source_takes_a_strangers() {
         let connections = Connections::new(2, 2);
         // The API server's address has had a review answered.
-        let api = connections.admit(ip(1)).unwrap();
+        let api = connections.admit(ip(1)).unwrap().0;
         api.handshaken();
         api.review_started();
         api.request_ended(true);
         drop(api);
-        let fresh = connections.admit(ip(1)).unwrap();
+        let fresh = connections.admit(ip(1)).unwrap().0;
         fresh.handshaken();
-        let stranger = connections.admit(ip(2)).unwrap();
+        let stranger = connections.admit(ip(2)).unwrap().0;
         stranger.handshaken();
         tokio::time::advance(Duration::from_secs(5)).await;
         // Another stranger: it may shed the stranger, never the known
         // source's fresh connection, older though it is.
-        let _next = connections.admit(ip(3)).unwrap();
+        let _next = connections.admit(ip(3)).unwrap().0;
         assert!(told_to_go(&stranger));
         assert!(!told_to_go(&fresh));
         // The known source comes in again: a stranger makes room.
-        let _again = connections.admit(ip(1)).unwrap();
+        let _again = connections.admit(ip(1)).unwrap().0;
         assert!(!told_to_go(&fresh));
     }
 
@@ -414,14 +443,14 @@ mod tests {
         // An HTTP/2 stream reset drops the handler: its Busy guard goes
         // with it, and the connection may be shed again.
         let connections = Connections::new(1, 1);
-        let slot = Arc::new(connections.admit(ip(1)).unwrap());
+        let slot = Arc::new(connections.admit(ip(1)).unwrap().0);
         slot.handshaken();
         let busy = Busy::new(slot.clone());
         tokio::time::advance(Duration::from_secs(5)).await;
         assert_eq!(connections.admit(ip(2)).unwrap_err(), Refused::Full);
         drop(busy);
         tokio::time::advance(Duration::from_secs(2)).await;
-        let _next = connections.admit(ip(2)).unwrap();
+        let _next = connections.admit(ip(2)).unwrap().0;
         assert!(told_to_go(&slot));
         // A request not answered 200 made no source known.
         assert!(connections.lock().known.is_empty());
@@ -430,12 +459,36 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_slot_given_back_frees_its_place_and_its_sources_share() {
         let connections = Connections::new(1, 1);
-        let slot = connections.admit(ip(1)).unwrap();
+        let slot = connections.admit(ip(1)).unwrap().0;
         slot.handshaken();
         slot.review_started();
         assert_eq!(connections.admit(ip(1)).unwrap_err(), Refused::Full);
         drop(slot);
         assert!(connections.is_empty());
-        let _again = connections.admit(ip(1)).unwrap();
+        let _again = connections.admit(ip(1)).unwrap().0;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_source_at_its_share_with_every_connection_serving_is_refused_for_its_share() {
+        let connections = Connections::new(10, 2);
+        let serving: Vec<Slot> = (0..2)
+            .map(|_| connections.admit(ip(1)).unwrap().0)
+            .collect();
+        for slot in &serving {
+            slot.handshaken();
+            slot.review_started();
+        }
+        assert_eq!(connections.admit(ip(1)).unwrap_err(), Refused::SourceFull);
+        // Another source still gets in: the table has room.
+        let (_other, made_room) = connections.admit(ip(2)).unwrap();
+        assert_eq!(made_room, None);
+    }
+
+    #[test]
+    fn the_default_share_holds_an_api_servers_calls_in_flight() {
+        // 600 requests in flight by default, one connection each.
+        assert!(Connections::default_per_source(1000) >= 600);
+        assert!(Connections::default_per_source(1000) < 1000);
+        assert_eq!(Connections::default_per_source(40), 50);
     }
 }

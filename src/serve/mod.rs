@@ -253,11 +253,19 @@ impl Server {
                     // sent a review); when every one serves reviews, the new
                     // one is closed at once: it waits for nothing, and holds
                     // nothing.
-                    let Ok(slot) = table.admit(peer.ip()) else {
-                        metrics.count_connection_refused();
-                        debug!(%peer, "connection refused: --max-connections reached, every connection serving");
-                        drop(stream);
-                        continue;
+                    let slot = match table.admit(peer.ip()) {
+                        Ok((slot, made_room)) => {
+                            if let Some(why) = made_room {
+                                metrics.count_connection_shed(why.reason());
+                            }
+                            slot
+                        }
+                        Err(why) => {
+                            metrics.count_connection_refused(why.reason());
+                            debug!(%peer, reason = why.reason(), "connection refused: --max-connections (or its source's share) reached, every connection serving");
+                            drop(stream);
+                            continue;
+                        }
                     };
                     let _ = stream.set_nodelay(true);
                     let acceptor = acceptor.clone();

@@ -388,7 +388,7 @@ func runBurst(ctx context.Context, cluster *harness.Cluster, ns string, labelled
 				}
 				start, exist, run, err := wl.run(ctx, admin, ns, app, wl.pods, labelled)
 				if err != nil {
-					return fmt.Errorf("%s, %v: %w", wl.name, to, err)
+					return fmt.Errorf("%s, %v: %w (ownerguard's connections so far: %s)", wl.name, to, err, connectionCounts(cluster.Guard))
 				}
 				cpuAfter, _, hwm, err := processCost(cluster.Guard.Pid())
 				if err != nil {
@@ -401,7 +401,7 @@ func runBurst(ctx context.Context, cluster *harness.Cluster, ns string, labelled
 				var took []time.Duration
 				for _, c := range creates {
 					if c.code >= 300 {
-						return fmt.Errorf("%s, %v: a pod create by %s answered %d: %s", wl.name, to, c.user, c.code, c.message)
+						return fmt.Errorf("%s, %v: a pod create by %s answered %d: %s (ownerguard's connections so far: %s)", wl.name, to, c.user, c.code, c.message, connectionCounts(cluster.Guard))
 					}
 					if !c.at.Before(start) && !c.at.After(start.Add(run)) {
 						took = append(took, c.took)
@@ -409,6 +409,9 @@ func runBurst(ctx context.Context, cluster *harness.Cluster, ns string, labelled
 				}
 				fmt.Printf("round %d, %s, %v: every pod existed after %s, ran after %s; %d creates, p50 %s, p99 %s\n",
 					r+1, wl.name, to, secs(exist), secs(run), len(took), ms(pctOf(took, 50)), ms(pctOf(took, 99)))
+				if to == toOwnerguard {
+					fmt.Printf("  ownerguard's connections so far: %s\n", connectionCounts(cluster.Guard))
+				}
 				if err := clearBurst(ctx, admin, ns, app); err != nil {
 					return err
 				}
@@ -476,4 +479,24 @@ func pctOf(d []time.Duration, p int) time.Duration {
 	sorted := append([]time.Duration(nil), d...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
 	return pct(sorted, p)
+}
+
+// connectionCounts is what ownerguard has shed and refused of its HTTPS
+// connections so far, by reason: a count of source_share in a burst is
+// the API server's own connections past its share of the cap.
+func connectionCounts(og *harness.Ownerguard) string {
+	var parts []string
+	for _, name := range []string{"ownerguard_connections_shed_total", "ownerguard_connections_refused_total"} {
+		for _, reason := range []string{"source_share", "cap"} {
+			v, err := og.Metric(name, map[string]string{"reason": reason})
+			if err != nil {
+				v = 0 // the series appears with its first count
+			}
+			parts = append(parts, fmt.Sprintf("%s{%s} %.0f", strings.TrimPrefix(name, "ownerguard_"), reason, v))
+		}
+	}
+	if open, err := og.Metric("ownerguard_connections", nil); err == nil {
+		parts = append(parts, fmt.Sprintf("open now %.0f", open))
+	}
+	return strings.Join(parts, ", ")
 }
