@@ -233,16 +233,7 @@ fn reaped_event(owner: &Owner, released: &crate::commands::release::Released) ->
 /// The Event on a finished pod whose objects the reaper could not all
 /// release: a warning naming what is left (the rest went), tried again.
 fn incomplete_event(owner: &Owner, left: &[String]) -> PodEvent {
-    const SHOWN: usize = 5;
-    let mut shown = left
-        .iter()
-        .take(SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join("; ");
-    if left.len() > SHOWN {
-        shown.push_str(&format!("; and {} more", left.len() - SHOWN));
-    }
+    let shown = first_few(left, "; ");
     PodEvent {
         pod: pod_ref(owner),
         warning: true,
@@ -255,7 +246,23 @@ fn incomplete_event(owner: &Owner, left: &[String]) -> PodEvent {
     }
 }
 
-fn pod_ref(owner: &Owner) -> PodRef {
+/// The first five of `items` joined by `separator`, and how many more:
+/// an Event's note stays short whatever a release left.
+pub(crate) fn first_few(items: &[String], separator: &str) -> String {
+    const SHOWN: usize = 5;
+    let mut text = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(separator);
+    if items.len() > SHOWN {
+        text.push_str(&format!("{separator}and {} more", items.len() - SHOWN));
+    }
+    text
+}
+
+pub(crate) fn pod_ref(owner: &Owner) -> PodRef {
     PodRef {
         namespace: owner.namespace.clone(),
         name: owner.name.clone(),

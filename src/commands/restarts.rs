@@ -59,10 +59,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::commands::reaper::{Lease, LeaseSettings, left_resource};
+use crate::commands::reaper::{Lease, LeaseSettings, first_few, left_resource, pod_ref};
 use crate::commands::release::{Made, Owner, ReleaseError, Released, delete_owned_made};
 use crate::observe::Metrics;
-use crate::observe::events::{PodEvent, PodRef};
+use crate::observe::events::PodEvent;
 
 /// The label that opts a worker pod in, under the key prefix.
 pub const OPT_IN: &str = "release-on-restart";
@@ -514,15 +514,12 @@ async fn pass(
 ) {
     for (key, tracked) in pods.iter_mut() {
         if let Some(note) = tracked.tell.take() {
-            record(
-                events,
-                &key.0,
-                &key.1,
-                &tracked.uid,
-                true,
-                "RestartReleaseNotConfigured",
-                note,
-            );
+            let owner = Owner {
+                namespace: key.0.clone(),
+                name: key.1.clone(),
+                uid: tracked.uid.clone(),
+            };
+            record(events, &owner, true, "RestartReleaseNotConfigured", note);
         }
     }
     let now = Instant::now();
@@ -564,9 +561,7 @@ async fn pass(
                     "a restarted worker's node reports a start ahead of the API server's clock beyond --restart-clock-margin: nothing of it is released");
                 record(
                     events,
-                    &owner.namespace,
-                    &owner.name,
-                    &owner.uid,
+                    &owner,
                     true,
                     "RestartReleaseHeld",
                     format!(
@@ -691,7 +686,7 @@ fn released(
     metrics: &Metrics,
     events: Option<&crate::observe::events::Events>,
 ) -> bool {
-    let (namespace, name, uid) = (&owner.namespace, &owner.name, &owner.uid);
+    let (namespace, name) = (&owner.namespace, &owner.name);
     match result {
         Ok(Ok((released, unproven))) => {
             metrics.count_reaped("pods", released.pods);
@@ -702,9 +697,7 @@ fn released(
             if total > 0 {
                 record(
                     events,
-                    namespace,
-                    name,
-                    uid,
+                    owner,
                     false,
                     "RestartReleased",
                     format!(
@@ -716,15 +709,13 @@ fn released(
             if !unproven.is_empty() {
                 record(
                     events,
-                    namespace,
-                    name,
-                    uid,
+                    owner,
                     true,
                     "RestartChildrenKept",
                     format!(
                         "ownerguard kept {} object(s) made too near the restart of container '{container}' to tell which run made them (within --restart-clock-margin of its start): {}",
                         unproven.len(),
-                        shown(&unproven)
+                        first_few(&unproven, ", ")
                     ),
                 );
             }
@@ -739,15 +730,13 @@ fn released(
             }
             record(
                 events,
-                namespace,
-                name,
-                uid,
+                owner,
                 true,
                 "RestartReleaseIncomplete",
                 format!(
                     "ownerguard could not release {} object(s) that earlier runs of container '{container}' made, the rest released; it tries again: {}",
                     left.len(),
-                    shown(&left)
+                    first_few(&left, ", ")
                 ),
             );
             warn!(%namespace, pod = %name, left = ?left, "releasing what earlier runs of a restarted worker made left objects behind; retried later");
@@ -769,36 +758,16 @@ fn released(
 }
 
 /// Up to five of `objects`, and how many more.
-fn shown(objects: &[String]) -> String {
-    const SHOWN: usize = 5;
-    let mut text = objects
-        .iter()
-        .take(SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if objects.len() > SHOWN {
-        text.push_str(&format!(" and {} more", objects.len() - SHOWN));
-    }
-    text
-}
-
 fn record(
     events: Option<&crate::observe::events::Events>,
-    namespace: &str,
-    name: &str,
-    uid: &str,
+    owner: &Owner,
     warning: bool,
     reason: &'static str,
     note: String,
 ) {
     if let Some(events) = events {
         events.record(PodEvent {
-            pod: PodRef {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                uid: uid.to_string(),
-            },
+            pod: pod_ref(owner),
             warning,
             reason,
             action: "Release",
