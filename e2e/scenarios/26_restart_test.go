@@ -24,21 +24,29 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// restartByKubelet changes the worker container's image and waits until
-// its kubelet reports the container restarted: the status of the new run.
-func restartByKubelet(ctx context.Context, t *testing.T, w *Worker, image string) *corev1.Pod {
+// restartByKubelet changes the image of the worker pod's container and
+// waits until its kubelet reports that container restarted at least
+// restarts times: the status of the new run.
+func restartByKubelet(ctx context.Context, t *testing.T, w *Worker, container, image string, restarts int32) *corev1.Pod {
 	t.Helper()
-	patch := fmt.Sprintf(`{"spec":{"containers":[{"name":"worker","image":%q}]}}`, image)
+	patch := fmt.Sprintf(`{"spec":{"containers":[{"name":%q,"image":%q}]}}`, container, image)
 	_, err := admin.CoreV1().Pods(w.NS()).Patch(ctx, w.Name(), types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
-	must(t, err, "change the worker's image")
+	must(t, err, "change the image of "+container)
+	return restartedByKubelet(ctx, t, w, container, restarts)
+}
+
+// restartedByKubelet waits until the kubelet reports the container
+// restarted at least restarts times and running.
+func restartedByKubelet(ctx context.Context, t *testing.T, w *Worker, container string, restarts int32) *corev1.Pod {
+	t.Helper()
 	var pod *corev1.Pod
-	must(t, harness.Until(ctx, 60*time.Second, 100*time.Millisecond, w.Name()+" restarted by its kubelet", func() error {
+	must(t, harness.Until(ctx, 60*time.Second, 100*time.Millisecond, fmt.Sprintf("%s's %s restarted by its kubelet", w.Name(), container), func() error {
 		var err error
 		if pod, err = admin.CoreV1().Pods(w.NS()).Get(ctx, w.Name(), metav1.GetOptions{}); err != nil {
 			return err
 		}
 		for _, c := range pod.Status.ContainerStatuses {
-			if c.Name == "worker" && c.RestartCount >= 1 && c.State.Running != nil {
+			if c.Name == container && c.RestartCount >= restarts && c.State.Running != nil {
 				return nil
 			}
 		}
@@ -99,7 +107,7 @@ func TestRestartRelease(t *testing.T) {
 	_, err = optedIn.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("prompt-during", ownedLabels(optedIn.Name(), "")), metav1.CreateOptions{})
 	must(t, err, "the ConfigMap made during the restart")
 	for _, w := range []*Worker{optedIn, control} {
-		restartByKubelet(ctx, t, w, "e2e.invalid/worker:2")
+		restartedByKubelet(ctx, t, w, "worker", 1)
 	}
 	restartedAt := time.Now()
 	// The new run's first object, made the moment its kubelet reported it.
@@ -222,46 +230,18 @@ func TestRestartReleaseEdges(t *testing.T) {
 	// and second runs' objects go once it is back, its third run's stay.
 	configMapOf(missed, "missed-run-1")
 	time.Sleep(4 * time.Second)
-	restartByKubelet(ctx, t, missed, "e2e.invalid/worker:2")
+	restartByKubelet(ctx, t, missed, "worker", "e2e.invalid/worker:2", 1)
 	configMapOf(missed, "missed-run-2")
 	time.Sleep(4 * time.Second)
-	patch := `{"spec":{"containers":[{"name":"worker","image":"e2e.invalid/worker:3"}]}}`
-	_, err := admin.CoreV1().Pods(ns).Patch(ctx, missed.Name(), types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
-	must(t, err, "change the worker's image again")
-	must(t, harness.Until(ctx, 60*time.Second, 100*time.Millisecond, "the second restart", func() error {
-		pod, err := admin.CoreV1().Pods(ns).Get(ctx, missed.Name(), metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, c := range pod.Status.ContainerStatuses {
-			if c.Name == "worker" && c.RestartCount >= 2 && c.State.Running != nil {
-				return nil
-			}
-		}
-		return fmt.Errorf("container statuses %+v", pod.Status.ContainerStatuses)
-	}), "the second restart")
+	restartByKubelet(ctx, t, missed, "worker", "e2e.invalid/worker:3", 2)
 	configMapOf(missed, "missed-run-3")
 
 	configMapOf(pair, "pair-before")
 	configMapOf(typo, "typo-before")
 	time.Sleep(4 * time.Second)
-	patch = `{"spec":{"containers":[{"name":"helper","image":"e2e.invalid/helper:2"}]}}`
-	_, err = admin.CoreV1().Pods(ns).Patch(ctx, pair.Name(), types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
-	must(t, err, "change the helper's image")
-	must(t, harness.Until(ctx, 60*time.Second, 100*time.Millisecond, "the helper's restart", func() error {
-		pod, err := admin.CoreV1().Pods(ns).Get(ctx, pair.Name(), metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, c := range pod.Status.ContainerStatuses {
-			if c.Name == "helper" && c.RestartCount >= 1 && c.State.Running != nil {
-				return nil
-			}
-		}
-		return fmt.Errorf("container statuses %+v", pod.Status.ContainerStatuses)
-	}), "the helper's restart")
+	restartByKubelet(ctx, t, pair, "helper", "e2e.invalid/helper:2", 1)
 	configMapOf(pair, "pair-after")
-	restartByKubelet(ctx, t, typo, "e2e.invalid/worker:2")
+	restartByKubelet(ctx, t, typo, "worker", "e2e.invalid/worker:2", 1)
 
 	// Now ownerguard starts: it learns every restart from the list.
 	og := serve()
@@ -329,7 +309,7 @@ func TestRestartReleaseTakeover(t *testing.T) {
 	time.Sleep(4 * time.Second)
 	// The holder goes (as a pod killed), then the worker restarts.
 	replicas[leader].Stop(0)
-	restartByKubelet(ctx, t, w, "e2e.invalid/worker:2")
+	restartByKubelet(ctx, t, w, "worker", "e2e.invalid/worker:2", 1)
 	reported := time.Now()
 	_, err = w.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("prompt-after", ownedLabels(w.Name(), "")), metav1.CreateOptions{})
 	must(t, err, "the new run's ConfigMap")
