@@ -415,3 +415,49 @@ async fn a_node_whose_lease_shows_its_clock_ahead_has_nothing_released() {
     assert!(api.calls_matching("DELETE ").is_empty());
     task.abort();
 }
+
+#[tokio::test]
+async fn a_node_whose_lease_cannot_be_read_waits_until_it_can() {
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    let mut pod = worker(
+        "w-1",
+        W1,
+        Some("worker"),
+        1,
+        "2026-12-01T10:00:00Z",
+        "2026-12-01T10:00:01Z",
+    );
+    pod["spec"]["nodeName"] = json!("node-a");
+    api.put_object(Kind::Pod, pod);
+    api.put_object(
+        Kind::ConfigMap,
+        child(
+            Kind::ConfigMap,
+            "prompt-old",
+            "c-old",
+            &[("w-1", W1)],
+            "2026-12-01T09:00:00Z",
+        ),
+    );
+    // The node's clock cannot be dated: its Lease is not readable.
+    api.update_faults(|f| {
+        f.forbidden_paths = vec!["/apis/coordination.k8s.io/v1/namespaces/kube-node-lease".into()];
+    });
+    let (metrics, task) = start(&server);
+    eventually("the pass put off", || {
+        metrics
+            .encode()
+            .contains("ownerguard_reap_failures_total{resource=\"release\"}")
+    })
+    .await;
+    assert!(exists(api, Kind::ConfigMap, "prompt-old"));
+    assert!(api.calls_matching("DELETE ").is_empty());
+    // Readable again (and the node has no Lease): the next try releases.
+    api.update_faults(|f| f.forbidden_paths.clear());
+    eventually("the earlier run's ConfigMap released", || {
+        !exists(api, Kind::ConfigMap, "prompt-old")
+    })
+    .await;
+    task.abort();
+}

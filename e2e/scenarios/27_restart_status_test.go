@@ -179,13 +179,23 @@ func (n *statusNode) report(ctx context.Context, t *testing.T, pod *corev1.Pod, 
 		if container.Ready {
 			ready = corev1.ConditionTrue
 		}
-		transition := metav1.NewTime(n.now())
-		status.Conditions = []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: transition},
-			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: transition},
-			{Type: corev1.ContainersReady, Status: ready, LastTransitionTime: transition},
-			{Type: corev1.PodReady, Status: ready, LastTransitionTime: transition},
+		// A condition's transition time moves only when its status does.
+		condition := func(kind corev1.PodConditionType, to corev1.ConditionStatus) corev1.PodCondition {
+			for _, c := range current.Status.Conditions {
+				if c.Type == kind && c.Status == to {
+					return c
+				}
+			}
+			return corev1.PodCondition{Type: kind, Status: to, LastTransitionTime: metav1.NewTime(n.now())}
 		}
+		status.Conditions = []corev1.PodCondition{
+			condition(corev1.PodReadyToStartContainers, corev1.ConditionTrue),
+			condition(corev1.PodInitialized, corev1.ConditionTrue),
+			condition(corev1.PodReady, ready),
+			condition(corev1.ContainersReady, ready),
+			condition(corev1.PodScheduled, corev1.ConditionTrue),
+		}
+		status.ObservedGeneration = current.Generation
 		status.ContainerStatuses = []corev1.ContainerStatus{container}
 		_, _, _, err = podutil.PatchPodStatus(ctx, n.client, pod.Namespace, pod.Name, current.UID, current.Status, *status)
 		return err
@@ -270,8 +280,8 @@ func TestRestartReleaseByStatus(t *testing.T) {
 	// Longer than a Lease renewal (5 s): a pass has looked at what is due.
 	const aPass = 6 * time.Second
 
-	// A node whose clock runs 30 s ahead, its Lease not readable (a
-	// kubelet that does not renew one): its report of the new run's start
+	// A node whose clock runs 30 s ahead and that has no Lease (as a
+	// virtual kubelet's; every kubelet since 1.17 renews one): its report of the new run's start
 	// is 30 s later than the API server's time of that very write, so the
 	// pod is held and nothing of it released, the new run's object least
 	// of all. Once the node's clock is set right, the next restart
@@ -449,27 +459,40 @@ func TestRestartReleaseByStatus(t *testing.T) {
 		kept(t, "replaced-new-run-1")
 	})
 
-	// A restart count reset (the kubelet's record of earlier runs lost, a
-	// node rebooted): the count says 0, the last state still shows the run
-	// that ended, and that is a restart. Where neither shows one, nothing
-	// is released: which run made what cannot be told.
-	t.Run("RestartCountReset", func(t *testing.T) {
-		node := newStatusNode(ctx, t, "status-node-reset", 0, true)
-		w, first := node.worker(ctx, t, ns, "worker-count-reset")
-		made(t, w, "reset-run-0")
+	// A node rebooted: its runtime lost the container. The kubelet (1.36
+	// and later: RestartAllContainersOnContainerExits) first writes the
+	// lost run as terminated with ContainerStatusUnknown and no times, the
+	// count raised, the container waiting to be created; nothing is
+	// released while no run has started since. Then the new run starts,
+	// the lost run still its last state: what the run before the reboot
+	// made goes, the new run's stays. A kubelet before 1.36 counts from
+	// the runtime: after a reboot the count is back to 0 and no last state
+	// shows, so no restart can be seen and nothing is released.
+	t.Run("NodeRebooted", func(t *testing.T) {
+		node := newStatusNode(ctx, t, "status-node-reboot", 0, true)
+		w, _ := node.worker(ctx, t, ns, "worker-rebooted")
+		made(t, w, "reboot-run-0")
 		time.Sleep(provably)
-		restart := node.now()
-		reset := runningSince(0, restart, crashed(0, first, restart))
-		reset.ContainerID = runID(100)
-		node.report(ctx, t, w.Pod, reset)
-		made(t, w, "reset-run-1")
-		released(t, "reset-run-0")
-		time.Sleep(provably)
-		// The last state gone too: a run ownerguard cannot tell restarted.
-		forgotten := runningSince(0, node.now(), nil)
-		forgotten.ContainerID = runID(101)
-		node.report(ctx, t, w.Pod, forgotten)
+		lost := &corev1.ContainerStateTerminated{Reason: "ContainerStatusUnknown", ExitCode: 137,
+			Message: "The container could not be located when the pod was deleted.  The container used to be Running"}
+		node.report(ctx, t, w.Pod, corev1.ContainerStatus{
+			Name: "worker", Image: "e2e.invalid/worker:1", RestartCount: 1, Ready: false, Started: ptr(false),
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
+			LastTerminationState: corev1.ContainerState{Terminated: lost},
+		})
 		time.Sleep(aPass)
-		kept(t, "reset-run-1")
+		kept(t, "reboot-run-0")
+		node.report(ctx, t, w.Pod, runningSince(1, node.now(), lost))
+		made(t, w, "reboot-run-1")
+		released(t, "reboot-run-0")
+		time.Sleep(aPass)
+		kept(t, "reboot-run-1")
+
+		time.Sleep(provably)
+		counted := runningSince(0, node.now(), nil)
+		counted.ContainerID = runID(100)
+		node.report(ctx, t, w.Pod, counted)
+		time.Sleep(aPass)
+		kept(t, "reboot-run-1")
 	})
 }

@@ -580,14 +580,35 @@ async fn pass(
                 // The node's clock, dated by its own Lease: a node ahead
                 // of the API server's clock beyond the margin makes new
                 // children look old.
-                if let Some(node) = &tracked.node
-                    && let Some(ahead) = node_ahead(client, node).await
-                    && ahead
-                        > SignedDuration::try_from(settings.clock_margin)
-                            .unwrap_or(SignedDuration::MAX)
-                {
-                    tracked.due = Some((Instant::now(), Plan::ClockAhead { by: ahead, runs }));
-                    continue;
+                if let Some(node) = &tracked.node {
+                    match node_ahead(client, node).await {
+                        Ok(Some(ahead))
+                            if ahead
+                                > SignedDuration::try_from(settings.clock_margin)
+                                    .unwrap_or(SignedDuration::MAX) =>
+                        {
+                            tracked.due =
+                                Some((Instant::now(), Plan::ClockAhead { by: ahead, runs }));
+                            continue;
+                        }
+                        Ok(_) => {}
+                        // The node's clock cannot be read: not trusted,
+                        // the pass put off.
+                        Err(()) => {
+                            metrics.count_reap_failure("release");
+                            tracked.due = Some((
+                                Instant::now() + settings.retry_after,
+                                Plan::Release {
+                                    made,
+                                    container,
+                                    restarts,
+                                    started,
+                                    runs,
+                                },
+                            ));
+                            continue;
+                        }
+                    }
                 }
                 let result = tokio::time::timeout(
                     lease.renew_every(),
@@ -640,15 +661,16 @@ fn children_of(key_prefix: &str, worker: &str) -> String {
 /// in `kube-node-lease`: the kubelet writes `renewTime` from its clock
 /// (microseconds), the API server the time of that write into the
 /// Lease's `managedFields` (its own clock, the second's floor). None when
-/// the Lease cannot be read (then the margin is trusted as stated).
-async fn node_ahead(client: &kube::Client, node: &str) -> Option<SignedDuration> {
+/// the node has no Lease (a virtual kubelet's: the status write alone
+/// dates it); an error when the Lease cannot be read (the pass waits).
+async fn node_ahead(client: &kube::Client, node: &str) -> Result<Option<SignedDuration>, ()> {
     let leases: Api<LeaseObject> = Api::namespaced(client.clone(), "kube-node-lease");
     match leases.get_opt(node).await {
-        Ok(Some(lease)) => lease_ahead(&lease),
-        Ok(None) => None,
+        Ok(Some(lease)) => Ok(lease_ahead(&lease)),
+        Ok(None) => Ok(None),
         Err(error) => {
-            warn!(%node, %error, "cannot read the node's Lease: its clock is taken to be within --restart-clock-margin");
-            None
+            warn!(%node, %error, "cannot read the node's Lease, which dates its clock: the release of its restarted worker waits");
+            Err(())
         }
     }
 }
