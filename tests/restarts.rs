@@ -461,3 +461,107 @@ async fn a_node_whose_lease_cannot_be_read_waits_until_it_can() {
     .await;
     task.abort();
 }
+
+/// The annotation of the restart Lease that remembers W1's hold.
+fn held_of_w1(api: &FakeApi) -> Option<String> {
+    api.object(Kind::Lease, "ownerguard", "ownerguard-restarts")
+        .and_then(|lease| {
+            lease["metadata"]["annotations"][format!("held-restart.ownerguard.io/{W1}")]
+                .as_str()
+                .map(str::to_string)
+        })
+}
+
+#[tokio::test]
+async fn a_hold_outlives_the_replica_that_made_it_until_the_pod_restarts_again() {
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    // The node's clock a minute ahead when the run started: its report
+    // of the start is a minute later than the API server's time of the
+    // very write that showed it.
+    api.put_object(
+        Kind::Pod,
+        worker(
+            "w-1",
+            W1,
+            Some("worker"),
+            1,
+            "2026-12-01T10:01:00Z",
+            "2026-12-01T10:00:00Z",
+        ),
+    );
+    // Made by the current run, 30 s into it (API clock).
+    api.put_object(
+        Kind::ConfigMap,
+        child(
+            Kind::ConfigMap,
+            "prompt-current",
+            "c-current",
+            &[("w-1", W1)],
+            "2026-12-01T10:00:30Z",
+        ),
+    );
+    let (metrics, task) = start(&server);
+    eventually("the held pod counted", || {
+        metrics
+            .encode()
+            .contains("ownerguard_restart_children_kept_total{reason=\"clock\"} 1")
+    })
+    .await;
+    eventually("the hold remembered in the Lease", || {
+        held_of_w1(api).is_some()
+    })
+    .await;
+    task.abort();
+
+    // The node's clock set right since, and the kubelet wrote the status
+    // again (a readiness change): the newest write now comes after the
+    // start it shows. A replica that first sees the pod now cannot tell
+    // the node was ahead; the Lease tells it.
+    api.put_object(
+        Kind::Pod,
+        worker(
+            "w-1",
+            W1,
+            Some("worker"),
+            1,
+            "2026-12-01T10:01:00Z",
+            "2026-12-01T10:01:30Z",
+        ),
+    );
+    let (metrics, task) = start(&server);
+    eventually("the Lease taken over", || {
+        metrics
+            .encode()
+            .contains("ownerguard_restart_release_leader 1")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(exists(api, Kind::ConfigMap, "prompt-current"));
+    assert!(
+        api.calls_matching("DELETE ").is_empty(),
+        "{:?}",
+        api.calls_matching("DELETE ")
+    );
+    assert!(held_of_w1(api).is_some());
+
+    // Another restart, its report in step: judged afresh, the hold
+    // dropped, and what the held run made released.
+    api.put_object(
+        Kind::Pod,
+        worker(
+            "w-1",
+            W1,
+            Some("worker"),
+            2,
+            "2026-12-01T10:05:00Z",
+            "2026-12-01T10:05:01Z",
+        ),
+    );
+    eventually("the held run's ConfigMap released", || {
+        !exists(api, Kind::ConfigMap, "prompt-current")
+    })
+    .await;
+    eventually("the hold dropped", || held_of_w1(api).is_none()).await;
+    task.abort();
+}

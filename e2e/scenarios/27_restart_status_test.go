@@ -207,19 +207,24 @@ func (n *statusNode) report(ctx context.Context, t *testing.T, pod *corev1.Pod, 
 func TestRestartReleaseByStatus(t *testing.T) {
 	ctx := ctxFor(t, 6*time.Minute)
 	ns := newNamespace(t, "restart-status", workerRules)
-	og, err := plane.Serve(ctx, admin, inst, harness.ServeOptions{
-		Name: "ownerguard-restart-status", Token: plane.PKI.OwnerguardAdminToken,
-		Addr: "127.0.0.1:8486", MetricsPort: 9486,
-		ExtraArgs: []string{"--release-restarted", "--restart-lease=e2e-restart-status",
-			"--reaper-lease-namespace=" + ns, "--reaper-identity=replica-0", "--events"}})
-	must(t, err, "ownerguard with --release-restarted")
-	defer og.Stop(30 * time.Second)
-	must(t, harness.Until(ctx, 30*time.Second, 200*time.Millisecond, "the Lease", func() error {
-		if v, err := og.Metric("ownerguard_restart_release_leader", nil); err != nil || v != 1 {
-			return fmt.Errorf("leader %v (%v)", v, err)
-		}
-		return nil
-	}), "the Lease")
+	serve := func(t *testing.T) *harness.Ownerguard {
+		t.Helper()
+		og, err := plane.Serve(ctx, admin, inst, harness.ServeOptions{
+			Name: "ownerguard-restart-status", Token: plane.PKI.OwnerguardAdminToken,
+			Addr: "127.0.0.1:8486", MetricsPort: 9486,
+			ExtraArgs: []string{"--release-restarted", "--restart-lease=e2e-restart-status",
+				"--reaper-lease-namespace=" + ns, "--reaper-identity=replica-0", "--events"}})
+		must(t, err, "ownerguard with --release-restarted")
+		must(t, harness.Until(ctx, 30*time.Second, 200*time.Millisecond, "the Lease", func() error {
+			if v, err := og.Metric("ownerguard_restart_release_leader", nil); err != nil || v != 1 {
+				return fmt.Errorf("leader %v (%v)", v, err)
+			}
+			return nil
+		}), "the Lease")
+		return og
+	}
+	og := serve(t)
+	defer func() { og.Stop(30 * time.Second) }()
 
 	made := func(t *testing.T, w *Worker, name string) {
 		t.Helper()
@@ -280,14 +285,17 @@ func TestRestartReleaseByStatus(t *testing.T) {
 	// Longer than a Lease renewal (5 s): a pass has looked at what is due.
 	const aPass = 6 * time.Second
 
-	// A node whose clock runs 30 s ahead and that has no Lease (as a
-	// virtual kubelet's; every kubelet since 1.17 renews one): its report of the new run's start
-	// is 30 s later than the API server's time of that very write, so the
-	// pod is held and nothing of it released, the new run's object least
-	// of all. Once the node's clock is set right, the next restart
-	// releases what every earlier run made.
+	// A node whose clock runs 10 s ahead and that has no Lease (as a
+	// virtual kubelet's; every kubelet since 1.17 renews one): its report
+	// of the new run's start is 10 s later than the API server's time of
+	// that very write, so the pod is held and nothing of it released, the
+	// new run's object least of all. Then the node's clock is set right,
+	// its kubelet writes the status again (the pod no longer ready) and
+	// ownerguard starts again: that write no longer shows the skew, and
+	// the hold it remembered in its Lease keeps the pod held. The next
+	// restart releases what every earlier run made.
 	t.Run("NodeClockAheadInItsReport", func(t *testing.T) {
-		node := newStatusNode(ctx, t, "status-node-ahead", 30*time.Second, false)
+		node := newStatusNode(ctx, t, "status-node-ahead", 10*time.Second, false)
 		w, first := node.worker(ctx, t, ns, "worker-clock-ahead")
 		made(t, w, "ahead-run-0")
 		time.Sleep(provably)
@@ -301,7 +309,18 @@ func TestRestartReleaseByStatus(t *testing.T) {
 			t.Errorf("ownerguard_restart_children_kept_total{reason=\"clock\"} %v, want it counted (was %v)", got, held)
 		}
 
+		og.Stop(30 * time.Second)
 		node.skew = 0
+		// The kubelet writes again 9 s after the restart (the node's
+		// clock said restart, 10 s ahead of the API server's).
+		time.Sleep(time.Until(restart.Add(-10 * time.Second).Add(9 * time.Second)))
+		unready := runningSince(1, restart, crashed(0, first, restart))
+		unready.Ready = false
+		node.report(ctx, t, w.Pod, unready)
+		og = serve(t)
+		time.Sleep(aPass)
+		kept(t, "ahead-run-0", "ahead-run-1")
+
 		time.Sleep(provably)
 		node.report(ctx, t, w.Pod, runningSince(2, node.now(), crashed(1, restart, node.now())))
 		made(t, w, "ahead-run-2")

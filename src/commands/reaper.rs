@@ -289,6 +289,9 @@ pub struct Lease {
     observed: Option<(Record, Instant)>,
     /// When this replica last wrote the Lease as its holder.
     renewed: Option<Instant>,
+    /// The Lease as last read or written: what it carries beside its
+    /// record (annotations) is kept across renewals.
+    last: Option<LeaseObject>,
 }
 
 /// What says a holder is alive: it changes at every renewal.
@@ -316,7 +319,44 @@ impl Lease {
             settings,
             observed: None,
             renewed: None,
+            last: None,
         }
+    }
+
+    /// The Lease's annotations as last read or written.
+    pub fn annotations(&self) -> std::collections::BTreeMap<String, String> {
+        self.last
+            .as_ref()
+            .and_then(|lease| lease.metadata.annotations.clone())
+            .unwrap_or_default()
+    }
+
+    /// Set (`Some`) or remove (`None`) annotations of the Lease: an update
+    /// of the Lease as last read, so that it fails (409) if another
+    /// replica wrote it since. For the holder only: what it must remember
+    /// across a takeover.
+    ///
+    /// # Errors
+    ///
+    /// The update's, in words; or that the Lease was never read.
+    pub async fn annotate(&mut self, changes: Vec<(String, Option<String>)>) -> Result<(), String> {
+        let Some(mut lease) = self.last.clone() else {
+            return Err("the Lease was not read yet".into());
+        };
+        let annotations = lease.metadata.annotations.get_or_insert_default();
+        for (key, value) in changes {
+            match value {
+                Some(value) => annotations.insert(key, value),
+                None => annotations.remove(&key),
+            };
+        }
+        let written = self
+            .api
+            .replace(&self.settings.name, &PostParams::default(), &lease)
+            .await
+            .map_err(|error| error.to_string())?;
+        self.last = Some(written);
+        Ok(())
     }
 
     /// How often to renew: a third of the duration, as client-go's
@@ -345,7 +385,10 @@ impl Lease {
     async fn try_hold(&mut self) -> bool {
         let now = Timestamp::now();
         let current = match self.api.get_opt(&self.settings.name).await {
-            Ok(current) => current,
+            Ok(current) => {
+                self.last.clone_from(&current);
+                current
+            }
             Err(error) => {
                 warn!(%error, lease = %self.settings.name, "cannot read the reaper's Lease");
                 return false;
@@ -360,11 +403,13 @@ impl Lease {
                 },
                 spec: Some(self.spec(now, 0)),
             };
-            return self
-                .api
-                .create(&PostParams::default(), &lease)
-                .await
-                .is_ok();
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(created) => {
+                    self.last = Some(created);
+                    true
+                }
+                Err(_) => false,
+            };
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let record = Record::of(&spec);
@@ -396,10 +441,11 @@ impl Lease {
             .replace(&name, &PostParams::default(), &lease)
             .await
         {
-            Ok(_) => {
+            Ok(written) => {
                 if !mine {
                     info!(lease = %name, identity = %self.settings.identity, "took the reaper's Lease");
                 }
+                self.last = Some(written);
                 true
             }
             // Another replica wrote it first (409), or the API failed: not

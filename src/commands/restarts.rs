@@ -338,6 +338,10 @@ pub async fn run(
     };
     let mut relisting: HashMap<Option<String>, std::collections::HashSet<(String, String)>> =
         HashMap::new();
+    // The scopes whose first list is done: until all are, what the Lease
+    // remembers of a pod not yet seen is not stale.
+    let scope_count = scopes.len();
+    let mut listed: std::collections::HashSet<Option<String>> = std::collections::HashSet::new();
     let mut changes = futures::stream::select_all(scopes.into_iter().map(|(scope, api)| {
         watcher::watcher(api, config.clone())
             .default_backoff()
@@ -367,6 +371,7 @@ pub async fn run(
                     relisting.insert(scope, std::collections::HashSet::new());
                 }
                 Some((scope, Ok(watcher::Event::InitDone))) => {
+                    listed.insert(scope.clone());
                     // Pods of the scope the list no longer has were
                     // deleted while the watch was away.
                     if let Some(seen) = relisting.remove(&scope) {
@@ -386,7 +391,8 @@ pub async fn run(
                 let leader = lease.hold().await;
                 metrics.set_restart_leader(leader);
                 if leader {
-                    pass(&client, &mut pods, &mut lease, &settings, &metrics, events.as_ref()).await;
+                    let listed = listed.len() == scope_count;
+                    pass(&client, &mut pods, &mut lease, &settings, &metrics, events.as_ref(), listed).await;
                 }
             }
         }
@@ -511,7 +517,11 @@ async fn pass(
     settings: &RestartSettings,
     metrics: &Metrics,
     events: Option<&crate::observe::events::Events>,
+    listed: bool,
 ) {
+    if listed {
+        forget_stale_holds(pods, lease, &settings.key_prefix).await;
+    }
     for (key, tracked) in pods.iter_mut() {
         if let Some(note) = tracked.tell.take() {
             let owner = Owner {
@@ -568,6 +578,14 @@ async fn pass(
                         "ownerguard released nothing of this restarted pod: its node reports a start {by:#} ahead of the API server's clock, beyond --restart-clock-margin; what the pod owns is kept"
                     ),
                 );
+                // Remembered in the Lease: a replica that takes it over, or
+                // this one started again, holds these runs too, whatever
+                // the node's clock says by then.
+                let key = held_key(&settings.key_prefix, &owner.uid);
+                if let Err(error) = lease.annotate(vec![(key, Some(runs.clone()))]).await {
+                    warn!(namespace = %owner.namespace, pod = %owner.name, %error,
+                        "cannot remember the hold in the Lease: a replica that takes it over judges the pod again");
+                }
                 tracked.done = Some(runs);
             }
             Plan::Release {
@@ -577,6 +595,20 @@ async fn pass(
                 started,
                 runs,
             } => {
+                // Held before, by this replica in an earlier life or by
+                // the one that held the Lease: held still (the node's
+                // clock may have been set right since, which would make
+                // what the new run made look old).
+                if lease
+                    .annotations()
+                    .get(&held_key(&settings.key_prefix, &owner.uid))
+                    == Some(&runs)
+                {
+                    info!(namespace = %owner.namespace, pod = %owner.name,
+                        "a restarted worker held for its node's clock before is held still");
+                    tracked.done = Some(runs);
+                    continue;
+                }
                 // The node's clock, dated by its own Lease: a node ahead
                 // of the API server's clock beyond the margin makes new
                 // children look old.
@@ -640,6 +672,39 @@ async fn pass(
             }
             Plan::Nothing | Plan::NotRunning(_) => {}
         }
+    }
+}
+
+/// The Lease's annotation that remembers a held pod's runs, by its uid.
+fn held_key(key_prefix: &str, uid: &str) -> String {
+    format!("held-restart.{key_prefix}/{uid}")
+}
+
+/// Drop from the Lease the holds of pods gone, or whose runs changed (a
+/// new restart is judged afresh): called once every scope was listed.
+async fn forget_stale_holds(
+    pods: &HashMap<(String, String), Tracked>,
+    lease: &mut Lease,
+    key_prefix: &str,
+) {
+    let prefix = held_key(key_prefix, "");
+    let current: HashMap<&str, &str> = pods
+        .values()
+        .map(|t| (t.uid.as_str(), t.runs.as_str()))
+        .collect();
+    let stale: Vec<(String, Option<String>)> = lease
+        .annotations()
+        .into_iter()
+        .filter_map(|(key, runs)| {
+            let uid = key.strip_prefix(&prefix)?;
+            (current.get(uid) != Some(&runs.as_str())).then_some((key, None))
+        })
+        .collect();
+    if stale.is_empty() {
+        return;
+    }
+    if let Err(error) = lease.annotate(stale).await {
+        warn!(%error, "cannot drop the holds of pods gone or restarted again from the Lease; tried again");
     }
 }
 
