@@ -565,3 +565,47 @@ async fn a_hold_outlives_the_replica_that_made_it_until_the_pod_restarts_again()
     eventually("the hold dropped", || held_of_w1(api).is_none()).await;
     task.abort();
 }
+
+#[tokio::test]
+async fn a_hold_survives_the_opt_in_label_taken_off_and_put_back() {
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    let held = |written: &str, label: Option<&str>| {
+        worker("w-1", W1, label, 1, "2026-12-01T10:01:00Z", written)
+    };
+    api.put_object(Kind::Pod, held("2026-12-01T10:00:00Z", Some("worker")));
+    api.put_object(
+        Kind::ConfigMap,
+        child(
+            Kind::ConfigMap,
+            "prompt-current",
+            "c-current",
+            &[("w-1", W1)],
+            "2026-12-01T10:00:30Z",
+        ),
+    );
+    let (_metrics, task) = start(&server);
+    eventually("the hold remembered in the Lease", || {
+        held_of_w1(api).is_some()
+    })
+    .await;
+    // The label taken off: the pod leaves the watch, but it is there.
+    api.put_object(Kind::Pod, held("2026-12-01T10:00:00Z", None));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        held_of_w1(api).is_some(),
+        "the hold of a pod still there was dropped"
+    );
+    // Put back, the node's clock set right and the status written again.
+    api.put_object(Kind::Pod, held("2026-12-01T10:01:30Z", Some("worker")));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(exists(api, Kind::ConfigMap, "prompt-current"));
+    assert!(api.calls_matching("DELETE ").is_empty());
+    // Once the pod is gone, its hold goes too.
+    api.remove(Kind::Pod, NS, "w-1");
+    eventually("the hold of a pod gone dropped", || {
+        held_of_w1(api).is_none()
+    })
+    .await;
+    task.abort();
+}

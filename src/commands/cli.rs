@@ -403,11 +403,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = crate::serve::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
     pub max_connections: usize,
 
-    /// Most HTTPS connections one source address holds at once; past it,
-    /// its own least valuable connection makes room. Default: three
-    /// quarters of --max-connections, at least 50 (an API server holds a
-    /// connection per webhook call in flight, up to its 600 requests in
-    /// flight in a burst).
+    /// Most HTTPS connections one source address holds at once once it
+    /// has had a review answered (an API server's); past it, its own least
+    /// valuable connection makes room. Default: three quarters of
+    /// --max-connections, at least 50 (an API server holds a connection per
+    /// webhook call in flight, up to its 600 requests in flight in a
+    /// burst). An address that has not holds at most a quarter of
+    /// --max-connections (at least 50), or this, if lower.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
     pub max_connections_per_source: Option<usize>,
 

@@ -179,7 +179,12 @@ pub enum Plan {
     NotRunning(&'static str),
     /// The node's clock is ahead of the API server's by more than the
     /// margin: the pod is held, its children kept, until another run.
-    ClockAhead { by: SignedDuration, runs: String },
+    ClockAhead {
+        by: SignedDuration,
+        runs: String,
+        /// The newest run held (`container=restarts/containerID`).
+        newest: String,
+    },
     /// Release what was made before `started`, the start of `container`'s
     /// newest run.
     Release {
@@ -189,6 +194,9 @@ pub enum Plan {
         started: Timestamp,
         /// The runs this plan is for: a pass done for them is not redone.
         runs: String,
+        /// The newest run (`container=restarts/containerID`): what a hold
+        /// is for.
+        newest: String,
     },
 }
 
@@ -228,7 +236,7 @@ fn plan_with(
                 .chain(s.init_container_statuses.iter().flatten())
         })
         .collect::<Vec<_>>();
-    let mut newest: Option<(Timestamp, &ContainerStatus)> = None;
+    let mut newest: Option<(Timestamp, &ContainerStatus, String)> = None;
     let mut runs = Vec::new();
     for name in names {
         let Some(container) = statuses.iter().find(|c| c.name == *name) else {
@@ -243,11 +251,11 @@ fn plan_with(
         // No start time (a run the runtime lost): nothing until the next
         // status names one.
         let Some(started) = run.started else { continue };
-        if newest.is_none_or(|(at, _)| started > at) {
-            newest = Some((started, container));
+        if newest.as_ref().is_none_or(|(at, ..)| started > *at) {
+            newest = Some((started, container, runs.last().cloned().unwrap_or_default()));
         }
     }
-    let Some((started, container)) = newest else {
+    let Some((started, container, newest)) = newest else {
         return Plan::Nothing;
     };
     let margin = SignedDuration::try_from(margin).unwrap_or(SignedDuration::MAX);
@@ -262,6 +270,7 @@ fn plan_with(
             return Plan::ClockAhead {
                 by: ahead,
                 runs: runs.join(","),
+                newest,
             };
         }
     }
@@ -280,6 +289,7 @@ fn plan_with(
         restarts: container.restart_count,
         started,
         runs: runs.join(","),
+        newest,
     }
 }
 
@@ -313,6 +323,11 @@ struct Tracked {
     tell: Option<String>,
     /// The node it runs on: its Lease dates the node's clock.
     node: Option<String>,
+    /// Its newest run (`container=restarts/containerID`), when one
+    /// restarted: a hold recorded for another one is stale.
+    newest: String,
+    /// A hold made and not yet written into the Lease.
+    unrecorded_hold: Option<String>,
 }
 
 /// Release forever: watch the opted-in pods, and while this replica holds
@@ -330,9 +345,13 @@ pub async fn run(
     let scopes: Vec<(Option<String>, Api<Pod>)> = if settings.namespaces.is_empty() {
         vec![(None, Api::all(client.clone()))]
     } else {
+        // Each namespace once: a scope named twice would never count as
+        // listed.
         settings
             .namespaces
             .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
             .map(|ns| (Some(ns.clone()), Api::namespaced(client.clone(), ns)))
             .collect()
     };
@@ -461,7 +480,10 @@ fn see(
     }
     tracked.node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
     let runs = match &first {
-        Plan::Release { runs, .. } | Plan::ClockAhead { runs, .. } => runs.clone(),
+        Plan::Release { runs, newest, .. } | Plan::ClockAhead { runs, newest, .. } => {
+            tracked.newest.clone_from(newest);
+            runs.clone()
+        }
         _ => String::new(),
     };
     if runs != tracked.runs {
@@ -505,6 +527,8 @@ impl Tracked {
             warned_unknown: false,
             tell: None,
             node: None,
+            newest: String::new(),
+            unrecorded_hold: None,
         }
     }
 }
@@ -519,9 +543,6 @@ async fn pass(
     events: Option<&crate::observe::events::Events>,
     listed: bool,
 ) {
-    if listed {
-        forget_stale_holds(pods, lease, &settings.key_prefix).await;
-    }
     for (key, tracked) in pods.iter_mut() {
         if let Some(note) = tracked.tell.take() {
             let owner = Owner {
@@ -564,7 +585,7 @@ async fn pass(
             uid: tracked.uid.clone(),
         };
         match plan {
-            Plan::ClockAhead { by, runs } => {
+            Plan::ClockAhead { by, runs, newest } => {
                 // Held for these runs: what they made stays, counted once.
                 metrics.count_restart_kept("clock", 1);
                 warn!(namespace = %owner.namespace, pod = %owner.name, ahead = %by,
@@ -578,14 +599,11 @@ async fn pass(
                         "ownerguard released nothing of this restarted pod: its node reports a start {by:#} ahead of the API server's clock, beyond --restart-clock-margin; what the pod owns is kept"
                     ),
                 );
-                // Remembered in the Lease: a replica that takes it over, or
-                // this one started again, holds these runs too, whatever
-                // the node's clock says by then.
-                let key = held_key(&settings.key_prefix, &owner.uid);
-                if let Err(error) = lease.annotate(vec![(key, Some(runs.clone()))]).await {
-                    warn!(namespace = %owner.namespace, pod = %owner.name, %error,
-                        "cannot remember the hold in the Lease: a replica that takes it over judges the pod again");
-                }
+                // Remembered in the Lease (at the start of each pass until
+                // written): a replica that takes it over, or this one
+                // started again, holds this run too, whatever the node's
+                // clock says by then.
+                tracked.unrecorded_hold = Some(hold_value(&owner, &newest));
                 tracked.done = Some(runs);
             }
             Plan::Release {
@@ -594,6 +612,7 @@ async fn pass(
                 restarts,
                 started,
                 runs,
+                newest,
             } => {
                 // Held before, by this replica in an earlier life or by
                 // the one that held the Lease: held still (the node's
@@ -602,7 +621,7 @@ async fn pass(
                 if lease
                     .annotations()
                     .get(&held_key(&settings.key_prefix, &owner.uid))
-                    == Some(&runs)
+                    == Some(&hold_value(&owner, &newest))
                 {
                     info!(namespace = %owner.namespace, pod = %owner.name,
                         "a restarted worker held for its node's clock before is held still");
@@ -619,8 +638,14 @@ async fn pass(
                                 > SignedDuration::try_from(settings.clock_margin)
                                     .unwrap_or(SignedDuration::MAX) =>
                         {
-                            tracked.due =
-                                Some((Instant::now(), Plan::ClockAhead { by: ahead, runs }));
+                            tracked.due = Some((
+                                Instant::now(),
+                                Plan::ClockAhead {
+                                    by: ahead,
+                                    runs,
+                                    newest,
+                                },
+                            ));
                             continue;
                         }
                         Ok(_) => {}
@@ -636,6 +661,7 @@ async fn pass(
                                     restarts,
                                     started,
                                     runs,
+                                    newest,
                                 },
                             ));
                             continue;
@@ -666,6 +692,7 @@ async fn pass(
                             restarts,
                             started,
                             runs,
+                            newest,
                         },
                     ));
                 }
@@ -673,38 +700,109 @@ async fn pass(
             Plan::Nothing | Plan::NotRunning(_) => {}
         }
     }
+    keep_holds(client, pods, lease, &settings.key_prefix, listed).await;
 }
 
-/// The Lease's annotation that remembers a held pod's runs, by its uid.
+/// The Lease's annotation that remembers a held pod, by its uid.
 fn held_key(key_prefix: &str, uid: &str) -> String {
     format!("held-restart.{key_prefix}/{uid}")
 }
 
-/// Drop from the Lease the holds of pods gone, or whose runs changed (a
-/// new restart is judged afresh): called once every scope was listed.
-async fn forget_stale_holds(
-    pods: &HashMap<(String, String), Tracked>,
+/// What the annotation holds: the pod (to find it again) and its newest
+/// run held (`<namespace>/<name> <container>=<restarts>/<containerID>`).
+fn hold_value(owner: &Owner, newest: &str) -> String {
+    format!("{}/{} {newest}", owner.namespace, owner.name)
+}
+
+/// Holds the Lease's annotations may carry: about 110 KiB at their
+/// longest, under the 256 KiB the API allows an object's annotations.
+/// Past it a hold is kept in memory only (warned).
+const MAX_RECORDED_HOLDS: usize = 256;
+
+/// Write the holds not yet in the Lease, and drop those of pods gone or
+/// restarted since (a new run is judged afresh). A pod not watched any
+/// more (its label taken off, its namespace no longer watched) keeps its
+/// hold until a read of it shows it gone or replaced. Stale holds are
+/// looked for only once every scope was listed (`listed`).
+async fn keep_holds(
+    client: &kube::Client,
+    pods: &mut HashMap<(String, String), Tracked>,
     lease: &mut Lease,
     key_prefix: &str,
+    listed: bool,
 ) {
     let prefix = held_key(key_prefix, "");
-    let current: HashMap<&str, &str> = pods
-        .values()
-        .map(|t| (t.uid.as_str(), t.runs.as_str()))
-        .collect();
-    let stale: Vec<(String, Option<String>)> = lease
-        .annotations()
-        .into_iter()
-        .filter_map(|(key, runs)| {
-            let uid = key.strip_prefix(&prefix)?;
-            (current.get(uid) != Some(&runs.as_str())).then_some((key, None))
-        })
-        .collect();
-    if stale.is_empty() {
+    let recorded = lease.annotations();
+    let mut changes: Vec<(String, Option<String>)> = Vec::new();
+    if listed {
+        let watched: HashMap<&str, &str> = pods
+            .values()
+            .map(|t| (t.uid.as_str(), t.newest.as_str()))
+            .collect();
+        for (key, value) in &recorded {
+            let Some(uid) = key.strip_prefix(&prefix) else {
+                continue;
+            };
+            let (pod, newest) = value.split_once(' ').unwrap_or((value.as_str(), ""));
+            let stale = match watched.get(uid) {
+                // Watched: stale once another run is the newest.
+                Some(now) => !now.is_empty() && *now != newest,
+                None => match pod.split_once('/') {
+                    Some((namespace, name)) => {
+                        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                        match api.get_metadata_opt(name).await {
+                            Ok(found) => {
+                                found.is_none_or(|p| p.metadata.uid.as_deref() != Some(uid))
+                            }
+                            // Unknown: kept.
+                            Err(_) => false,
+                        }
+                    }
+                    None => true,
+                },
+            };
+            if stale {
+                changes.push((key.clone(), None));
+            }
+        }
+    }
+    let mut room = MAX_RECORDED_HOLDS
+        .saturating_sub(recorded.keys().filter(|k| k.starts_with(&prefix)).count())
+        + changes.len();
+    let mut writing = Vec::new();
+    for tracked in pods.values_mut() {
+        let Some(value) = tracked.unrecorded_hold.clone() else {
+            continue;
+        };
+        let key = held_key(key_prefix, &tracked.uid);
+        if recorded.get(&key) == Some(&value) {
+            tracked.unrecorded_hold = None;
+            continue;
+        }
+        if room == 0 {
+            warn!(pod = %value, "the restart Lease holds as many holds as it may: this one is kept in memory only");
+            tracked.unrecorded_hold = None;
+            continue;
+        }
+        room -= 1;
+        changes.retain(|(k, _)| *k != key);
+        changes.push((key, Some(value)));
+        writing.push(tracked.uid.clone());
+    }
+    if changes.is_empty() {
         return;
     }
-    if let Err(error) = lease.annotate(stale).await {
-        warn!(%error, "cannot drop the holds of pods gone or restarted again from the Lease; tried again");
+    match lease.annotate(changes).await {
+        Ok(()) => {
+            for tracked in pods.values_mut() {
+                if writing.contains(&tracked.uid) {
+                    tracked.unrecorded_hold = None;
+                }
+            }
+        }
+        Err(error) => {
+            warn!(%error, "cannot write the holds of restarted workers into the Lease; tried again at the next pass");
+        }
     }
 }
 

@@ -98,9 +98,18 @@ impl Table {
             .map(|(&id, _)| id)
     }
 
+    /// Tell a connection to go, and give its place back at once: it
+    /// holds no place while its task winds down, so it is never chosen
+    /// twice and the table never counts past the cap.
     fn shed(&mut self, id: u64) {
-        if let Some(entry) = self.entries.get(&id) {
+        if let Some(entry) = self.entries.remove(&id) {
             entry.shed.notify_one();
+            if let Some(count) = self.per_source.get_mut(&entry.source) {
+                *count -= 1;
+                if *count == 0 {
+                    self.per_source.remove(&entry.source);
+                }
+            }
         }
     }
 }
@@ -110,7 +119,12 @@ impl Table {
 pub struct Connections {
     table: Mutex<Table>,
     cap: usize,
+    /// A known source's share (an API server's).
     per_source: usize,
+    /// A stranger's share: a quarter of the cap at most, so that one
+    /// address that never had a review answered (holding its requests
+    /// busy, say) cannot keep a known source to less than three quarters.
+    stranger_share: usize,
 }
 
 /// Why a connection was not let in, or why another made room for it.
@@ -136,10 +150,13 @@ impl Refused {
 impl Connections {
     /// `cap` connections at most, `per_source` of them from one address.
     pub fn new(cap: usize, per_source: usize) -> Arc<Self> {
+        let cap = cap.max(1);
+        let per_source = per_source.clamp(1, cap);
         Arc::new(Self {
             table: Mutex::new(Table::default()),
-            cap: cap.max(1),
-            per_source: per_source.clamp(1, cap.max(1)),
+            cap,
+            per_source,
+            stranger_share: per_source.min((cap / 4).max(50)),
         })
     }
 
@@ -176,8 +193,13 @@ impl Connections {
         let mut table = self.lock();
         let known = table.known.contains_key(&source);
         let from_source = table.per_source.get(&source).copied().unwrap_or(0);
+        let share = if known {
+            self.per_source
+        } else {
+            self.stranger_share
+        };
         // A share as large as the cap is no share: the cap is what binds.
-        let made_room = if from_source >= self.per_source && self.per_source < self.cap {
+        let made_room = if from_source >= share && share < self.cap {
             let victim = table
                 .least_valuable(now, Some(source), true)
                 .ok_or(Refused::SourceFull)?;
@@ -482,6 +504,45 @@ mod tests {
         // Another source still gets in: the table has room.
         let (_other, made_room) = connections.admit(ip(2)).unwrap();
         assert_eq!(made_room, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stranger_holds_a_quarter_and_a_known_source_three_quarters() {
+        let connections = Connections::new(1000, Connections::default_per_source(1000));
+        // A stranger whose requests stay busy (a body that never comes).
+        let mut held = Vec::new();
+        for _ in 0..250 {
+            let slot = connections.admit(ip(66)).unwrap().0;
+            slot.handshaken();
+            slot.review_started();
+            held.push(slot);
+        }
+        assert_eq!(connections.admit(ip(66)).unwrap_err(), Refused::SourceFull);
+        // The API server, known: its burst of 600 calls in flight gets in.
+        let api = connections.admit(ip(1)).unwrap().0;
+        api.handshaken();
+        api.review_started();
+        api.request_ended(true);
+        let mut burst = vec![api];
+        for _ in 1..600 {
+            let slot = connections.admit(ip(1)).unwrap().0;
+            slot.handshaken();
+            slot.review_started();
+            burst.push(slot);
+        }
+        assert_eq!(connections.len(), 850);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_shed_is_not_chosen_again_nor_counted_past_the_cap() {
+        let connections = Connections::new(2, 2);
+        let a = connections.admit(ip(1)).unwrap().0;
+        let b = connections.admit(ip(2)).unwrap().0;
+        let _c = connections.admit(ip(3)).unwrap().0;
+        let _d = connections.admit(ip(4)).unwrap().0;
+        // Both older ones went, one each, before either task wound down.
+        assert!(told_to_go(&a) && told_to_go(&b));
+        assert_eq!(connections.len(), 2);
     }
 
     #[test]
