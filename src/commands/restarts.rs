@@ -293,6 +293,26 @@ fn plan_with(
     }
 }
 
+/// Each container's current run, as `plan` names runs.
+fn current_runs(pod: &Pod) -> HashMap<String, String> {
+    pod.status
+        .iter()
+        .flat_map(|s| {
+            s.container_statuses
+                .iter()
+                .flatten()
+                .chain(s.init_container_statuses.iter().flatten())
+        })
+        .map(|c| {
+            let run = newest_run(c);
+            (
+                c.name.clone(),
+                format!("{}={}/{}", c.name, c.restart_count, run.id),
+            )
+        })
+        .collect()
+}
+
 /// The API server's time of the pod's latest status write.
 fn status_written(pod: &Pod) -> Option<Timestamp> {
     pod.metadata
@@ -323,11 +343,10 @@ struct Tracked {
     tell: Option<String>,
     /// The node it runs on: its Lease dates the node's clock.
     node: Option<String>,
-    /// Its newest run (`container=restarts/containerID`), when one
-    /// restarted: a hold recorded for another one is stale.
-    newest: String,
-    /// A hold made and not yet written into the Lease.
-    unrecorded_hold: Option<String>,
+    /// Each container's current run (`name` to
+    /// `name=restarts/containerID`), whatever the label names: a hold of a
+    /// run of a container that has another one now is stale.
+    containers: HashMap<String, String>,
 }
 
 /// Release forever: watch the opted-in pods, and while this replica holds
@@ -369,6 +388,10 @@ pub async fn run(
     }));
     let mut lease = Lease::new(client.clone(), settings.lease.clone());
     let mut pods: HashMap<(String, String), Tracked> = HashMap::new();
+    // The holds this replica knows, made or read from the Lease: pod uid
+    // to `hold_value`. Kept apart from `pods`: a pod that leaves the watch
+    // (its label taken off) and comes back is still held.
+    let mut holds: HashMap<String, String> = HashMap::new();
     let mut tick = tokio::time::interval(lease.renew_every());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -411,7 +434,8 @@ pub async fn run(
                 metrics.set_restart_leader(leader);
                 if leader {
                     let listed = listed.len() == scope_count;
-                    pass(&client, &mut pods, &mut lease, &settings, &metrics, events.as_ref(), listed).await;
+                    let mut state = PassState { pods: &mut pods, holds: &mut holds, listed };
+                    pass(&client, &mut state, &mut lease, &settings, &metrics, events.as_ref()).await;
                 }
             }
         }
@@ -479,11 +503,9 @@ fn see(
         ));
     }
     tracked.node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    tracked.containers = current_runs(pod);
     let runs = match &first {
-        Plan::Release { runs, newest, .. } | Plan::ClockAhead { runs, newest, .. } => {
-            tracked.newest.clone_from(newest);
-            runs.clone()
-        }
+        Plan::Release { runs, .. } | Plan::ClockAhead { runs, .. } => runs.clone(),
         _ => String::new(),
     };
     if runs != tracked.runs {
@@ -527,8 +549,7 @@ impl Tracked {
             warned_unknown: false,
             tell: None,
             node: None,
-            newest: String::new(),
-            unrecorded_hold: None,
+            containers: HashMap::new(),
         }
     }
 }
@@ -536,13 +557,26 @@ impl Tracked {
 /// One pass over the pods due, while the Lease is held.
 async fn pass(
     client: &kube::Client,
-    pods: &mut HashMap<(String, String), Tracked>,
+    state: &mut PassState<'_>,
     lease: &mut Lease,
     settings: &RestartSettings,
     metrics: &Metrics,
     events: Option<&crate::observe::events::Events>,
-    listed: bool,
 ) {
+    let PassState {
+        pods,
+        holds,
+        listed,
+    } = state;
+    let listed = *listed;
+    // What the Lease remembers (another replica's holds, or this one's in
+    // an earlier life), before any pass looks at a pod.
+    let prefix = held_key(&settings.key_prefix, "");
+    for (key, value) in lease.annotations() {
+        if let Some(uid) = key.strip_prefix(&prefix) {
+            holds.entry(uid.to_string()).or_insert(value);
+        }
+    }
     for (key, tracked) in pods.iter_mut() {
         if let Some(note) = tracked.tell.take() {
             let owner = Owner {
@@ -586,24 +620,7 @@ async fn pass(
         };
         match plan {
             Plan::ClockAhead { by, runs, newest } => {
-                // Held for these runs: what they made stays, counted once.
-                metrics.count_restart_kept("clock", 1);
-                warn!(namespace = %owner.namespace, pod = %owner.name, ahead = %by,
-                    "a restarted worker's node reports a start ahead of the API server's clock beyond --restart-clock-margin: nothing of it is released");
-                record(
-                    events,
-                    &owner,
-                    true,
-                    "RestartReleaseHeld",
-                    format!(
-                        "ownerguard released nothing of this restarted pod: its node reports a start {by:#} ahead of the API server's clock, beyond --restart-clock-margin; what the pod owns is kept"
-                    ),
-                );
-                // Remembered in the Lease (at the start of each pass until
-                // written): a replica that takes it over, or this one
-                // started again, holds this run too, whatever the node's
-                // clock says by then.
-                tracked.unrecorded_hold = Some(hold_value(&owner, &newest));
+                hold_pod(&owner, by, &newest, metrics, events, holds);
                 tracked.done = Some(runs);
             }
             Plan::Release {
@@ -618,11 +635,7 @@ async fn pass(
                 // the one that held the Lease: held still (the node's
                 // clock may have been set right since, which would make
                 // what the new run made look old).
-                if lease
-                    .annotations()
-                    .get(&held_key(&settings.key_prefix, &owner.uid))
-                    == Some(&hold_value(&owner, &newest))
-                {
+                if holds.get(&owner.uid) == Some(&hold_value(&owner, &newest)) {
                     info!(namespace = %owner.namespace, pod = %owner.name,
                         "a restarted worker held for its node's clock before is held still");
                     tracked.done = Some(runs);
@@ -638,14 +651,8 @@ async fn pass(
                                 > SignedDuration::try_from(settings.clock_margin)
                                     .unwrap_or(SignedDuration::MAX) =>
                         {
-                            tracked.due = Some((
-                                Instant::now(),
-                                Plan::ClockAhead {
-                                    by: ahead,
-                                    runs,
-                                    newest,
-                                },
-                            ));
+                            hold_pod(&owner, ahead, &newest, metrics, events, holds);
+                            tracked.done = Some(runs);
                             continue;
                         }
                         Ok(_) => {}
@@ -700,7 +707,41 @@ async fn pass(
             Plan::Nothing | Plan::NotRunning(_) => {}
         }
     }
-    keep_holds(client, pods, lease, &settings.key_prefix, listed).await;
+    keep_holds(client, pods, holds, lease, &settings.key_prefix, listed).await;
+}
+
+/// What a pass reads and changes beside the Lease.
+struct PassState<'a> {
+    pods: &'a mut HashMap<(String, String), Tracked>,
+    holds: &'a mut HashMap<String, String>,
+    /// Every scope's first list is done.
+    listed: bool,
+}
+
+/// Hold a restarted pod whose node's clock is ahead: nothing of it is
+/// released for this run, counted once, told on the pod, and remembered
+/// (in memory at once, in the Lease at the end of the pass).
+fn hold_pod(
+    owner: &Owner,
+    by: SignedDuration,
+    newest: &str,
+    metrics: &Metrics,
+    events: Option<&crate::observe::events::Events>,
+    holds: &mut HashMap<String, String>,
+) {
+    metrics.count_restart_kept("clock", 1);
+    warn!(namespace = %owner.namespace, pod = %owner.name, ahead = %by,
+        "a restarted worker's node reports a start ahead of the API server's clock beyond --restart-clock-margin: nothing of it is released");
+    record(
+        events,
+        owner,
+        true,
+        "RestartReleaseHeld",
+        format!(
+            "ownerguard released nothing of this restarted pod: its node reports a start {by:#} ahead of the API server's clock, beyond --restart-clock-margin; what the pod owns is kept"
+        ),
+    );
+    holds.insert(owner.uid.clone(), hold_value(owner, newest));
 }
 
 /// The Lease's annotation that remembers a held pod, by its uid.
@@ -719,90 +760,96 @@ fn hold_value(owner: &Owner, newest: &str) -> String {
 /// Past it a hold is kept in memory only (warned).
 const MAX_RECORDED_HOLDS: usize = 256;
 
-/// Write the holds not yet in the Lease, and drop those of pods gone or
-/// restarted since (a new run is judged afresh). A pod not watched any
-/// more (its label taken off, its namespace no longer watched) keeps its
-/// hold until a read of it shows it gone or replaced. Stale holds are
-/// looked for only once every scope was listed (`listed`).
+/// Pods no longer watched whose holds are checked in one pass (a GET
+/// each): the rest wait for the next passes.
+const UNWATCHED_CHECKS_PER_PASS: usize = 10;
+
+/// Drop the holds of pods gone, or whose held container has run again
+/// since (a new run is judged afresh), and write the others into the
+/// Lease. A pod not watched any more (its label taken off, its namespace
+/// no longer watched) keeps its hold until a read of it shows it gone or
+/// replaced. Stale holds are looked for only once every scope was listed.
 async fn keep_holds(
     client: &kube::Client,
-    pods: &mut HashMap<(String, String), Tracked>,
+    pods: &HashMap<(String, String), Tracked>,
+    holds: &mut HashMap<String, String>,
     lease: &mut Lease,
     key_prefix: &str,
     listed: bool,
 ) {
-    let prefix = held_key(key_prefix, "");
-    let recorded = lease.annotations();
-    let mut changes: Vec<(String, Option<String>)> = Vec::new();
     if listed {
-        let watched: HashMap<&str, &str> = pods
-            .values()
-            .map(|t| (t.uid.as_str(), t.newest.as_str()))
-            .collect();
-        for (key, value) in &recorded {
-            let Some(uid) = key.strip_prefix(&prefix) else {
-                continue;
-            };
+        let watched: HashMap<&str, &Tracked> = pods.values().map(|t| (t.uid.as_str(), t)).collect();
+        let mut stale = Vec::new();
+        let mut unwatched = 0;
+        for (uid, value) in holds.iter() {
             let (pod, newest) = value.split_once(' ').unwrap_or((value.as_str(), ""));
-            let stale = match watched.get(uid) {
-                // Watched: stale once another run is the newest.
-                Some(now) => !now.is_empty() && *now != newest,
-                None => match pod.split_once('/') {
-                    Some((namespace, name)) => {
-                        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-                        match api.get_metadata_opt(name).await {
-                            Ok(found) => {
-                                found.is_none_or(|p| p.metadata.uid.as_deref() != Some(uid))
-                            }
-                            // Unknown: kept.
-                            Err(_) => false,
-                        }
+            let container = newest.split('=').next().unwrap_or_default();
+            let gone = if let Some(tracked) = watched.get(uid.as_str()) {
+                tracked
+                    .containers
+                    .get(container)
+                    .is_some_and(|now| now != newest)
+            } else if let Some((namespace, name)) = pod.split_once('/') {
+                if unwatched == UNWATCHED_CHECKS_PER_PASS {
+                    continue;
+                }
+                unwatched += 1;
+                let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                match tokio::time::timeout(Duration::from_secs(2), api.get_metadata_opt(name)).await
+                {
+                    Ok(Ok(found)) => {
+                        found.is_none_or(|p| p.metadata.uid.as_deref() != Some(uid.as_str()))
                     }
-                    None => true,
-                },
+                    // Unknown: kept.
+                    _ => false,
+                }
+            } else {
+                true
             };
-            if stale {
-                changes.push((key.clone(), None));
+            if gone {
+                stale.push(uid.clone());
             }
         }
+        for uid in &stale {
+            holds.remove(uid);
+        }
     }
-    let mut room = MAX_RECORDED_HOLDS
-        .saturating_sub(recorded.keys().filter(|k| k.starts_with(&prefix)).count())
-        + changes.len();
-    let mut writing = Vec::new();
-    for tracked in pods.values_mut() {
-        let Some(value) = tracked.unrecorded_hold.clone() else {
-            continue;
-        };
-        let key = held_key(key_prefix, &tracked.uid);
-        if recorded.get(&key) == Some(&value) {
-            tracked.unrecorded_hold = None;
-            continue;
+    let prefix = held_key(key_prefix, "");
+    let recorded: HashMap<String, String> = lease
+        .annotations()
+        .into_iter()
+        .filter(|(key, _)| key.starts_with(&prefix))
+        .collect();
+    let mut changes: Vec<(String, Option<String>)> = recorded
+        .keys()
+        .filter(|key| !holds.contains_key(&key[prefix.len()..]))
+        .map(|key| (key.clone(), None))
+        .collect();
+    let mut room = MAX_RECORDED_HOLDS.saturating_sub(recorded.len() - changes.len());
+    let mut unrecorded = 0;
+    for (uid, value) in holds.iter() {
+        let key = held_key(key_prefix, uid);
+        match recorded.get(&key) {
+            Some(there) if there == value => {}
+            Some(_) => changes.push((key, Some(value.clone()))),
+            None if room > 0 => {
+                room -= 1;
+                changes.push((key, Some(value.clone())));
+            }
+            None => unrecorded += 1,
         }
-        if room == 0 {
-            warn!(pod = %value, "the restart Lease holds as many holds as it may: this one is kept in memory only");
-            tracked.unrecorded_hold = None;
-            continue;
-        }
-        room -= 1;
-        changes.retain(|(k, _)| *k != key);
-        changes.push((key, Some(value)));
-        writing.push(tracked.uid.clone());
+    }
+    if unrecorded > 0 {
+        warn!(
+            unrecorded,
+            "the restart Lease holds as many holds as it may: the others are kept in this replica's memory only"
+        );
     }
     if changes.is_empty() {
         return;
     }
-    match lease.annotate(changes).await {
-        Ok(()) => {
-            for tracked in pods.values_mut() {
-                if writing.contains(&tracked.uid) {
-                    tracked.unrecorded_hold = None;
-                }
-            }
-        }
-        Err(error) => {
-            warn!(%error, "cannot write the holds of restarted workers into the Lease; tried again at the next pass");
-        }
+    if let Err(error) = lease.annotate(changes).await {
+        warn!(%error, "cannot write the holds of restarted workers into the Lease; tried again at the next pass");
     }
 }
 

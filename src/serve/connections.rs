@@ -327,8 +327,16 @@ impl Slot {
             entry.since = now;
         }
         let source = entry.source;
-        if decided && table.known.insert(source, now).is_none() && table.known.len() > KNOWN_SOURCES
-        {
+        if decided && table.known.insert(source, now).is_none() {
+            // Known from now: its connections already open are too, so no
+            // stranger takes their place.
+            for entry in table.entries.values_mut() {
+                if entry.source == source {
+                    entry.known = true;
+                }
+            }
+        }
+        if table.known.len() > KNOWN_SOURCES {
             let oldest = table
                 .known
                 .iter()
@@ -416,10 +424,14 @@ mod tests {
             slot.request_ended(true);
             tokio::time::advance(Duration::from_millis(300)).await;
         }
-        // Between two reviews: both keep their place.
+        // Between two reviews: both keep their place, even for the API
+        // server's own new connection (a stranger never takes a known
+        // source's place at all).
+        assert_eq!(connections.admit(ip(1)).unwrap_err(), Refused::Full);
         assert_eq!(connections.admit(ip(3)).unwrap_err(), Refused::Full);
         tokio::time::advance(Duration::from_secs(1)).await;
-        let _new = connections.admit(ip(3)).unwrap().0;
+        assert_eq!(connections.admit(ip(3)).unwrap_err(), Refused::Full);
+        let _new = connections.admit(ip(1)).unwrap().0;
         assert!(told_to_go(&older));
         assert!(!told_to_go(&newer));
     }
@@ -531,6 +543,21 @@ mod tests {
             burst.push(slot);
         }
         assert_eq!(connections.len(), 850);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn connections_opened_before_their_source_became_known_are_known_too() {
+        let connections = Connections::new(2, 2);
+        let first = connections.admit(ip(1)).unwrap().0;
+        first.handshaken();
+        let second = connections.admit(ip(1)).unwrap().0;
+        second.handshaken();
+        first.review_started();
+        first.request_ended(true);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        // A stranger at the cap: it may take neither API server connection.
+        assert_eq!(connections.admit(ip(2)).unwrap_err(), Refused::Full);
+        assert!(!told_to_go(&first) && !told_to_go(&second));
     }
 
     #[tokio::test(start_paused = true)]
