@@ -376,10 +376,6 @@ pub async fn run(
     };
     let mut relisting: HashMap<Option<String>, std::collections::HashSet<(String, String)>> =
         HashMap::new();
-    // The scopes whose first list is done: until all are, what the Lease
-    // remembers of a pod not yet seen is not stale.
-    let scope_count = scopes.len();
-    let mut listed: std::collections::HashSet<Option<String>> = std::collections::HashSet::new();
     let mut changes = futures::stream::select_all(scopes.into_iter().map(|(scope, api)| {
         watcher::watcher(api, config.clone())
             .default_backoff()
@@ -388,10 +384,10 @@ pub async fn run(
     }));
     let mut lease = Lease::new(client.clone(), settings.lease.clone());
     let mut pods: HashMap<(String, String), Tracked> = HashMap::new();
-    // The holds this replica knows, made or read from the Lease: pod uid
-    // to `hold_value`. Kept apart from `pods`: a pod that leaves the watch
-    // (its label taken off) and comes back is still held.
-    let mut holds: HashMap<String, String> = HashMap::new();
+    // The holds this replica knows, made or read from the Lease, by pod
+    // uid. Kept apart from `pods`: a pod that leaves the watch (its label
+    // taken off) and comes back is still held.
+    let mut holds: HashMap<String, Holds> = HashMap::new();
     let mut tick = tokio::time::interval(lease.renew_every());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -413,7 +409,6 @@ pub async fn run(
                     relisting.insert(scope, std::collections::HashSet::new());
                 }
                 Some((scope, Ok(watcher::Event::InitDone))) => {
-                    listed.insert(scope.clone());
                     // Pods of the scope the list no longer has were
                     // deleted while the watch was away.
                     if let Some(seen) = relisting.remove(&scope) {
@@ -433,8 +428,7 @@ pub async fn run(
                 let leader = lease.hold().await;
                 metrics.set_restart_leader(leader);
                 if leader {
-                    let listed = listed.len() == scope_count;
-                    let mut state = PassState { pods: &mut pods, holds: &mut holds, listed };
+                    let mut state = PassState { pods: &mut pods, holds: &mut holds };
                     pass(&client, &mut state, &mut lease, &settings, &metrics, events.as_ref()).await;
                 }
             }
@@ -563,18 +557,17 @@ async fn pass(
     metrics: &Metrics,
     events: Option<&crate::observe::events::Events>,
 ) {
-    let PassState {
-        pods,
-        holds,
-        listed,
-    } = state;
-    let listed = *listed;
+    let PassState { pods, holds } = state;
     // What the Lease remembers (another replica's holds, or this one's in
-    // an earlier life), before any pass looks at a pod.
+    // an earlier life), added to what this replica knows before any pass
+    // looks at a pod: neither replaces the other.
     let prefix = held_key(&settings.key_prefix, "");
     for (key, value) in lease.annotations() {
         if let Some(uid) = key.strip_prefix(&prefix) {
-            holds.entry(uid.to_string()).or_insert(value);
+            let known = holds.entry(uid.to_string()).or_default();
+            known
+                .runs
+                .extend(value.split(HOLDS_SEPARATOR).map(str::to_string));
         }
     }
     for (key, tracked) in pods.iter_mut() {
@@ -635,7 +628,10 @@ async fn pass(
                 // the one that held the Lease: held still (the node's
                 // clock may have been set right since, which would make
                 // what the new run made look old).
-                if holds.get(&owner.uid) == Some(&hold_value(&owner, &newest)) {
+                if holds
+                    .get(&owner.uid)
+                    .is_some_and(|h| h.runs.contains(&hold_value(&owner, &newest)))
+                {
                     info!(namespace = %owner.namespace, pod = %owner.name,
                         "a restarted worker held for its node's clock before is held still");
                     tracked.done = Some(runs);
@@ -707,16 +703,26 @@ async fn pass(
             Plan::Nothing | Plan::NotRunning(_) => {}
         }
     }
-    keep_holds(client, pods, holds, lease, &settings.key_prefix, listed).await;
+    keep_holds(client, pods, holds, lease, &settings.key_prefix).await;
 }
 
 /// What a pass reads and changes beside the Lease.
 struct PassState<'a> {
     pods: &'a mut HashMap<(String, String), Tracked>,
-    holds: &'a mut HashMap<String, String>,
-    /// Every scope's first list is done.
-    listed: bool,
+    holds: &'a mut HashMap<String, Holds>,
 }
+
+/// The holds of one pod: its held runs (`hold_value`s; more than one
+/// when several of its containers were held), and when it was last read
+/// while not watched.
+#[derive(Debug, Default)]
+struct Holds {
+    runs: std::collections::BTreeSet<String>,
+    checked: Option<Instant>,
+}
+
+/// Between the held runs of one pod in its Lease annotation.
+const HOLDS_SEPARATOR: char = ';';
 
 /// Hold a restarted pod whose node's clock is ahead: nothing of it is
 /// released for this run, counted once, told on the pod, and remembered
@@ -727,7 +733,7 @@ fn hold_pod(
     newest: &str,
     metrics: &Metrics,
     events: Option<&crate::observe::events::Events>,
-    holds: &mut HashMap<String, String>,
+    holds: &mut HashMap<String, Holds>,
 ) {
     metrics.count_restart_kept("clock", 1);
     warn!(namespace = %owner.namespace, pod = %owner.name, ahead = %by,
@@ -741,7 +747,11 @@ fn hold_pod(
             "ownerguard released nothing of this restarted pod: its node reports a start {by:#} ahead of the API server's clock, beyond --restart-clock-margin; what the pod owns is kept"
         ),
     );
-    holds.insert(owner.uid.clone(), hold_value(owner, newest));
+    holds
+        .entry(owner.uid.clone())
+        .or_default()
+        .runs
+        .insert(hold_value(owner, newest));
 }
 
 /// The Lease's annotation that remembers a held pod, by its uid.
@@ -766,34 +776,50 @@ const UNWATCHED_CHECKS_PER_PASS: usize = 10;
 
 /// Drop the holds of pods gone, or whose held container has run again
 /// since (a new run is judged afresh), and write the others into the
-/// Lease. A pod not watched any more (its label taken off, its namespace
-/// no longer watched) keeps its hold until a read of it shows it gone or
-/// replaced. Stale holds are looked for only once every scope was listed.
+/// Lease. A pod not watched (its label taken off, its namespace no longer
+/// watched, not listed yet) keeps its holds until a read of it shows it
+/// gone or replaced: the least recently read first, a few a pass.
 async fn keep_holds(
     client: &kube::Client,
     pods: &HashMap<(String, String), Tracked>,
-    holds: &mut HashMap<String, String>,
+    holds: &mut HashMap<String, Holds>,
     lease: &mut Lease,
     key_prefix: &str,
-    listed: bool,
 ) {
-    if listed {
-        let watched: HashMap<&str, &Tracked> = pods.values().map(|t| (t.uid.as_str(), t)).collect();
-        let mut stale = Vec::new();
-        let mut unwatched = 0;
-        for (uid, value) in holds.iter() {
-            let (pod, newest) = value.split_once(' ').unwrap_or((value.as_str(), ""));
-            let container = newest.split('=').next().unwrap_or_default();
-            let gone = if let Some(tracked) = watched.get(uid.as_str()) {
+    let watched: HashMap<&str, &Tracked> = pods.values().map(|t| (t.uid.as_str(), t)).collect();
+    // Watched: a held run is stale once its container runs another one.
+    for (uid, held) in holds.iter_mut() {
+        if let Some(tracked) = watched.get(uid.as_str()) {
+            held.runs.retain(|value| {
+                let newest = value.split_once(' ').map_or("", |(_, run)| run);
+                let container = newest.split('=').next().unwrap_or_default();
                 tracked
                     .containers
                     .get(container)
-                    .is_some_and(|now| now != newest)
-            } else if let Some((namespace, name)) = pod.split_once('/') {
-                if unwatched == UNWATCHED_CHECKS_PER_PASS {
-                    continue;
-                }
-                unwatched += 1;
+                    .is_none_or(|now| now == newest)
+            });
+        }
+    }
+    // Not watched: read, the least recently read first.
+    let mut unwatched: Vec<(Option<Instant>, String)> = holds
+        .iter()
+        .filter(|(uid, _)| !watched.contains_key(uid.as_str()))
+        .map(|(uid, held)| (held.checked, uid.clone()))
+        .collect();
+    unwatched.sort();
+    for (_, uid) in unwatched.into_iter().take(UNWATCHED_CHECKS_PER_PASS) {
+        let Some(held) = holds.get_mut(&uid) else {
+            continue;
+        };
+        held.checked = Some(Instant::now());
+        let pod = held
+            .runs
+            .iter()
+            .next()
+            .and_then(|value| value.split_once(' '))
+            .map(|(pod, _)| pod.to_string());
+        let gone = match pod.as_deref().and_then(|pod| pod.split_once('/')) {
+            Some((namespace, name)) => {
                 let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
                 match tokio::time::timeout(Duration::from_secs(2), api.get_metadata_opt(name)).await
                 {
@@ -803,17 +829,15 @@ async fn keep_holds(
                     // Unknown: kept.
                     _ => false,
                 }
-            } else {
-                true
-            };
-            if gone {
-                stale.push(uid.clone());
             }
-        }
-        for uid in &stale {
-            holds.remove(uid);
+            None => true,
+        };
+        if gone {
+            held.runs.clear();
         }
     }
+    holds.retain(|_, held| !held.runs.is_empty());
+
     let prefix = held_key(key_prefix, "");
     let recorded: HashMap<String, String> = lease
         .annotations()
@@ -827,14 +851,20 @@ async fn keep_holds(
         .collect();
     let mut room = MAX_RECORDED_HOLDS.saturating_sub(recorded.len() - changes.len());
     let mut unrecorded = 0;
-    for (uid, value) in holds.iter() {
+    for (uid, held) in holds.iter() {
         let key = held_key(key_prefix, uid);
+        let value = held
+            .runs
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(&HOLDS_SEPARATOR.to_string());
         match recorded.get(&key) {
-            Some(there) if there == value => {}
-            Some(_) => changes.push((key, Some(value.clone()))),
+            Some(there) if *there == value => {}
+            Some(_) => changes.push((key, Some(value))),
             None if room > 0 => {
                 room -= 1;
-                changes.push((key, Some(value.clone())));
+                changes.push((key, Some(value)));
             }
             None => unrecorded += 1,
         }
