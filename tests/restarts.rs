@@ -119,6 +119,15 @@ fn child(kind: Kind, name: &str, uid: &str, owners: &[(&str, &str)], created: &s
             "ownerReferences": references}})
 }
 
+/// A ConfigMap owned by the pods of `owners` (name, uid), created at
+/// `created`.
+fn put_config_map(api: &FakeApi, name: &str, uid: &str, owners: &[(&str, &str)], created: &str) {
+    api.put_object(
+        Kind::ConfigMap,
+        child(Kind::ConfigMap, name, uid, owners, created),
+    );
+}
+
 fn exists(api: &FakeApi, kind: Kind, name: &str) -> bool {
     api.exists(kind, NS, name)
 }
@@ -186,15 +195,12 @@ async fn an_opted_in_worker_restarted_has_its_earlier_runs_children_released_and
         .push(json!({"apiVersion": "batch/v1", "kind": "Job", "name": "step-old", "uid": "j-old", "controller": true}));
     api.put_object(Kind::Pod, job_pod);
     // An old one shared with another running worker: that worker's too.
-    api.put_object(
-        Kind::ConfigMap,
-        child(
-            Kind::ConfigMap,
-            "prompt-shared",
-            "c-shared",
-            &[("w-1", W1), ("w-2", OTHER)],
-            "2026-12-01T09:10:00Z",
-        ),
+    put_config_map(
+        api,
+        "prompt-shared",
+        "c-shared",
+        &[("w-1", W1), ("w-2", OTHER)],
+        "2026-12-01T09:10:00Z",
     );
 
     let (metrics, task) = start(&server);
@@ -269,15 +275,12 @@ async fn an_opted_in_worker_restarted_has_its_earlier_runs_children_released_and
             "2026-12-01T10:05:01Z",
         ),
     );
-    api.put_object(
-        Kind::ConfigMap,
-        child(
-            Kind::ConfigMap,
-            "prompt-third",
-            "c-third",
-            &[("w-1", W1)],
-            "2026-12-01T10:05:10Z",
-        ),
+    put_config_map(
+        api,
+        "prompt-third",
+        "c-third",
+        &[("w-1", W1)],
+        "2026-12-01T10:05:10Z",
     );
     eventually("the second run's children released", || {
         !exists(api, Kind::ConfigMap, "prompt-new") && !exists(api, Kind::Pod, "agent-new")
@@ -308,15 +311,12 @@ async fn a_worker_that_did_not_opt_in_keeps_everything_and_a_clock_ahead_holds_t
             "2026-12-01T10:00:01Z",
         ),
     );
-    api.put_object(
-        Kind::ConfigMap,
-        child(
-            Kind::ConfigMap,
-            "prompt-1",
-            "c-1",
-            &[("w-1", W1)],
-            "2026-12-01T09:00:00Z",
-        ),
+    put_config_map(
+        api,
+        "prompt-1",
+        "c-1",
+        &[("w-1", W1)],
+        "2026-12-01T09:00:00Z",
     );
     // Opted in, but its node reports a start a minute after the API
     // server wrote the status: its clock is ahead, nothing is released.
@@ -331,15 +331,12 @@ async fn a_worker_that_did_not_opt_in_keeps_everything_and_a_clock_ahead_holds_t
             "2026-12-01T10:00:00Z",
         ),
     );
-    api.put_object(
-        Kind::ConfigMap,
-        child(
-            Kind::ConfigMap,
-            "prompt-2",
-            "c-2",
-            &[("w-2", W2)],
-            "2026-12-01T09:00:00Z",
-        ),
+    put_config_map(
+        api,
+        "prompt-2",
+        "c-2",
+        &[("w-2", W2)],
+        "2026-12-01T09:00:00Z",
     );
     let (metrics, task) = start(&server);
     eventually("the held pod counted", || {
@@ -394,15 +391,12 @@ async fn a_node_whose_lease_shows_its_clock_ahead_has_nothing_released() {
             "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40,
                 "renewTime": "2026-12-01T10:01:00.000000Z"}}),
     );
-    api.put_object(
-        Kind::ConfigMap,
-        child(
-            Kind::ConfigMap,
-            "prompt-old",
-            "c-old",
-            &[("w-1", W1)],
-            "2026-12-01T09:00:00Z",
-        ),
+    put_config_map(
+        api,
+        "prompt-old",
+        "c-old",
+        &[("w-1", W1)],
+        "2026-12-01T09:00:00Z",
     );
     let (metrics, task) = start(&server);
     eventually("the held pod counted", || {
@@ -430,15 +424,12 @@ async fn a_node_whose_lease_cannot_be_read_waits_until_it_can() {
     );
     pod["spec"]["nodeName"] = json!("node-a");
     api.put_object(Kind::Pod, pod);
-    api.put_object(
-        Kind::ConfigMap,
-        child(
-            Kind::ConfigMap,
-            "prompt-old",
-            "c-old",
-            &[("w-1", W1)],
-            "2026-12-01T09:00:00Z",
-        ),
+    put_config_map(
+        api,
+        "prompt-old",
+        "c-old",
+        &[("w-1", W1)],
+        "2026-12-01T09:00:00Z",
     );
     // The node's clock cannot be dated: its Lease is not readable.
     api.update_faults(|f| {
@@ -491,15 +482,12 @@ async fn a_hold_outlives_the_replica_that_made_it_until_the_pod_restarts_again()
         ),
     );
     // Made by the current run, 30 s into it (API clock).
-    api.put_object(
-        Kind::ConfigMap,
-        child(
-            Kind::ConfigMap,
-            "prompt-current",
-            "c-current",
-            &[("w-1", W1)],
-            "2026-12-01T10:00:30Z",
-        ),
+    put_config_map(
+        api,
+        "prompt-current",
+        "c-current",
+        &[("w-1", W1)],
+        "2026-12-01T10:00:30Z",
     );
     let (metrics, task) = start(&server);
     eventually("the held pod counted", || {
@@ -574,15 +562,12 @@ async fn a_hold_survives_the_opt_in_label_taken_off_and_put_back() {
         worker("w-1", W1, label, 1, "2026-12-01T10:01:00Z", written)
     };
     api.put_object(Kind::Pod, held("2026-12-01T10:00:00Z", Some("worker")));
-    api.put_object(
-        Kind::ConfigMap,
-        child(
-            Kind::ConfigMap,
-            "prompt-current",
-            "c-current",
-            &[("w-1", W1)],
-            "2026-12-01T10:00:30Z",
-        ),
+    put_config_map(
+        api,
+        "prompt-current",
+        "c-current",
+        &[("w-1", W1)],
+        "2026-12-01T10:00:30Z",
     );
     let (_metrics, task) = start(&server);
     eventually("the hold remembered in the Lease", || {

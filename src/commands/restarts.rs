@@ -1077,6 +1077,28 @@ mod tests {
         }
     }
 
+    /// A container waiting in CrashLoopBackOff after the run that started
+    /// at `started` and ended at `finished`, `restarts` the count.
+    fn backing_off(name: &str, restarts: i32, started: i64, finished: i64) -> ContainerStatus {
+        let mut status = running(name, restarts, 0);
+        status.state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                ..ContainerStateWaiting::default()
+            }),
+            ..ContainerState::default()
+        });
+        status.last_state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                started_at: Some(Time(at(started))),
+                finished_at: Some(Time(at(finished))),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        });
+        status
+    }
+
     fn pod(statuses: Vec<ContainerStatus>) -> Pod {
         Pod {
             status: Some(PodStatus {
@@ -1171,22 +1193,7 @@ mod tests {
     #[test]
     fn a_crash_looping_container_dates_its_dead_run() {
         // Waiting to start again: the newest run is the one that ended.
-        let mut status = running("worker", 3, 0);
-        status.state = Some(ContainerState {
-            waiting: Some(ContainerStateWaiting {
-                reason: Some("CrashLoopBackOff".into()),
-                ..ContainerStateWaiting::default()
-            }),
-            ..ContainerState::default()
-        });
-        status.last_state = Some(ContainerState {
-            terminated: Some(ContainerStateTerminated {
-                started_at: Some(Time(at(200))),
-                finished_at: Some(Time(at(210))),
-                ..ContainerStateTerminated::default()
-            }),
-            ..ContainerState::default()
-        });
+        let status = backing_off("worker", 3, 200, 210);
         let plan = plan(&pod(vec![status]), &["worker"], MARGIN, None);
         assert_eq!(goes(&plan, at(190)), Some(true));
         assert_eq!(
@@ -1202,22 +1209,7 @@ mod tests {
         // state is that very run. What was made around the pod's start
         // (before the first run, by whoever labelled it) is neither
         // released nor counted.
-        let mut status = running("worker", 0, 0);
-        status.state = Some(ContainerState {
-            waiting: Some(ContainerStateWaiting {
-                reason: Some("CrashLoopBackOff".into()),
-                ..ContainerStateWaiting::default()
-            }),
-            ..ContainerState::default()
-        });
-        status.last_state = Some(ContainerState {
-            terminated: Some(ContainerStateTerminated {
-                started_at: Some(Time(at(200))),
-                finished_at: Some(Time(at(210))),
-                ..ContainerStateTerminated::default()
-            }),
-            ..ContainerState::default()
-        });
+        let status = backing_off("worker", 0, 200, 210);
         assert_eq!(
             plan(&pod(vec![status]), &["worker"], MARGIN, None),
             Plan::Nothing
