@@ -313,15 +313,15 @@ impl Webhook {
 
     /// Look every pod of `needs` up once, concurrently, each bound by
     /// `deadline`.
-    async fn lookup_owners(
+    async fn lookup_owners<'n>(
         &self,
         namespace: &str,
-        needs: &[&LookupNeed],
+        needs: &[&'n LookupNeed],
         deadline: Instant,
         trace: Option<&ReviewSpan>,
     ) -> Lookups {
         let budget = deadline.saturating_duration_since(Instant::now());
-        let lookups = needs.iter().map(|&need| async move {
+        let look_up = |need: &'n LookupNeed| async move {
             let span = trace.map(|trace| trace.lookup(need.fresh));
             let query = PodQuery {
                 namespace,
@@ -348,8 +348,13 @@ impl Webhook {
                 span.record("ownerguard.lookup.result", lookup.result_label(&need.uid));
             }
             (need.name.clone(), lookup)
-        });
-        futures::future::join_all(lookups)
+        };
+        // One owner is the usual review: awaited as it is, without the
+        // joining's allocations.
+        if let [need] = needs {
+            return [look_up(need).await].into_iter().collect();
+        }
+        futures::future::join_all(needs.iter().map(|&need| look_up(need)))
             .await
             .into_iter()
             .collect()
@@ -562,9 +567,9 @@ pub fn respond(
             let patch =
                 (webhook.mutates() && !allowed.patch.is_empty()).then(|| allowed.patch.to_json());
             let mut audit_annotations = std::collections::BTreeMap::new();
-            if let Some(owner) = &allowed.owner {
-                audit_annotations.insert("owner", owner.annotation());
+            if let Some(owner) = allowed.owner {
                 audit_annotations.insert("owner-source", owner.source.as_str().to_string());
+                audit_annotations.insert("owner", owner.into_annotation());
             }
             AdmissionResponse {
                 uid: uid.to_string(),

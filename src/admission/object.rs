@@ -15,6 +15,14 @@ use super::lenient::{
 use super::template::{PodSpecAt, SpecHead, Template, TemplateHead, TemplatePath};
 use crate::k8s::names::{is_core_v1, readings, reads_as_one_of};
 
+/// The labels a template's objects take from no selector: one empty map
+/// shared, so that an object without claim templates allocates none.
+fn no_selector() -> Arc<BTreeMap<String, String>> {
+    static EMPTY: std::sync::LazyLock<Arc<BTreeMap<String, String>>> =
+        std::sync::LazyLock::new(Arc::default);
+    EMPTY.clone()
+}
+
 /// The head of an object: enough to decide, nothing of its spec.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -151,20 +159,26 @@ impl ObjectHead<'_> {
             ),
         ]
         .into_iter()
-        .filter_map(|(path, raw)| Template::new(path, raw?, Arc::default()))
+        .filter_map(|(path, raw)| Template::new(path, raw?, no_selector()))
         .collect();
 
         // A StatefulSet's claims take the selector's labels over the
         // template's (statefulset controller, getPersistentVolumeClaims).
-        let selector: Arc<BTreeMap<String, String>> = Arc::new(
-            spec.selector
-                .as_ref()
-                .and_then(|s| strings(&s.match_labels))
-                .flatten()
-                .unwrap_or_default(),
-        );
+        // Built only for an object with claim templates (most have none).
+        let claims = spec.volume_claim_templates.as_deref().unwrap_or_default();
+        let selector: Arc<BTreeMap<String, String>> = if claims.is_empty() {
+            no_selector()
+        } else {
+            Arc::new(
+                spec.selector
+                    .as_ref()
+                    .and_then(|s| strings(&s.match_labels))
+                    .flatten()
+                    .unwrap_or_default(),
+            )
+        };
         let text = |v: &Option<Shaped<String>>| v.as_ref().and_then(|v| v.0.clone());
-        for (index, claim) in spec.volume_claim_templates.iter().flatten().enumerate() {
+        for (index, claim) in claims.iter().enumerate() {
             let raw = claim.as_ref().and_then(|c| c.metadata.as_ref());
             templates.extend(raw.and_then(|raw| {
                 Template::new(
@@ -199,19 +213,15 @@ impl ObjectHead<'_> {
                     .and_then(|t| t.metadata.as_ref());
                 let name = volume.as_ref().and_then(|v| text(&v.name));
                 templates.extend(raw.and_then(|raw| {
-                    Template::new(
-                        TemplatePath::EphemeralVolume(at, index),
-                        raw,
-                        Arc::default(),
-                    )
-                    .map(|t| t.keyed(name.clone()))
+                    Template::new(TemplatePath::EphemeralVolume(at, index), raw, no_selector())
+                        .map(|t| t.keyed(name.clone()))
                 }));
             }
         }
 
         if self.is_resource_claim_template() {
             templates.extend(spec.metadata.as_ref().and_then(|raw| {
-                Template::new(TemplatePath::ResourceClaimTemplate, raw, Arc::default())
+                Template::new(TemplatePath::ResourceClaimTemplate, raw, no_selector())
             }));
         }
         templates

@@ -64,12 +64,8 @@ impl Judge<'_> {
             .lookups
             .get(name)
             .map_or(Source::Inventory, |l| l.source);
-        self.owner.get_or_insert_with(|| CheckedOwner {
-            namespace: self.at.namespace.clone(),
-            name: name.to_string(),
-            uid: uid.to_string(),
-            source,
-        });
+        self.owner
+            .get_or_insert_with(|| CheckedOwner::new(&self.at.namespace, name, uid, source));
     }
 
     /// Take the warnings a plan settled, and require every owner it
@@ -88,7 +84,7 @@ impl Judge<'_> {
     /// A declared owner must be there, with its uid, not being deleted and
     /// not finished.
     pub(super) fn require_owner(&mut self, claim: &Claim) -> Result<(), Denial> {
-        let owner = claim.name.clone();
+        let owner = || claim.name.clone();
         match self.liveness(&claim.name, &claim.uid) {
             Liveness::Live => {
                 self.checked(&claim.name, &claim.uid);
@@ -96,16 +92,16 @@ impl Judge<'_> {
             }
             Liveness::NotFound => Err(Denial::OwnerNotFound {
                 at: self.at.clone(),
-                owner,
+                owner: owner(),
             }),
             Liveness::OtherUid => Err(Denial::OwnerUidMismatch {
                 at: self.at.clone(),
-                owner,
+                owner: owner(),
                 declared: claim.uid.clone(),
             }),
             Liveness::Terminating => Err(Denial::OwnerTerminating {
                 at: self.at.clone(),
-                owner,
+                owner: owner(),
             }),
             Liveness::Finished(_) if self.finished_owners.contains(&claim.name) => {
                 self.checked(&claim.name, &claim.uid);
@@ -113,7 +109,7 @@ impl Judge<'_> {
             }
             Liveness::Finished(phase) => Err(Denial::OwnerFinished {
                 at: self.at.clone(),
-                owner,
+                owner: owner(),
                 phase,
             }),
             Liveness::Unknown(reason) => self.unchecked(&claim.name, reason),

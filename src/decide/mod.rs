@@ -17,6 +17,7 @@
 mod copies;
 mod create;
 pub(crate) mod denial;
+mod few;
 mod judge;
 pub(crate) mod mode;
 mod ownership;
@@ -124,16 +125,43 @@ pub struct Allowed {
 /// annotations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckedOwner {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
+    /// `namespace/name/uid`, written once (the audit annotation's value).
+    annotation: String,
+    /// Where the name is in it.
+    name: std::ops::Range<usize>,
     pub source: Source,
 }
 
 impl CheckedOwner {
+    pub(crate) fn new(namespace: &str, name: &str, uid: &str, source: Source) -> Self {
+        let mut annotation = String::with_capacity(namespace.len() + name.len() + uid.len() + 2);
+        for (i, part) in [namespace, name, uid].into_iter().enumerate() {
+            if i > 0 {
+                annotation.push('/');
+            }
+            annotation.push_str(part);
+        }
+        let name_at = namespace.len() + 1;
+        Self {
+            annotation,
+            name: name_at..name_at + name.len(),
+            source,
+        }
+    }
+
+    /// The owner pod's name.
+    pub fn name(&self) -> &str {
+        &self.annotation[self.name.clone()]
+    }
+
     /// `namespace/name/uid`.
-    pub fn annotation(&self) -> String {
-        format!("{}/{}/{}", self.namespace, self.name, self.uid)
+    pub fn annotation(&self) -> &str {
+        &self.annotation
+    }
+
+    /// [`CheckedOwner::annotation`], taken.
+    pub fn into_annotation(self) -> String {
+        self.annotation
     }
 }
 
@@ -323,18 +351,39 @@ pub fn decide(checks: Checks<'_>, lookups: &Lookups, policy: &Policy) -> Result<
     })
 }
 
+/// How many lookups [`merge_lookups`] merges by a scan.
+const FEW_NEEDS: usize = 8;
+
 /// Lookups for `needs`, one per name; a name needed fresh anywhere is
 /// looked up fresh.
 fn merge_lookups(needs: impl IntoIterator<Item = LookupNeed>) -> Vec<LookupNeed> {
-    let mut merged: Vec<LookupNeed> = Vec::new();
-    let mut by_name: Map<String, usize> = Map::default();
+    let needs = needs.into_iter();
+    let mut merged: Vec<LookupNeed> = Vec::with_capacity(needs.size_hint().0);
+    // By name, once there are more than a few: a scan finds one of a few
+    // without the map's allocation, but a long list would make it
+    // quadratic.
+    let mut by_name: Option<Map<String, usize>> = None;
     for need in needs {
-        match by_name.get(&need.name) {
-            Some(&index) => merged[index].fresh |= need.fresh,
-            None => {
-                by_name.insert(need.name.clone(), merged.len());
-                merged.push(need);
-            }
+        let found = match &by_name {
+            Some(by_name) => by_name.get(&need.name).copied(),
+            None => merged.iter().position(|m| m.name == need.name),
+        };
+        if let Some(index) = found {
+            merged[index].fresh |= need.fresh;
+            continue;
+        }
+        if let Some(by_name) = &mut by_name {
+            by_name.insert(need.name.clone(), merged.len());
+        }
+        merged.push(need);
+        if by_name.is_none() && merged.len() > FEW_NEEDS {
+            by_name = Some(
+                merged
+                    .iter()
+                    .enumerate()
+                    .map(|(index, m)| (m.name.clone(), index))
+                    .collect(),
+            );
         }
     }
     merged
@@ -422,11 +471,11 @@ fn object_of<'r, 'a>(
 }
 
 /// The pod the request comes from, judged for an object at `at`.
-fn requester_of(
-    request: &AdmissionRequest,
+fn requester_of<'r>(
+    request: &'r AdmissionRequest,
     at: &Subject,
     declared: &str,
-) -> Result<Option<Requester>, Denial> {
+) -> Result<Option<Requester<'r>>, Denial> {
     Requester::from_user_info(&request.user_info, &at.namespace).map_err(|problem| {
         Denial::MalformedIdentity {
             at: at.clone(),

@@ -26,6 +26,14 @@ pub struct MetadataPatch {
     created: super::Set<Vec<u8>>,
 }
 
+/// The bytes a patch's operations start with room for: a reference, the
+/// uid label and an annotation, with their paths (about 330 bytes).
+const FIRST_ROOM: usize = 512;
+
+/// The bytes a written pointer starts with room for (a template's map is
+/// about 60).
+const POINTER_ROOM: usize = 96;
+
 impl MetadataPatch {
     pub fn is_empty(&self) -> bool {
         self.operations.is_empty()
@@ -124,7 +132,11 @@ impl MetadataPatch {
         value: impl FnOnce(&mut Vec<u8>),
     ) {
         let out = &mut self.operations;
-        if !out.is_empty() {
+        if out.is_empty() {
+            // Room for the usual patch (a reference, a label, an
+            // annotation) at once, rather than growing to it.
+            out.reserve(FIRST_ROOM);
+        } else {
             out.push(b',');
         }
         out.extend_from_slice(br#"{"op":"add","path":"#);
@@ -138,13 +150,13 @@ impl MetadataPatch {
         if self.created.is_empty() {
             return false;
         }
-        let mut written = Vec::new();
+        let mut written = Vec::with_capacity(POINTER_ROOM);
         write::pointer(&mut written, path);
         self.created.contains(&written)
     }
 
     fn remember_created<'a>(&mut self, path: impl IntoIterator<Item = &'a str>) {
-        let mut written = Vec::new();
+        let mut written = Vec::with_capacity(POINTER_ROOM);
         write::pointer(&mut written, path);
         self.created.insert(written);
     }

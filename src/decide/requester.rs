@@ -62,14 +62,14 @@ impl std::str::FromStr for Delegate {
 /// namespace whose token is bound to a pod has one (SPEC §3 rule 8): the
 /// API server signs that token, so the client cannot forge it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requester {
-    pub namespace: String,
-    pub service_account: String,
-    pub name: String,
-    pub uid: String,
+pub struct Requester<'r> {
+    pub namespace: &'r str,
+    pub service_account: &'r str,
+    pub name: &'r str,
+    pub uid: &'r str,
 }
 
-impl Requester {
+impl<'r> Requester<'r> {
     /// The requesting pod, judged for an object of `namespace`.
     ///
     /// `Ok(None)`: no pod identity (no extras, or a user that is not a
@@ -81,7 +81,7 @@ impl Requester {
     /// without the other, not exactly one value, an empty value, or a pod
     /// name that is not one. The API server never sends such a request.
     pub fn from_user_info(
-        user_info: &UserInfo,
+        user_info: &'r UserInfo,
         namespace: &str,
     ) -> Result<Option<Self>, &'static str> {
         let (name, uid) = match (
@@ -102,10 +102,10 @@ impl Requester {
         Ok(match account {
             Some((ns, service_account)) if ns == namespace && !service_account.is_empty() => {
                 Some(Self {
-                    namespace: ns.to_string(),
-                    service_account: service_account.to_string(),
-                    name: name.to_string(),
-                    uid: uid.to_string(),
+                    namespace: ns,
+                    service_account,
+                    name,
+                    uid,
                 })
             }
             _ => None,

@@ -7,6 +7,7 @@
 
 use crate::admission::{ObjectMeta, OwnerReference, Text};
 use crate::decide::denial::{Denial, SameName};
+use crate::decide::few::FirstSeen;
 use crate::decide::requester::{Delegate, Requester, RequesterCheck};
 use crate::decide::subject::{Shown, Subject};
 use crate::k8s::names::{is_pod_name, is_uid};
@@ -154,7 +155,7 @@ pub fn label_owner(
     let name = match (by_self, annotated, requester) {
         (true, Some(name), _) if is_pod_name(name) => name,
         (true, Some(name), _) => return Err(invalid_name("annotation", &labels.pod_name, name)),
-        (true, None, Some(requester)) => &requester.name,
+        (true, None, Some(requester)) => requester.name,
         (true, None, None) => {
             return Err(Denial::SelfWithoutPodIdentity {
                 at: at.clone(),
@@ -208,7 +209,7 @@ pub fn label_owner(
             });
         }
         (Some(uid), _) => uid,
-        (None, Some(requester)) => &requester.uid,
+        (None, Some(requester)) => requester.uid,
         (None, None) => {
             return Err(Denial::MissingOwnerUid {
                 at: at.clone(),
@@ -301,13 +302,13 @@ pub fn reference_owners(
     // One name, one uid: a Pod reference naming the label's owner, or the
     // pod of another reference, under another uid contradicts it (a pod
     // replaced under the same name is another pod).
-    let mut uids_by_name: super::Map<&str, &str> = super::Map::default();
+    let mut uids_by_name: FirstSeen<&str, &str> = FirstSeen::new();
     if let Some(owner) = owner {
-        uids_by_name.insert(&owner.name, &owner.uid);
+        uids_by_name.first_or_insert(&owner.name, &owner.uid);
     }
     for claim in &claims {
-        match uids_by_name.get(claim.name.as_str()) {
-            Some(&uid) if uid != claim.uid => {
+        match uids_by_name.first_or_insert(&claim.name, &claim.uid) {
+            Some(uid) if uid != claim.uid => {
                 let Origin::Reference(index) = claim.origin else {
                     continue;
                 };
@@ -317,30 +318,28 @@ pub fn reference_owners(
                     index,
                 });
             }
-            Some(_) => {}
-            None => {
-                uids_by_name.insert(&claim.name, &claim.uid);
-            }
+            _ => {}
         }
     }
     // One uid, one pod: every entry carrying the uid of the label's owner
     // or of a Pod reference must be that very reference.
-    let mut pods_by_uid: super::Map<&str, &str> = super::Map::default();
+    let mut pods_by_uid: FirstSeen<&str, &str> = FirstSeen::new();
     if let Some(owner) = owner {
-        pods_by_uid.insert(&owner.uid, &owner.name);
-    }
-    for claim in &claims {
-        pods_by_uid.entry(&claim.uid).or_insert(&claim.name);
+        pods_by_uid.first_or_insert(&owner.uid, &owner.name);
     }
     // An entry the update kept (`skip`) is judged only against the Pod
     // references it adds: one added under the uid of a kept entry of
     // another tuple contradicts it as much as on CREATE.
-    let added_uids: super::Set<&str> = claims.iter().map(|claim| claim.uid.as_str()).collect();
+    let mut added_uids: FirstSeen<&str, ()> = FirstSeen::new();
+    for claim in &claims {
+        pods_by_uid.first_or_insert(&claim.uid, &claim.name);
+        added_uids.first_or_insert(&claim.uid, ());
+    }
     for (index, reference) in references(meta).iter().enumerate() {
-        if skip(reference) && !added_uids.contains(reference.uid.as_str()) {
+        if skip(reference) && added_uids.get(reference.uid.as_str()).is_none() {
             continue;
         }
-        if let Some(&name) = pods_by_uid.get(reference.uid.as_str())
+        if let Some(name) = pods_by_uid.get(reference.uid.as_str())
             && !(reference.is_pod() && reference.name == name)
         {
             return Err(Denial::ContradictingReference {
@@ -413,7 +412,7 @@ pub fn check_requester(
         _ => Err(Denial::RequesterNotOwner {
             at: at.clone(),
             owner: claim.name.clone(),
-            requester: requester.name.clone(),
+            requester: requester.name.to_string(),
             service_account: format!("{}/{}", requester.namespace, requester.service_account),
             key: policy.labels.pod.clone(),
         }),
@@ -464,7 +463,7 @@ pub fn check_adoption(
         _ => Err(Denial::RequesterAdoptsObject {
             at: at.clone(),
             owner: owner.name.clone(),
-            requester: requester.name.clone(),
+            requester: requester.name.to_string(),
             reference: first.name.clone(),
             same_name: same_name(owner, requester),
             service_account: format!("{}/{}", requester.namespace, requester.service_account),
@@ -503,7 +502,7 @@ pub fn check_release(
         _ => Err(Denial::RequesterReleasesObject {
             at: at.clone(),
             owner: owner.name.clone(),
-            requester: requester.name.clone(),
+            requester: requester.name.to_string(),
             same_name: same_name(owner, requester),
             service_account: format!("{}/{}", requester.namespace, requester.service_account),
         }),
@@ -514,9 +513,9 @@ pub fn check_release(
 /// delegate) and the first of `owners` that is not it.
 fn another_owner<'r, 'o>(
     owners: &'o [NamedOwner],
-    requester: Option<&'r Requester>,
+    requester: Option<&'r Requester<'r>>,
     policy: RequesterPolicy<'_>,
-) -> Option<(&'r Requester, &'o NamedOwner)> {
+) -> Option<(&'r Requester<'r>, &'o NamedOwner)> {
     let requester = requester?;
     if policy.mode == RequesterCheck::Off || requester.is_delegate(policy.delegates) {
         return None;
@@ -531,7 +530,7 @@ fn another_owner<'r, 'o>(
 /// ownerguard, or whose uid label was removed) proves no ownership to a
 /// pod of that name: the pod that made it may be long gone.
 fn owned_by(owner: &NamedOwner, requester: &Requester) -> bool {
-    owner.name == requester.name && owner.uid.as_ref() == Some(&requester.uid)
+    owner.name == requester.name && owner.uid.as_deref() == Some(requester.uid)
 }
 
 /// How `owner`, not `requester`, relates to it by name, for the message.

@@ -141,6 +141,7 @@ fn create_with_owner_label_gets_the_non_blocking_reference() {
     assert_eq!(result["data"], obj["data"], "only metadata changes");
     let owner = allowed.owner.unwrap();
     assert_eq!(owner.annotation(), "agents/w-1/uid-1");
+    assert_eq!(owner.name(), "w-1");
     assert_eq!(owner.source, Source::Inventory);
 }
 

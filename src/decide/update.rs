@@ -552,7 +552,7 @@ pub(super) fn decide(work: Work<'_>, judge: &mut Judge<'_>) -> Result<MetadataPa
     // The audit annotation names the object's owner, not a pod a reference
     // added by the update names.
     if let Some(name) = &work.label_owner
-        && judge.owner.as_ref().is_some_and(|o| &o.name != name)
+        && judge.owner.as_ref().is_some_and(|o| o.name() != name)
     {
         judge.owner = None;
     }

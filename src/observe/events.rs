@@ -248,8 +248,8 @@ impl super::Observer for WarnedCreates {
             .flatten()
             .map(|pod| PodRef {
                 namespace: namespace.to_string(),
-                name: pod.name,
-                uid: pod.uid,
+                name: pod.name.to_string(),
+                uid: pod.uid.to_string(),
             });
         // `namespace/name/uid`, as the audit annotation writes it.
         let owner = response.audit_annotations.get("owner").and_then(|owner| {

@@ -28,12 +28,12 @@ fn meta(labels: &[(&str, &str)]) -> ObjectMeta<'static> {
     }
 }
 
-fn requester(name: &str, uid: &str) -> Requester {
+fn requester<'r>(name: &'r str, uid: &'r str) -> Requester<'r> {
     Requester {
-        namespace: "agents".into(),
-        service_account: "worker".into(),
-        name: name.into(),
-        uid: uid.into(),
+        namespace: "agents",
+        service_account: "worker",
+        name,
+        uid,
     }
 }
 
