@@ -294,6 +294,12 @@ pub(crate) mod sse2 {
 /// The reader: the bytes, where it is, and how deep the decoded values go.
 pub struct Reader<'de> {
     bytes: &'de [u8],
+    /// The same bytes as text, when the whole body is UTF-8 (checked once,
+    /// as one run): a string that is read is then a slice of it between
+    /// two quotes, which are always boundaries of characters, instead of
+    /// a check of its own. A body with bytes that are not UTF-8 where
+    /// they are passed over (a `RawExtension`) checks each string read.
+    text: Option<&'de str>,
     pos: usize,
     depth: u32,
     /// The containers open while a value is passed over, past the 64 a
@@ -306,9 +312,20 @@ impl<'de> Reader<'de> {
     pub fn new(bytes: &'de [u8]) -> Self {
         Self {
             bytes,
+            text: std::str::from_utf8(bytes).ok(),
             pos: 0,
             depth: 0,
             open_words: Vec::new(),
+        }
+    }
+
+    /// The bytes from `start` to `end` as text: a slice of the body's
+    /// text when it is UTF-8 whole, else checked.
+    #[inline(always)]
+    fn text(&self, start: usize, end: usize) -> Result<&'de str> {
+        match self.text.and_then(|text| text.get(start..end)) {
+            Some(text) => Ok(text),
+            None => utf8(&self.bytes[start..end]),
         }
     }
 
@@ -445,7 +462,7 @@ impl<'de> Reader<'de> {
         let start = self.pos;
         self.plain_run();
         if self.peek() == Some(b'"') {
-            let text = utf8(&self.bytes[start..self.pos])?;
+            let text = self.text(start, self.pos)?;
             self.pos += 1;
             Ok(Cow::Borrowed(text))
         } else {
@@ -568,7 +585,7 @@ impl<'de> Reader<'de> {
         }
         self.pos = pos;
         // ASCII digits, signs, points and exponents only: always UTF-8.
-        utf8(&bytes[start..pos])
+        self.text(start, pos)
     }
 
     /// Past one whole value, checked but not built, with no recursion.

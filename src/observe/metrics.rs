@@ -1,5 +1,7 @@
 //! Prometheus metrics, served on `--metrics-addr` at `/metrics`.
 
+use std::sync::Arc;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -13,8 +15,8 @@ use crate::owner::ClusterMetrics;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     webhook: &'static str,
-    operation: String,
-    resource: String,
+    operation: &'static str,
+    resource: Arc<str>,
     result: &'static str,
 }
 
@@ -25,7 +27,7 @@ struct WarnedLabels {
     /// The object's namespace, at most [`MAX_NAMESPACE_LABELS`] values,
     /// the rest `other`. Not `namespace`: Prometheus gives that label the
     /// scraped pod's namespace, and would rename this one.
-    object_namespace: String,
+    object_namespace: Arc<str>,
     /// [`crate::decide::Denial::rule`]: a fixed set.
     rule: &'static str,
 }
@@ -40,7 +42,7 @@ struct UnlabelledLabels {
     /// [`MAX_WORKLOAD_LABELS`] workloads, the rest `other`.
     workload_kind: String,
     workload: String,
-    resource: String,
+    resource: Arc<str>,
     /// `true` when the object carries some ownerReference.
     referenced: &'static str,
 }
@@ -114,15 +116,15 @@ pub struct Metrics {
     events: Family<ResultLabels, Counter>,
     unlabelled: Family<UnlabelledLabels, Counter>,
     /// The workloads of `unlabelled` so far (namespace, kind, name).
-    workloads: std::sync::Mutex<std::collections::HashSet<String>>,
+    workloads: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
     /// The resources of `unlabelled` so far: a bound of their own, so that
     /// what `/observe` is sent never takes the request metric's slots.
-    unlabelled_resources: std::sync::Mutex<std::collections::HashSet<String>>,
+    unlabelled_resources: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
     /// The `resource` label values seen so far: at most
     /// [`MAX_RESOURCE_LABELS`], the rest counted as `other`.
-    resources: std::sync::Mutex<std::collections::HashSet<String>>,
+    resources: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
     /// The `namespace` label values of `warned` so far.
-    namespaces: std::sync::Mutex<std::collections::HashSet<String>>,
+    namespaces: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
 }
 
 /// Bound of the `resource` label's values: anything that reaches the port
@@ -142,29 +144,33 @@ pub const MAX_WORKLOAD_LABELS: usize = 1000;
 /// it was seen before), else `other`: a label that anyone who reaches the
 /// port can choose must not grow the registry without end.
 fn bounded_label(
-    seen: &std::sync::Mutex<std::collections::HashSet<String>>,
+    seen: &std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
     value: &str,
     max: usize,
-) -> String {
+) -> Arc<str> {
     bounded_label_first(seen, value, max).0
 }
 
 /// [`bounded_label`], and whether `value` was kept for the first time by
-/// this call.
+/// this call. The value is shared with the set that bounds it: a label
+/// seen before costs no allocation.
 fn bounded_label_first(
-    seen: &std::sync::Mutex<std::collections::HashSet<String>>,
+    seen: &std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
     value: &str,
     max: usize,
-) -> (String, bool) {
+) -> (Arc<str>, bool) {
+    static OTHER: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from("other"));
     let Ok(mut seen) = seen.lock() else {
-        return ("other".to_string(), false);
+        return (OTHER.clone(), false);
     };
-    if seen.contains(value) {
-        (value.to_string(), false)
-    } else if seen.len() < max && seen.insert(value.to_string()) {
-        (value.to_string(), true)
+    if let Some(kept) = seen.get(value) {
+        (kept.clone(), false)
+    } else if seen.len() < max {
+        let kept: Arc<str> = Arc::from(value);
+        seen.insert(kept.clone());
+        (kept, true)
     } else {
-        ("other".to_string(), false)
+        (OTHER.clone(), false)
     }
 }
 
@@ -449,7 +455,7 @@ impl Metrics {
         self.requests
             .get_or_create(&RequestLabels {
                 webhook,
-                operation: operation_label(operation).to_string(),
+                operation: operation_label(operation),
                 resource: self.resource_label(resource),
                 result,
             })
@@ -492,7 +498,7 @@ impl Metrics {
         // Locked once: whether this call is the workload's first, and its
         // label, from the same look at the set.
         let (label, first) = bounded_label_first(&self.workloads, &key, MAX_WORKLOAD_LABELS);
-        let (pod_namespace, workload_kind, workload_name) = if label == key {
+        let (pod_namespace, workload_kind, workload_name) = if *label == *key {
             (
                 create.pod_namespace.clone(),
                 workload.kind.clone(),
@@ -521,7 +527,7 @@ impl Metrics {
         first
     }
 
-    fn resource_label(&self, resource: &str) -> String {
+    fn resource_label(&self, resource: &str) -> Arc<str> {
         bounded_label(&self.resources, resource, MAX_RESOURCE_LABELS)
     }
 

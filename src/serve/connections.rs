@@ -27,13 +27,16 @@
 //! sent one review. Under pressure (three quarters full) a handshake gets
 //! a shorter bound.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+// The maps by source address hash with foldhash, seeded per process, as
+// a decision's maps do.
+use crate::decide::Map;
 
 /// What a connection is doing, for who keeps their place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -66,12 +69,12 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct Table {
-    entries: HashMap<u64, Entry>,
-    per_source: HashMap<IpAddr, usize>,
+    entries: Map<u64, Entry>,
+    per_source: Map<IpAddr, usize>,
     /// Sources that had a review answered, and when last: the API
     /// servers, in practice; the longest silent forgotten past
     /// [`KNOWN_SOURCES`].
-    known: HashMap<IpAddr, Instant>,
+    known: Map<IpAddr, Instant>,
     next: u64,
 }
 

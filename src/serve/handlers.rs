@@ -5,12 +5,10 @@
 //! is an answer (HTTP 200), and its code is the decision's
 //! ([`crate::decide::denial::Denial::code`]).
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Extension;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -22,7 +20,7 @@ use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
 
 use crate::admission::DecodeError;
-use crate::decide::{Endpoint, Mode};
+use crate::decide::{Endpoint, Map, Mode};
 use crate::k8s::duration::parse_go_duration;
 use crate::observe::traces::ReviewSpan;
 use crate::webhook::Webhook;
@@ -86,7 +84,7 @@ pub struct Source(pub IpAddr);
 struct Pool {
     total: Semaphore,
     share: usize,
-    sources: Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
+    sources: Mutex<Map<IpAddr, Arc<Semaphore>>>,
 }
 
 /// The two pools.
@@ -107,7 +105,7 @@ impl Pool {
         Self {
             total: Semaphore::new(bytes),
             share: share_of(bytes).max(1),
-            sources: Mutex::new(HashMap::new()),
+            sources: Mutex::new(Map::default()),
         }
     }
 
@@ -234,14 +232,13 @@ enum Path {
 
 /// The POST handler of `path`.
 fn at(endpoint: Path) -> MethodRouter<Served> {
+    // The request whole, read in place: the `Uri`, `HeaderMap` and
+    // `Extension` extractors would each copy their part of it.
     post(
-        move |State(served): State<Served>,
-              source: Option<Extension<Source>>,
-              uri: Uri,
-              headers: HeaderMap,
-              body: Body| async move {
-            let source = source.map(|Extension(Source(ip))| ip);
-            handle(&served, endpoint, source, &uri, &headers, body).await
+        move |State(served): State<Served>, request: axum::extract::Request| async move {
+            let (parts, body) = request.into_parts();
+            let source = parts.extensions.get::<Source>().map(|Source(ip)| *ip);
+            handle(&served, endpoint, source, &parts.uri, &parts.headers, body).await
         },
     )
 }
