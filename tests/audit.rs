@@ -7,7 +7,6 @@ mod apiserver;
 use apiserver::{FakeApi, Faults, Kind};
 use ownerguard::commands::audit::{AuditOptions, Fixed, Report, State, audit};
 use ownerguard::decide::Policy;
-use ownerguard::k8s::client::without_retries;
 use serde_json::{Value, json};
 
 const NS: &str = "agents";
@@ -92,10 +91,6 @@ fn every_class(api: &FakeApi) {
     config_map(api, "nobodys", json!({"app": "x"}), json!([]));
 }
 
-fn client(server: &apiserver::Running) -> kube::Client {
-    kube::Client::try_from(without_retries(server.config())).unwrap()
-}
-
 fn options(resources: &[&str], fix: bool) -> AuditOptions {
     AuditOptions {
         namespaces: Vec::new(),
@@ -123,9 +118,13 @@ async fn every_class_is_found_by_the_webhooks_rules() {
     let server = FakeApi::start().await;
     every_class(&server.api);
     let mut pages = Vec::new();
-    let report = audit(client(&server), &options(&["configmaps"], false), |r, n| {
-        pages.push((r.to_string(), n));
-    })
+    let report = audit(
+        server.serve_client(),
+        &options(&["configmaps"], false),
+        |r, n| {
+            pages.push((r.to_string(), n));
+        },
+    )
     .await
     .unwrap();
     assert_eq!(
@@ -185,9 +184,11 @@ async fn a_large_resource_is_read_page_by_page() {
         );
     }
     let mut pages = Vec::new();
-    let report = audit(client(&server), &options(&["configmaps"], false), |_, n| {
-        pages.push(n)
-    })
+    let report = audit(
+        server.serve_client(),
+        &options(&["configmaps"], false),
+        |_, n| pages.push(n),
+    )
     .await
     .unwrap();
     assert_eq!(pages, vec![500, 1_000, 1_201]);
@@ -206,7 +207,7 @@ async fn a_403_on_one_resource_is_reported_and_the_rest_audited() {
         }
     });
     let report = audit(
-        client(&server),
+        server.serve_client(),
         &options(
             &["jobs.batch", "configmaps", "nosuchthings.example.com"],
             false,
@@ -230,9 +231,13 @@ async fn a_403_on_one_resource_is_reported_and_the_rest_audited() {
 async fn fix_adds_what_mutate_would_and_never_deletes() {
     let server = FakeApi::start().await;
     every_class(&server.api);
-    let report = audit(client(&server), &options(&["configmaps"], true), |_, _| {})
-        .await
-        .unwrap();
+    let report = audit(
+        server.serve_client(),
+        &options(&["configmaps"], true),
+        |_, _| {},
+    )
+    .await
+    .unwrap();
     let fixed: Vec<(&str, &Option<Fixed>)> = report
         .lines
         .iter()
@@ -267,9 +272,13 @@ async fn fix_adds_what_mutate_would_and_never_deletes() {
     assert!(server.api.object(Kind::ConfigMap, NS, "leaked").is_some());
     assert!(server.api.calls().iter().all(|c| !c.starts_with("DELETE")));
     // Audited again: only what no fix can mend is left.
-    let again = audit(client(&server), &options(&["configmaps"], false), |_, _| {})
-        .await
-        .unwrap();
+    let again = audit(
+        server.serve_client(),
+        &options(&["configmaps"], false),
+        |_, _| {},
+    )
+    .await
+    .unwrap();
     let left: Vec<(String, State)> = states(&again)
         .into_iter()
         .filter(|(_, s)| matches!(s, State::MissingReference | State::Blocking))
@@ -288,9 +297,13 @@ async fn fix_under_a_conflict_reports_it_and_does_not_retry() {
     server.api.update_faults(|f| {
         f.replace_after_list = Some((Kind::ConfigMap, NS.into(), "missing".into()));
     });
-    let report = audit(client(&server), &options(&["configmaps"], true), |_, _| {})
-        .await
-        .unwrap();
+    let report = audit(
+        server.serve_client(),
+        &options(&["configmaps"], true),
+        |_, _| {},
+    )
+    .await
+    .unwrap();
     let missing = report.lines.iter().find(|l| l.name == "missing").unwrap();
     assert_eq!(missing.fixed, Some(Fixed::Conflict));
     assert!(report.has_findings());
@@ -507,7 +520,7 @@ async fn only_the_holder_of_the_audits_lease_writes_the_reports() {
         let mut options = options(&["configmaps"], false);
         options.reports = true;
         tokio::spawn(periodically(
-            client(&server),
+            server.serve_client(),
             options,
             Duration::from_millis(50),
             Some(writer(identity)),

@@ -8,9 +8,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use apiserver::{FakeApi, Faults, Running};
+use apiserver::{FakeApi, Faults, Running, eventually};
 use ownerguard::decide::{Policy, WebhookKind};
-use ownerguard::k8s::client::without_retries;
 use ownerguard::observe::Metrics;
 use ownerguard::owner::{ClusterLookup, LookupLimits};
 use ownerguard::owner::{Finished, OwnerLookup};
@@ -45,7 +44,7 @@ impl Cluster {
     ) -> Self {
         let server = FakeApi::start().await;
         setup(&server.api);
-        let client = lookup_client(&server);
+        let client = server.serve_client();
         let metrics = Arc::new(Metrics::default());
         let watches = Arc::new(Watches::spawn(client.clone(), &settings, metrics.clone()));
         let lookup = Arc::new(ClusterLookup::new(
@@ -110,19 +109,6 @@ impl Cluster {
     }
 }
 
-/// A client configured as `serve` configures its own.
-fn lookup_client(server: &Running) -> kube::Client {
-    kube::Client::try_from(without_retries(server.config())).unwrap()
-}
-
-async fn eventually(what: &str, condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn running_workers(api: &FakeApi) {
     api.put_pod(NS, "w-1", U1);
     api.put_pod(NS, "w-2", U2);
@@ -135,7 +121,7 @@ async fn readiness_waits_for_the_first_list() {
         down: true,
         ..Faults::default()
     });
-    let client = lookup_client(&server);
+    let client = server.serve_client();
     let watches = Arc::new(Watches::spawn(
         client.clone(),
         &WatchSettings::default(),
@@ -352,7 +338,7 @@ async fn api_slower_than_the_budget_is_answered_before_the_deadline() {
 #[tokio::test]
 async fn fail_open_allows_with_a_warning_when_the_api_is_down() {
     let server = FakeApi::start().await;
-    let client = lookup_client(&server);
+    let client = server.serve_client();
     let metrics = Arc::new(Metrics::default());
     let watches = Arc::new(Watches::spawn(
         client.clone(),
@@ -1201,7 +1187,7 @@ async fn readiness_waits_for_the_lists_of_finished_pods_too() {
         field_selectors_fail: true,
         ..Faults::default()
     });
-    let client = lookup_client(&server);
+    let client = server.serve_client();
     let watches = Arc::new(Watches::spawn(
         client.clone(),
         &WatchSettings::default(),

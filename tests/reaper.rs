@@ -8,9 +8,8 @@ mod apiserver;
 use std::sync::Arc;
 use std::time::Duration;
 
-use apiserver::{FakeApi, Kind};
+use apiserver::{FakeApi, Kind, eventually};
 use ownerguard::commands::reaper::{self, LeaseSettings, ReaperSettings};
-use ownerguard::k8s::client::without_retries;
 use ownerguard::observe::Metrics;
 use ownerguard::owner::{WatchSettings, Watches};
 use serde_json::json;
@@ -19,10 +18,6 @@ use tokio::time::Instant;
 const NS: &str = "agents";
 const W1: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000001";
 const W2: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000002";
-
-fn client(server: &apiserver::Running) -> kube::Client {
-    kube::Client::try_from(without_retries(server.config())).unwrap()
-}
 
 fn settings(identity: &str, after: Duration) -> ReaperSettings {
     ReaperSettings {
@@ -46,27 +41,19 @@ async fn start(
 ) -> (Arc<Metrics>, tokio::task::JoinHandle<()>) {
     let metrics = Arc::new(Metrics::default());
     let watches = Arc::new(Watches::spawn(
-        client(server),
+        server.serve_client(),
         &WatchSettings::default(),
         metrics.clone(),
     ));
     eventually("the watches", || watches.is_synced()).await;
     let task = tokio::spawn(reaper::run(
-        client(server),
+        server.serve_client(),
         watches.finished.clone(),
         settings(identity, after),
         metrics.clone(),
         None,
     ));
     (metrics, task)
-}
-
-async fn eventually(what: &str, condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Worker `name` with an agent pod and a ConfigMap it owns.

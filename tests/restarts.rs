@@ -10,22 +10,16 @@ mod apiserver;
 use std::sync::Arc;
 use std::time::Duration;
 
-use apiserver::{FakeApi, Kind};
+use apiserver::{FakeApi, Kind, eventually};
 use ownerguard::commands::reaper::LeaseSettings;
 use ownerguard::commands::restarts::{self, RestartSettings};
-use ownerguard::k8s::client::without_retries;
 use ownerguard::observe::Metrics;
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 const NS: &str = "agents";
 const W1: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000001";
 const W2: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000002";
 const OTHER: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000003";
-
-fn client(server: &apiserver::Running) -> kube::Client {
-    kube::Client::try_from(without_retries(server.config())).unwrap()
-}
 
 fn start(server: &apiserver::Running) -> (Arc<Metrics>, tokio::task::JoinHandle<()>) {
     let metrics = Arc::new(Metrics::default());
@@ -42,20 +36,12 @@ fn start(server: &apiserver::Running) -> (Arc<Metrics>, tokio::task::JoinHandle<
         retry_after: Duration::from_millis(300),
     };
     let task = tokio::spawn(restarts::run(
-        client(server),
+        server.serve_client(),
         settings,
         metrics.clone(),
         None,
     ));
     (metrics, task)
-}
-
-async fn eventually(what: &str, condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// A worker pod, opted in (`label`), whose container `worker` is in its

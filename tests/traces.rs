@@ -22,7 +22,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use ownerguard::decide::Policy;
-use ownerguard::k8s::client::without_retries;
 use ownerguard::observe::Metrics;
 use ownerguard::observe::telemetry::{self, LogFormat};
 use ownerguard::observe::traces::{Sampling, TraceSettings, Traces};
@@ -141,7 +140,7 @@ fn a_sampled_review_joins_the_api_servers_trace_and_says_no_name() {
 
     let statuses = runtime.block_on(async {
         let server = FakeApi::start().await;
-        let client = kube::Client::try_from(without_retries(server.config())).unwrap();
+        let client = server.serve_client();
         let metrics = Arc::new(Metrics::default());
         let watches = Arc::new(Watches::spawn(
             client.clone(),

@@ -198,9 +198,7 @@ async fn an_api_server_that_does_not_answer_holds_no_create() {
     let server = FakeApi::start().await;
     server.api.update_faults(|f| f.down = true);
     let metrics = Arc::new(Metrics::default());
-    // The client `serve` makes: without kube's retries.
-    let client =
-        kube::Client::try_from(ownerguard::k8s::client::without_retries(server.config())).unwrap();
+    let client = server.serve_client();
     let creates = UnlabelledCreates::start(client, metrics.clone());
     let webhook = webhook(creates, metrics.clone());
     // More than the queue holds: every answer comes back allowed at once,

@@ -246,6 +246,12 @@ impl Running {
         kube::Client::try_from(self.config()).unwrap()
     }
 
+    /// A kube client for this server configured as `serve` configures its
+    /// own (no retries of its own: ownerguard decides when to try again).
+    pub fn serve_client(&self) -> kube::Client {
+        kube::Client::try_from(ownerguard::k8s::client::without_retries(self.config())).unwrap()
+    }
+
     /// A kubeconfig file pointing at this server.
     pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
         let path = dir.join("kubeconfig");
@@ -1162,4 +1168,16 @@ fn delete(
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
         "details": {"name": name, "kind": kind.name().to_lowercase(), "uid": uid}}),
     )
+}
+
+/// Wait until `condition` holds (15 s at most, then fail naming `what`).
+pub async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
