@@ -35,7 +35,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 // The maps by source address hash with foldhash, seeded per process, as
-// a decision's maps do.
+// a decision's maps do: they are bounded (the connection cap, the known
+// sources' bound), so even chosen collisions cost at most a scan of them.
 use crate::decide::Map;
 
 /// What a connection is doing, for who keeps their place.
