@@ -16,10 +16,14 @@
 #              inclusive and by self cost, and self cost grouped by what it
 #              is (TLS, JSON, logging, allocation, patch, HTTP, runtime).
 #   perf       cpu-clock samples (software event: this VM has no hardware
-#              counters) at full speed, one core, 16 connections: the top
-#              functions by self samples and the same grouping, kernel
-#              included (no call graph: the release build keeps no frame
-#              pointers; callgrind gives the inclusive view).
+#              counters) at full speed, one core, 16 connections, of
+#              ownerguard and then of the ceiling the same way: the CPU
+#              time an answer takes on the server's core, the kernel's
+#              and user space's, for both (what of the gap is the
+#              kernel's); then ownerguard's top functions by self samples
+#              and the same grouping, kernel included (no call graph: the
+#              release build keeps no frame pointers; callgrind gives the
+#              inclusive view).
 #
 #   bash bench/profile.sh [callgrind|perf|both] [SECONDS]   (both 15)
 #
@@ -245,36 +249,87 @@ run_callgrind() {
     "$out_dir/callgrind-self.txt" | categorize "$total"
 }
 
+# perf_samples NAME PID ADDR CA EXPECT...: sample PID's server (cpu-clock,
+# every thread, kernel included) while the client drives it on core 0 over
+# 16 connections; writes $out_dir/perf-NAME.data and prints the client's
+# JSON result line.
+perf_samples() {
+  local name=$1 pid=$2 addr=$3 ca=$4
+  shift 4
+  local expect=() e traced=()
+  for e in "$@"; do expect+=(--expect "$e"); done
+  [[ "$name" == ownerguard ]] && traced=("${load_tracing[@]}")
+  taskset -c 0 "$RELEASE/examples/review_load" --addr "$addr" --ca "$ca" --body "$body" \
+    --connections 16 --seconds 3 "${expect[@]}" "${traced[@]}" >/dev/null 2>>"$BENCH_WORK/client.log" || die "warm-up of $name failed"
+  perf record -e cpu-clock -F 1999 -p "$pid" -o "$out_dir/perf-$name.data" -- sleep "$seconds" \
+    >"$BENCH_WORK/perf-record-$name.log" 2>&1 &
+  local perf_pid=$!
+  BENCH_PIDS+=("$perf_pid")
+  local result
+  result="$(taskset -c 0 "$RELEASE/examples/review_load" --addr "$addr" --ca "$ca" --body "$body" \
+    --connections 16 --seconds "$seconds" "${expect[@]}" "${traced[@]}" 2>>"$BENCH_WORK/client.log" | tail -n 1)" || die "load on $name failed"
+  wait "$perf_pid" || die "perf record of $name failed: $(tail -n 3 "$BENCH_WORK/perf-record-$name.log")"
+  echo "$result"
+}
+
+# Samples of a perf data file: all, and the kernel's ([k]).
+perf_counts() {
+  perf report -i "$1" --no-children --sort symbol --stdio -n --percent-limit 0 2>/dev/null |
+    awk '/^ +[0-9.]+%/ { all += $2; if ($3 == "[k]") kernel += $2 } END { print all + 0, kernel + 0 }'
+}
+
 run_perf() {
   command -v perf >/dev/null || die "perf is not installed"
   blog "perf: ownerguard on core 1, client on core 0, ${seconds}s"
   og_start perf 1 --pods "$inventory" "${tracing[@]}" || die "ownerguard did not start"
   wait_ready "$OG_METRICS" 120
-  local certs="$OG_DIR/certs"
-  taskset -c 0 "$RELEASE/examples/review_load" --addr "$OG_ADDR" --ca "$certs/ca.crt" --body "$body" \
-    --connections 16 --seconds 3 "${expects[@]}" "${load_tracing[@]}" >/dev/null 2>>"$BENCH_WORK/client.log" || die "warm-up failed"
-  perf record -e cpu-clock -F 1999 -p "$OG_PID" -o "$out_dir/perf.data" -- sleep "$seconds" \
-    >"$BENCH_WORK/perf-record.log" 2>&1 &
-  local perf_pid=$!
-  BENCH_PIDS+=("$perf_pid")
-  local result
-  result="$(taskset -c 0 "$RELEASE/examples/review_load" --addr "$OG_ADDR" --ca "$certs/ca.crt" --body "$body" \
-    --connections 16 --seconds "$seconds" "${expects[@]}" "${load_tracing[@]}" 2>>"$BENCH_WORK/client.log" | tail -n 1)" || die "load failed"
-  wait "$perf_pid" || die "perf record failed: $(tail -n 3 "$BENCH_WORK/perf-record.log")"
+  local certs="$OG_DIR/certs" result ceiling_result
+  result="$(perf_samples ownerguard "$OG_PID" "$OG_ADDR" "$certs/ca.crt" "${og_expect[@]}")"
   stop_pid "$OG_PID"
+
+  # The ceiling the same way, on the same core: what an answer costs the
+  # kernel (TCP, system calls, wake-ups) when the server does least.
+  blog "perf: the ceiling on core 1, client on core 0, ${seconds}s"
+  taskset -c 1 "$RELEASE/examples/ceiling" --tls-cert "$certs/tls.crt" --tls-key "$certs/tls.key" \
+    >"$BENCH_WORK/ceiling-perf.out" 2>"$BENCH_WORK/ceiling-perf.log" &
+  local ceiling=$!
+  BENCH_PIDS+=("$ceiling")
+  for _ in $(seq 1 200); do
+    [[ -s "$BENCH_WORK/ceiling-perf.out" ]] && break
+    sleep 0.05
+  done
+  local ceiling_addr
+  ceiling_addr="$(jq -r .addr "$BENCH_WORK/ceiling-perf.out")" || die "the ceiling did not start"
+  ceiling_result="$(perf_samples ceiling "$ceiling" "$ceiling_addr" "$certs/ca.crt" "${ceiling_expect[@]}")"
+  stop_pid "$ceiling"
+
+  cp "$out_dir/perf-ownerguard.data" "$out_dir/perf.data"
   perf report -i "$out_dir/perf.data" --no-children --sort symbol --stdio --percent-limit 0.01 \
     2>/dev/null | grep -E '^ +[0-9.]+%' | sed -E 's/ +- +- *$//; s/ +/ /g; s/^ //' >"$out_dir/perf-self.txt"
   echo
-  echo "perf: $(jq .answers <<<"$result") reviews at $(jq .per_second <<<"$result")/s while sampling (ownerguard alone on core 1)"
+  echo "perf: ownerguard answered $(jq .answers <<<"$result") reviews at $(jq .per_second <<<"$result")/s while sampled, the ceiling $(jq .answers <<<"$ceiling_result") at $(jq .per_second <<<"$ceiling_result")/s (each alone on core 1)"
   echo
-  echo "top 30 by self samples ([k]: kernel):"
+  echo "CPU time per answer on the server's core (samples at 1999 Hz, every thread):"
+  echo
+  echo "| server | µs an answer | of it the kernel's | user space | kernel share |"
+  echo "|---|---|---|---|---|"
+  local name counts answers
+  for name in ownerguard ceiling; do
+    counts="$(perf_counts "$out_dir/perf-$name.data")"
+    if [[ "$name" == ownerguard ]]; then answers=$(jq .answers <<<"$result"); else answers=$(jq .answers <<<"$ceiling_result"); fi
+    awk -v name="$name" -v all="${counts% *}" -v kernel="${counts#* }" -v answers="$answers" 'BEGIN {
+        us = all / 1999 / answers * 1e6; k = kernel / 1999 / answers * 1e6
+        printf "| %s | %.2f | %.2f | %.2f | %.0f %% |\n", name, us, k, us - k, 100 * kernel / all }'
+  done
+  echo
+  echo "top 30 of ownerguard by self samples ([k]: kernel):"
   echo
   echo "| share | function |"
   echo "|---|---|"
   awk 'n < 30 { share = $1; $1 = ""; sub(/^ +/, ""); if (length($0) > 140) $0 = substr($0, 1, 140) "..."
       printf "| %s | `%s` |\n", share, $0; n++ }' "$out_dir/perf-self.txt"
   echo
-  echo "self samples by kind:"
+  echo "ownerguard's self samples by kind:"
   echo
   awk '{ share = $1; sub("%", "", share); $1 = ""; print share * 1000, $0 }' "$out_dir/perf-self.txt" |
     categorize 100000
