@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The owner cache in cluster mode (issue 17, target 2: <= 100 bytes per pod,
+# The owner cache in cluster mode (goals: <= 100 bytes per pod,
 # RSS <= 32 MiB once ready at 150,000 pods, peak <= 64 MiB during the
 # initial list and during a relist after 410 Gone): `ownerguard serve`
 # against the loopback test API server holding N pods (default 150,000),

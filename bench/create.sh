@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Latency ownerguard adds to a real pod create (issue 17, target 6):
+# Latency ownerguard adds to a real pod create:
 # creates per second and p50/p90/p99 of pod creates through the real API
 # server (built and run as by e2e/run, in a network namespace of its own),
 # four variants interleaved round by round in the same run:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A connection flood against ownerguard's cap (issue 25, item 6), on
+# A connection flood against ownerguard's cap, on
 # loopback, bounded in time: FLOOD connections (default 11,000) that send
 # half a TLS handshake or finish it and then say nothing, reopened as the
 # server sheds them, from one source address and then from many

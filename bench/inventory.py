@@ -13,7 +13,8 @@ Shapes:
          volume), a status with phase, five conditions and a container
          status. About 3.9 KB per pod in JSON, 2.6 KB in YAML.
   names  metadata.name, namespace and uid only, compact JSON: the
-         13 MB-for-150,000-pods file of issue 17 (about 90 bytes a pod).
+         13 MB file of 150,000 pods the memory goal is measured with
+         (about 90 bytes a pod).
 
 Pods spread over 1,000 namespaces (team-0000...), named as ReplicaSets name
 them. Pod #0 is always agents/worker-0 with uid

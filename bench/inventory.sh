@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Memory of `ownerguard serve --pods FILE` with a big inventory (issue 17,
-# target 1: peak RSS <= 64 MiB for 150,000 pods): for each inventory, the
+# Memory of `ownerguard serve --pods FILE` with a big inventory (goal:
+# peak RSS <= 64 MiB for 150,000 pods): for each inventory, the
 # peak RSS (VmHWM) of the process from its start to /readyz, its RSS once
 # ready, and the time to ready. Inventories from bench/inventory.py, as
 # `kubectl get pods -A -o json|yaml` prints them:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ownerguard's throughput as a share of its own stack's ceiling (issue 17,
-# target 5: >= 0.75x with the decision log on).
+# ownerguard's throughput as a share of its own stack's ceiling (goal:
+# >= 0.75x with the decision log on).
 #
 # Two servers side by side in one run, each pinned to the same one core
 # (taskset -c 1), driven in turn, round by round, by the same client pinned

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where ownerguard's time goes per review (issue 17, target 5): the hot
+# Where ownerguard's time goes per review: the hot
 # path of bench/load.sh (a 3.4 KB Pod CREATE that gets a patch, 150,000-pod
 # inventory, decision log on, HTTP/1.1 keep-alive), profiled two ways:
 #

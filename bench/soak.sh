@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soak (issue 17, target 4): `ownerguard serve` in cluster mode for
+# The soak: `ownerguard serve` in cluster mode for
 # MINUTES (default 10) under a steady HTTP/1.1 review load, its serving
 # certificate rotated every minute as kubelet rotates a Secret volume, the
 # owners the reviews name churning in the loopback test API server, and its
