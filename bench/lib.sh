@@ -129,6 +129,29 @@ og_start() {
   OG_METRICS="$(jq -r .metrics_addr <<<"$line")"
 }
 
+# ceiling_start NAME CERTS [PREFIX...]: start examples/ceiling with the
+# certificate and key in CERTS (tls.crt, tls.key), run under PREFIX
+# (taskset, valgrind ...), writing $BENCH_WORK/NAME.out and NAME.log;
+# wait for its address (30 s at most, less when it exits). Sets
+# CEILING_PID and CEILING_ADDR.
+ceiling_start() {
+  local name=$1 certs=$2
+  shift 2
+  local out="$BENCH_WORK/$name.out"
+  "$@" "$RELEASE/examples/ceiling" --tls-cert "$certs/tls.crt" --tls-key "$certs/tls.key" \
+    >"$out" 2>"$BENCH_WORK/$name.log" &
+  CEILING_PID=$!
+  BENCH_PIDS+=("$CEILING_PID")
+  for _ in $(seq 1 600); do
+    [[ -s "$out" ]] && break
+    kill -0 "$CEILING_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  # shellcheck disable=SC2034 # read by the scripts that source this
+  CEILING_ADDR="$(jq -r .addr "$out" 2>/dev/null)" && [[ -n "$CEILING_ADDR" && "$CEILING_ADDR" != null ]] ||
+    die "the ceiling ($name) did not start: $(tail -n 3 "$BENCH_WORK/$name.log")"
+}
+
 # Wait until http://$1/readyz answers 200 (at most $2 seconds).
 wait_ready() {
   local metrics=$1 limit=${2:-600} deadline

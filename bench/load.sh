@@ -45,15 +45,8 @@ og_pid=$OG_PID og_addr=$OG_ADDR og_log=$OG_LOG
 wait_ready "$OG_METRICS" 120
 certs="$OG_DIR/certs"
 
-taskset -c "$server_cpu" "$RELEASE/examples/ceiling" --tls-cert "$certs/tls.crt" \
-  --tls-key "$certs/tls.key" >"$BENCH_WORK/ceiling.out" 2>"$BENCH_WORK/ceiling.log" &
-ceiling_pid=$!
-BENCH_PIDS+=("$ceiling_pid")
-for _ in $(seq 1 100); do
-  [[ -s "$BENCH_WORK/ceiling.out" ]] && break
-  sleep 0.05
-done
-ceiling_addr="$(jq -r .addr "$BENCH_WORK/ceiling.out")" || die "the ceiling did not start"
+ceiling_start ceiling "$certs" taskset -c "$server_cpu"
+ceiling_pid=$CEILING_PID ceiling_addr=$CEILING_ADDR
 
 # drive NAME PID ADDR SECONDS EXPECT...: one turn; prints a JSON line with
 # the client's figures and the server's CPU seconds.

@@ -183,17 +183,8 @@ run_callgrind() {
   # The ceiling the same way, with the same certificate: its instructions
   # per review are the floor of this stack in user space.
   blog "callgrind: the ceiling under valgrind"
-  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$cg_ceiling" \
-    "$RELEASE/examples/ceiling" --tls-cert "$certs/tls.crt" --tls-key "$certs/tls.key" \
-    >"$BENCH_WORK/ceiling.out" 2>"$BENCH_WORK/ceiling.log" &
-  local ceiling=$!
-  BENCH_PIDS+=("$ceiling")
-  for _ in $(seq 1 600); do
-    [[ -s "$BENCH_WORK/ceiling.out" ]] && break
-    sleep 0.05
-  done
-  local ceiling_addr
-  ceiling_addr="$(jq -r .addr "$BENCH_WORK/ceiling.out")" || die "the ceiling did not start under valgrind"
+  ceiling_start ceiling "$certs" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$cg_ceiling"
+  local ceiling=$CEILING_PID ceiling_addr=$CEILING_ADDR
   for c in "${REGIMES[@]}"; do
     ceiling_answers[$c]=$(callgrind_reviews ceiling "$ceiling" "$ceiling_addr" "$certs/ca.crt" "$c" "${ceiling_expect[@]}")
   done
@@ -290,16 +281,8 @@ run_perf() {
   # The ceiling the same way, on the same core: what an answer costs the
   # kernel (TCP, system calls, wake-ups) when the server does least.
   blog "perf: the ceiling on core 1, client on core 0, ${seconds}s"
-  taskset -c 1 "$RELEASE/examples/ceiling" --tls-cert "$certs/tls.crt" --tls-key "$certs/tls.key" \
-    >"$BENCH_WORK/ceiling-perf.out" 2>"$BENCH_WORK/ceiling-perf.log" &
-  local ceiling=$!
-  BENCH_PIDS+=("$ceiling")
-  for _ in $(seq 1 200); do
-    [[ -s "$BENCH_WORK/ceiling-perf.out" ]] && break
-    sleep 0.05
-  done
-  local ceiling_addr
-  ceiling_addr="$(jq -r .addr "$BENCH_WORK/ceiling-perf.out")" || die "the ceiling did not start"
+  ceiling_start ceiling-perf "$certs" taskset -c 1
+  local ceiling=$CEILING_PID ceiling_addr=$CEILING_ADDR
   ceiling_result="$(perf_samples ceiling "$ceiling" "$ceiling_addr" "$certs/ca.crt" "${ceiling_expect[@]}")"
   stop_pid "$ceiling"
 
