@@ -103,6 +103,18 @@ fn options(resources: &[&str], fix: bool) -> AuditOptions {
     }
 }
 
+/// The ConfigMaps of `server` audited (and fixed, with `fix`), pages
+/// unwatched.
+async fn audit_config_maps(server: &apiserver::Running, fix: bool) -> Report {
+    audit(
+        server.serve_client(),
+        &options(&["configmaps"], fix),
+        |_, _| {},
+    )
+    .await
+    .unwrap()
+}
+
 fn states(report: &Report) -> Vec<(String, State)> {
     let mut states: Vec<(String, State)> = report
         .lines
@@ -231,13 +243,7 @@ async fn a_403_on_one_resource_is_reported_and_the_rest_audited() {
 async fn fix_adds_what_mutate_would_and_never_deletes() {
     let server = FakeApi::start().await;
     every_class(&server.api);
-    let report = audit(
-        server.serve_client(),
-        &options(&["configmaps"], true),
-        |_, _| {},
-    )
-    .await
-    .unwrap();
+    let report = audit_config_maps(&server, true).await;
     let fixed: Vec<(&str, &Option<Fixed>)> = report
         .lines
         .iter()
@@ -272,13 +278,7 @@ async fn fix_adds_what_mutate_would_and_never_deletes() {
     assert!(server.api.object(Kind::ConfigMap, NS, "leaked").is_some());
     assert!(server.api.calls().iter().all(|c| !c.starts_with("DELETE")));
     // Audited again: only what no fix can mend is left.
-    let again = audit(
-        server.serve_client(),
-        &options(&["configmaps"], false),
-        |_, _| {},
-    )
-    .await
-    .unwrap();
+    let again = audit_config_maps(&server, false).await;
     let left: Vec<(String, State)> = states(&again)
         .into_iter()
         .filter(|(_, s)| matches!(s, State::MissingReference | State::Blocking))
@@ -297,13 +297,7 @@ async fn fix_under_a_conflict_reports_it_and_does_not_retry() {
     server.api.update_faults(|f| {
         f.replace_after_list = Some((Kind::ConfigMap, NS.into(), "missing".into()));
     });
-    let report = audit(
-        server.serve_client(),
-        &options(&["configmaps"], true),
-        |_, _| {},
-    )
-    .await
-    .unwrap();
+    let report = audit_config_maps(&server, true).await;
     let missing = report.lines.iter().find(|l| l.name == "missing").unwrap();
     assert_eq!(missing.fixed, Some(Fixed::Conflict));
     assert!(report.has_findings());

@@ -105,6 +105,17 @@ fn child(kind: Kind, name: &str, uid: &str, owners: &[(&str, &str)], created: &s
             "ownerReferences": references}})
 }
 
+/// Wait until the pass counts one child kept because its pod was held
+/// for its node's clock.
+async fn held_for_its_clock(metrics: &Metrics) {
+    eventually("the held pod counted", || {
+        metrics
+            .encode()
+            .contains("ownerguard_restart_children_kept_total{reason=\"clock\"} 1")
+    })
+    .await;
+}
+
 /// A ConfigMap owned by the pods of `owners` (name, uid), created at
 /// `created`.
 fn put_config_map(api: &FakeApi, name: &str, uid: &str, owners: &[(&str, &str)], created: &str) {
@@ -325,12 +336,7 @@ async fn a_worker_that_did_not_opt_in_keeps_everything_and_a_clock_ahead_holds_t
         "2026-12-01T09:00:00Z",
     );
     let (metrics, task) = start(&server);
-    eventually("the held pod counted", || {
-        metrics
-            .encode()
-            .contains("ownerguard_restart_children_kept_total{reason=\"clock\"} 1")
-    })
-    .await;
+    held_for_its_clock(&metrics).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(exists(api, Kind::ConfigMap, "prompt-1"));
     assert!(exists(api, Kind::ConfigMap, "prompt-2"));
@@ -385,12 +391,7 @@ async fn a_node_whose_lease_shows_its_clock_ahead_has_nothing_released() {
         "2026-12-01T09:00:00Z",
     );
     let (metrics, task) = start(&server);
-    eventually("the held pod counted", || {
-        metrics
-            .encode()
-            .contains("ownerguard_restart_children_kept_total{reason=\"clock\"} 1")
-    })
-    .await;
+    held_for_its_clock(&metrics).await;
     assert!(exists(api, Kind::ConfigMap, "prompt-old"));
     assert!(api.calls_matching("DELETE ").is_empty());
     task.abort();
@@ -476,12 +477,7 @@ async fn a_hold_outlives_the_replica_that_made_it_until_the_pod_restarts_again()
         "2026-12-01T10:00:30Z",
     );
     let (metrics, task) = start(&server);
-    eventually("the held pod counted", || {
-        metrics
-            .encode()
-            .contains("ownerguard_restart_children_kept_total{reason=\"clock\"} 1")
-    })
-    .await;
+    held_for_its_clock(&metrics).await;
     eventually("the hold remembered in the Lease", || {
         held_of_w1(api).is_some()
     })
