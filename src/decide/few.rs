@@ -11,8 +11,9 @@ use std::hash::Hash;
 
 use super::Map;
 
-/// How many entries stay in place before the map moves to a hash map.
-const IN_PLACE: usize = 8;
+/// How many entries stay in place before the map moves to a hash map:
+/// also how many lookups `merge_lookups` merges by a scan.
+pub(super) const IN_PLACE: usize = 8;
 
 /// A map whose every key keeps the first value inserted under it: what
 /// the checks of one review ask ("the uid this name was first seen with").

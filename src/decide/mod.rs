@@ -135,13 +135,12 @@ pub struct CheckedOwner {
 impl CheckedOwner {
     pub(crate) fn new(namespace: &str, name: &str, uid: &str, source: Source) -> Self {
         let mut annotation = String::with_capacity(namespace.len() + name.len() + uid.len() + 2);
-        for (i, part) in [namespace, name, uid].into_iter().enumerate() {
-            if i > 0 {
-                annotation.push('/');
-            }
-            annotation.push_str(part);
-        }
-        let name_at = namespace.len() + 1;
+        annotation.push_str(namespace);
+        annotation.push('/');
+        let name_at = annotation.len();
+        annotation.push_str(name);
+        annotation.push('/');
+        annotation.push_str(uid);
         Self {
             annotation,
             name: name_at..name_at + name.len(),
@@ -351,17 +350,15 @@ pub fn decide(checks: Checks<'_>, lookups: &Lookups, policy: &Policy) -> Result<
     })
 }
 
-/// How many lookups [`merge_lookups`] merges by a scan.
-const FEW_NEEDS: usize = 8;
-
 /// Lookups for `needs`, one per name; a name needed fresh anywhere is
 /// looked up fresh.
 fn merge_lookups(needs: impl IntoIterator<Item = LookupNeed>) -> Vec<LookupNeed> {
     let needs = needs.into_iter();
     let mut merged: Vec<LookupNeed> = Vec::with_capacity(needs.size_hint().0);
-    // By name, once there are more than a few: a scan finds one of a few
-    // without the map's allocation, but a long list would make it
-    // quadratic.
+    // By name, once there are more than a few (as `few::FirstSeen`, which
+    // cannot serve here: the names it would borrow move into `merged`): a
+    // scan finds one of a few without the map's allocation, but a long
+    // list would make it quadratic.
     let mut by_name: Option<Map<String, usize>> = None;
     for need in needs {
         let found = match &by_name {
@@ -376,7 +373,7 @@ fn merge_lookups(needs: impl IntoIterator<Item = LookupNeed>) -> Vec<LookupNeed>
             by_name.insert(need.name.clone(), merged.len());
         }
         merged.push(need);
-        if by_name.is_none() && merged.len() > FEW_NEEDS {
+        if by_name.is_none() && merged.len() > few::IN_PLACE {
             by_name = Some(
                 merged
                     .iter()
