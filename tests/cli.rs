@@ -166,6 +166,43 @@ fn review_of_bad_input_exits_2() {
 }
 
 #[test]
+fn a_key_prefix_too_long_for_the_names_built_on_it_is_refused_at_start() {
+    // Sixty-three-character labels joined by dots: a DNS subdomain either
+    // way, 240 characters the longest whose `held-restart.<prefix>` is one.
+    let prefix = |len: usize| {
+        let mut text = String::new();
+        while text.len() < len {
+            if !text.is_empty() {
+                text.push('.');
+            }
+            let label = (len - text.len()).min(63);
+            text.push_str(&"a".repeat(label));
+        }
+        text
+    };
+    let longest = prefix(240);
+    let manifest = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: prompt-1\n  labels:\n    {longest}/owner-pod: w-1\n"
+    );
+    let (code, stdout, stderr) = review_stdin(&["--key-prefix", &longest], &manifest);
+    // Judged (the owner is not in the pods given), not refused as an argument.
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stdout.to_string().contains("w-1"), "{stdout}");
+
+    let too_long = prefix(241);
+    assert_eq!(too_long.len(), 241);
+    let (code, _, stderr) = review_stdin(&["--key-prefix", &too_long], &manifest);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("at most 240"), "{stderr}");
+    let output = ownerguard()
+        .args(["serve", "--dev", "--key-prefix", &too_long])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("at most 240"));
+}
+
+#[test]
 fn review_prints_the_object_as_it_would_be_stored() {
     // Judged from the stored object's side: the reference there resolves
     // to the requester pod by apiVersion, kind, name and uid, non-blocking.

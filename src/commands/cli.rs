@@ -294,13 +294,24 @@ impl PolicyArgs {
     }
 }
 
+/// The longest key prefix: the longest name built on it, the restart
+/// holds' Lease annotation `held-restart.<keyPrefix>/<uid>` (and the
+/// chart's `validate-all.<keyPrefix>`), must stay a DNS subdomain of at
+/// most 253 characters. The chart's schema holds the same limit.
+const MAX_KEY_PREFIX: usize = 253 - "held-restart.".len();
+
 fn key_prefix(text: &str) -> Result<String, String> {
-    if crate::k8s::names::is_pod_name(text) {
-        Ok(text.to_string())
-    } else {
+    if !crate::k8s::names::is_pod_name(text) {
         Err(format!(
             "'{text}' is not a label key prefix (a lowercase DNS subdomain such as example.com)"
         ))
+    } else if text.len() > MAX_KEY_PREFIX {
+        Err(format!(
+            "the key prefix is {} characters long, at most {MAX_KEY_PREFIX} are allowed: the names built on it (held-restart.<prefix>, validate-all.<prefix>) must stay within the 253 characters of a DNS subdomain",
+            text.len()
+        ))
+    } else {
+        Ok(text.to_string())
     }
 }
 
