@@ -1984,7 +1984,25 @@ struct Workload {
     selector_owner: bool,
     /// A generic ephemeral volume's claim template, if any.
     ephemeral: Option<Form>,
+    /// An ownerReference written into each StatefulSet claim template,
+    /// which the statefulset controller copies onto every claim.
+    claim_reference: Option<ClaimReference>,
     knobs: Knobs,
+}
+
+/// Whom a claim template's ownerReference names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ClaimReference {
+    /// The worker itself, exactly (`v1`/`Pod`, its uid).
+    Worker,
+    /// Another running worker.
+    OtherWorker,
+    /// A pod that does not exist.
+    Ghost,
+    /// The worker, under a kind the collector cannot resolve (`pod`).
+    LowercaseKind,
+    /// A ConfigMap: no pod at all.
+    ConfigMap,
 }
 
 fn workload() -> impl Strategy<Value = Workload> {
@@ -2006,9 +2024,17 @@ fn workload() -> impl Strategy<Value = Workload> {
         any::<bool>(),
         prop::option::of(form()),
         prop_oneof![5 => Just(None), 1 => Just(Some("acme.dev"))],
+        prop_oneof![
+            10 => Just(None),
+            1 => Just(Some(ClaimReference::Worker)),
+            1 => Just(Some(ClaimReference::OtherWorker)),
+            1 => Just(Some(ClaimReference::Ghost)),
+            1 => Just(Some(ClaimReference::LowercaseKind)),
+            1 => Just(Some(ClaimReference::ConfigMap)),
+        ],
     )
         .prop_map(
-            |(kind, creator, object, (template, job_template), claims, selector_owner, ephemeral, prefix)| {
+            |(kind, creator, object, (template, job_template), claims, selector_owner, ephemeral, prefix, claim_reference)| {
                 Workload {
                     kind,
                     creator,
@@ -2018,6 +2044,7 @@ fn workload() -> impl Strategy<Value = Workload> {
                     claims,
                     selector_owner,
                     ephemeral,
+                    claim_reference,
                     knobs: Knobs {
                         requester_check: oracle::RequesterCheck::Enforce,
                         fail_open: false,
@@ -2128,9 +2155,21 @@ impl Workload {
     fn objects(&self) -> Vec<Value> {
         let metadata = json!({"name": "agent-1", "labels": self.object_labels()});
         let object = |api: &str, kind: &str, spec: Value| json!({"apiVersion": api, "kind": kind, "metadata": metadata, "spec": spec});
+        let (worker, worker_uid) = self.worker();
+        let reference = self.claim_reference.map(|to| match to {
+            ClaimReference::Worker => json!({"apiVersion": "v1", "kind": "Pod", "name": worker, "uid": worker_uid}),
+            ClaimReference::OtherWorker => json!({"apiVersion": "v1", "kind": "Pod", "name": "w-2", "uid": U2}),
+            ClaimReference::Ghost => json!({"apiVersion": "v1", "kind": "Pod", "name": "ghost", "uid": "9e9e9e9e-0000-4000-8000-000000000000"}),
+            ClaimReference::LowercaseKind => json!({"apiVersion": "v1", "kind": "pod", "name": worker, "uid": worker_uid}),
+            ClaimReference::ConfigMap => json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "prompts", "uid": "5c5c5c5c-0000-4000-8000-000000000000"}),
+        });
         let claim_template = |i: usize, form: Form| {
-            json!({"metadata": {"name": format!("data{i}"), "labels": self.labels(form)},
-                   "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+            let mut template = json!({"metadata": {"name": format!("data{i}"), "labels": self.labels(form)},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
+            if let Some(reference) = &reference {
+                template["metadata"]["ownerReferences"] = json!([reference]);
+            }
+            template
         };
         match self.kind {
             WorkloadKind::Pod => vec![object("v1", "Pod", self.pod_spec())],

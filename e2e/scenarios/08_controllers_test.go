@@ -785,6 +785,50 @@ func TestClaimTemplates(t *testing.T) {
 		}
 	})
 
+	// The statefulset controller copies a claim template's metadata whole
+	// onto each claim, ownerReferences included (shown here on a
+	// StatefulSet ownerguard never sees): a labelled StatefulSet whose
+	// claim template names another worker is therefore refused up front,
+	// or each of its claims would be owned by that worker too.
+	t.Run("AClaimTemplateCarryingAPodReferenceIsRefused", func(t *testing.T) {
+		ctx := ctxFor(t, 2*time.Minute)
+		ns := newNamespace(t, "claims", walkRules())
+		w := newWorker(t, ns, "worker-sts-ref")
+		other := newPod(t, ns, "worker-other")
+		toOther := []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: other.Name, UID: other.UID,
+			Controller: ptr(false), BlockOwnerDeletion: ptr(false)}}
+
+		unlabelled := statefulSet("plain", w, false)
+		unlabelled.Labels = map[string]string{"app": "plain"}
+		unlabelled.Spec.Selector.MatchLabels = map[string]string{"app": "plain"}
+		unlabelled.Spec.Template.Labels = map[string]string{"app": "plain"}
+		unlabelled.Spec.VolumeClaimTemplates[0].Labels = map[string]string{"app": "plain"}
+		unlabelled.Spec.VolumeClaimTemplates[0].OwnerReferences = toOther
+		_, err := admin.AppsV1().StatefulSets(ns).Create(ctx, unlabelled, metav1.CreateOptions{})
+		must(t, err, "create an unlabelled StatefulSet whose claim template names a pod")
+		must(t, harness.Until(ctx, 60*time.Second, 250*time.Millisecond, "the claim of the unlabelled StatefulSet", func() error {
+			claim, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-plain-0", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, ref := range claim.OwnerReferences {
+				if ref.Kind == "Pod" && ref.UID == other.UID {
+					return nil
+				}
+			}
+			return fmt.Errorf("claim data-plain-0 has ownerReferences %v, not the template's", claim.OwnerReferences)
+		}), "the statefulset controller copies the claim template's references")
+
+		labelled := statefulSet("db", w, false)
+		labelled.Spec.VolumeClaimTemplates[0].OwnerReferences = toOther
+		_, err = w.Client.AppsV1().StatefulSets(ns).Create(ctx, labelled, metav1.CreateOptions{})
+		code, message := denial(err)
+		if code != 400 || !strings.Contains(message, "spec.volumeClaimTemplates[0] carries ownerReferences[0] naming Pod '"+other.Name+"'") ||
+			!strings.Contains(message, "remove ownerReferences from spec.volumeClaimTemplates[0].metadata") {
+			t.Fatalf("the labelled StatefulSet whose claim template names %s: %v, want refused 400 naming the template's reference", other.Name, err)
+		}
+	})
+
 	t.Run("AgentPodGetsItsEphemeralClaim", func(t *testing.T) {
 		ctx := ctxFor(t, 2*time.Minute)
 		ns := newNamespace(t, "claims", walkRules())

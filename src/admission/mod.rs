@@ -21,7 +21,7 @@ pub use error::DecodeError;
 pub use lenient::{MAX_LIST_ENTRIES, MAX_REFERENCES, MAX_TEMPLATE_VOLUMES};
 pub use object::{ObjectHead, ObjectMeta, OwnerReference};
 pub use response::{AdmissionResponse, Status};
-pub use template::{PodSpecAt, Template, TemplateMeta, TemplatePath};
+pub use template::{PodSpecAt, Template, TemplateMeta, TemplatePath, TemplateReference};
 pub use text::Text;
 
 use std::collections::BTreeMap;

@@ -276,6 +276,11 @@ pub struct RawTemplateMeta {
     pub(super) labels: Option<Shaped<BTreeMap<String, String>>>,
     #[serde(default)]
     pub(super) annotations: Option<Shaped<BTreeMap<String, String>>>,
+    /// The first entry of its `ownerReferences` that means a pod: the
+    /// statefulset controller copies a claim template's whole metadata,
+    /// references included, onto every claim it makes.
+    #[serde(default, rename = "ownerReferences")]
+    pub(super) pod_reference: FirstPodReference,
 }
 
 /// The labels and annotations of a template.
@@ -283,6 +288,8 @@ pub struct RawTemplateMeta {
 pub struct TemplateMeta {
     pub labels: Option<BTreeMap<String, String>>,
     pub annotations: Option<BTreeMap<String, String>>,
+    /// The first of its `ownerReferences` that means a pod, if any.
+    pub pod_reference: Option<TemplateReference>,
 }
 
 impl TemplateMeta {
@@ -292,6 +299,136 @@ impl TemplateMeta {
         Some(Self {
             labels: strings(&raw.labels)?,
             annotations: strings(&raw.annotations)?,
+            pod_reference: raw.pod_reference.0.clone(),
         })
+    }
+}
+
+/// An entry of a template's `ownerReferences` that means a pod
+/// ([`OwnerReference::means_pod`]): where it is and what it says, for the
+/// message that refuses it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TemplateReference {
+    pub index: usize,
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+}
+
+/// A template's `ownerReferences`, read only for the first entry that
+/// means a pod; the others, and a list of any other shape, are passed
+/// over as they stream by, so that no list of references, however long,
+/// is kept.
+#[derive(Debug, Clone, Default)]
+pub(super) struct FirstPodReference(Option<TemplateReference>);
+
+impl<'de> Deserialize<'de> for FirstPodReference {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// One entry, as lenient as the rest of a template: a field of
+        /// another shape reads as absent.
+        #[derive(Deserialize, Default)]
+        #[serde(rename_all = "camelCase")]
+        struct Entry {
+            #[serde(default)]
+            api_version: Option<Shaped<String>>,
+            #[serde(default)]
+            kind: Option<Shaped<String>>,
+            #[serde(default)]
+            name: Option<Shaped<String>>,
+        }
+
+        struct Visitor;
+
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = FirstPodReference;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let text = |v: Option<Shaped<String>>| v.and_then(|v| v.0).unwrap_or_default();
+                let mut index = 0;
+                while let Some(entry) = seq.next_element_seed(LenientEntry)? {
+                    if let Some(entry) = entry {
+                        let entry: Entry = entry;
+                        let reference = TemplateReference {
+                            index,
+                            api_version: text(entry.api_version),
+                            kind: text(entry.kind),
+                            name: text(entry.name),
+                        };
+                        if reference.means_pod() {
+                            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                            return Ok(FirstPodReference(Some(reference)));
+                        }
+                    }
+                    index += 1;
+                }
+                Ok(FirstPodReference(None))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(FirstPodReference(None))
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(FirstPodReference(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(FirstPodReference(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(FirstPodReference(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(FirstPodReference(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(FirstPodReference(None))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(FirstPodReference(None))
+            }
+        }
+
+        /// An entry read when it is an object, else passed over.
+        struct LenientEntry;
+
+        impl<'de> serde::de::DeserializeSeed<'de> for LenientEntry {
+            type Value = Option<Entry>;
+
+            fn deserialize<D: serde::Deserializer<'de>>(
+                self,
+                deserializer: D,
+            ) -> Result<Self::Value, D::Error> {
+                lenient(deserializer)
+            }
+        }
+
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+impl TemplateReference {
+    /// Whether it means a pod, read as an object's own reference is.
+    pub fn means_pod(&self) -> bool {
+        use std::borrow::Cow;
+        super::OwnerReference {
+            api_version: super::Text(Cow::Borrowed(&self.api_version)),
+            kind: super::Text(Cow::Borrowed(&self.kind)),
+            ..Default::default()
+        }
+        .means_pod()
     }
 }

@@ -432,6 +432,32 @@ pub enum Denial {
         key: String,
     },
 
+    /// A StatefulSet's claim template carries a Pod reference: the
+    /// statefulset controller copies a claim template's metadata whole,
+    /// references included, onto every claim it makes, so each claim
+    /// would be owned by a pod no check of the requester proved (another
+    /// worker's), or be refused or deleted at once (a pod gone, a
+    /// reference the collector cannot resolve).
+    #[error(
+        "{at}: its {template} {field} carries ownerReferences[{index}] naming {} '{}' \
+         (apiVersion '{}'), and the statefulset controller copies it onto every claim it makes, \
+         whose owner pod is '{owner}': remove ownerReferences from {field}.metadata; each claim \
+         gets the reference to its owner pod from its owner label",
+        Shown(.kind), Shown(.name), Shown(.api_version)
+    )]
+    TemplatePodReference {
+        at: Subject,
+        owner: String,
+        /// What the template makes: `claim template`.
+        template: &'static str,
+        /// Where it is: `spec.volumeClaimTemplates[0]`.
+        field: String,
+        index: usize,
+        api_version: String,
+        kind: String,
+        name: String,
+    },
+
     /// An UPDATE changes an owner label, or its name annotation.
     #[error(
         "{at}: the update changes {key} of owner pod '{}' from {old} to {new}: ownership is set at \
@@ -576,6 +602,7 @@ impl Denial {
             | Self::TooManyEntries { .. }
             | Self::TemplateOwnerMismatch { .. }
             | Self::TemplateUidUnknown { .. }
+            | Self::TemplatePodReference { .. }
             | Self::MissingOldObject { .. }
             | Self::MissingObject { .. } => 400,
             Self::LookupFailed { .. } => 503,
@@ -633,6 +660,7 @@ impl Denial {
             Self::TooManyEntries { .. } => "too-many-entries",
             Self::TemplateOwnerMismatch { .. } => "template-owner-mismatch",
             Self::TemplateUidUnknown { .. } => "template-uid-unknown",
+            Self::TemplatePodReference { .. } => "template-pod-reference",
             Self::OwnerLabelChanged { .. } => "owner-label-changed",
             Self::OwnerLabelAdded { .. } => "owner-label-added",
             Self::OwnerLabelRemoved { .. } => "owner-label-removed",

@@ -346,6 +346,7 @@ mod tests {
                         .collect()
                 }),
                 annotations: None,
+                pod_reference: None,
             },
             added_labels: std::sync::Arc::default(),
             key: None,

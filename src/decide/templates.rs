@@ -83,6 +83,9 @@ pub(super) fn complete(
     let mut declared = Vec::new();
     let templates = head.templates();
     check_defaulted_job_labels(&templates, &old_templates, at, owner, labels)?;
+    if old.is_none() {
+        check_claim_template_references(&templates, at, owner)?;
+    }
     for template in &templates {
         let Some(value) = template.label(&labels.pod) else {
             continue;
@@ -134,6 +137,46 @@ pub(super) fn complete(
     declared.sort();
     declared.dedup();
     Ok(declared)
+}
+
+/// A StatefulSet's claim templates carry no Pod reference: its controller
+/// copies a claim template's metadata whole (`getPersistentVolumeClaims`),
+/// `ownerReferences` included, onto every claim, so a reference there
+/// would give each claim an owner the requester check never saw (another
+/// worker), or one the claims are refused or deleted for (a pod gone, a
+/// kind the collector cannot resolve). Whether the template carries the
+/// owner label or not: the claims are made either way. The references of
+/// the other templates are never copied (pods and Jobs take only their
+/// controller's, and the API server allows an ephemeral claim template no
+/// metadata but labels and annotations).
+///
+/// Judged on CREATE only: the API server refuses any change to a
+/// StatefulSet's claim templates after it, and the chart's match
+/// conditions send an UPDATE only for what a rule refuses on UPDATE.
+fn check_claim_template_references(
+    templates: &[Template],
+    at: &Subject,
+    owner: TemplateOwner<'_>,
+) -> Result<(), Denial> {
+    let copied = templates.iter().filter_map(|template| match template.path {
+        TemplatePath::VolumeClaimTemplate(_) => {
+            Some((template, template.meta.pod_reference.as_ref()?))
+        }
+        _ => None,
+    });
+    if let Some((template, reference)) = copied.into_iter().next() {
+        return Err(Denial::TemplatePodReference {
+            at: at.clone(),
+            owner: owner.name.to_string(),
+            template: template.path.noun(),
+            field: template.path.field(),
+            index: reference.index,
+            api_version: reference.api_version.clone(),
+            kind: reference.kind.clone(),
+            name: reference.name.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// A template's owner keys: the owner label, the uid label and the name
@@ -378,6 +421,7 @@ mod tests {
                 meta: TemplateMeta {
                     labels: Some(map),
                     annotations: None,
+                    pod_reference: None,
                 },
                 added_labels: Default::default(),
                 key: key.map(str::to_string),

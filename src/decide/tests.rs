@@ -1460,6 +1460,16 @@ fn every_denial_names_object_namespace_owner_and_fix() {
             field: "spec.template".into(),
             key: key.clone(),
         },
+        Denial::TemplatePodReference {
+            at: at.clone(),
+            owner: owner.clone(),
+            template: "claim template",
+            field: "spec.volumeClaimTemplates[0]".into(),
+            index: 0,
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: "w-2".into(),
+        },
         Denial::OwnerLabelChanged {
             at: at.clone(),
             owner: owner.clone(),
@@ -1543,6 +1553,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::TooManyEntries { .. }
         | Denial::TemplateOwnerMismatch { .. }
         | Denial::TemplateUidUnknown { .. }
+        | Denial::TemplatePodReference { .. }
         | Denial::OwnerLabelChanged { .. }
         | Denial::OwnerLabelAdded { .. }
         | Denial::OwnerLabelRemoved { .. }
@@ -1555,7 +1566,7 @@ fn every_denial_names_object_namespace_owner_and_fix() {
         | Denial::OwnerLabelOmitted { .. } => true,
         Denial::ClusterScoped { .. } => false,
     };
-    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 38);
+    assert_eq!(denials.iter().filter(|d| listed(d)).count(), 39);
     for denial in denials {
         let message = denial.to_string();
         assert!(message.contains("Job 'step-7'"), "no object: {message}");
@@ -2989,6 +3000,109 @@ fn rule_12_a_resource_claim_templates_claim_metadata_is_a_template() {
         err.to_string().contains("ResourceClaim template spec"),
         "{err}"
     );
+}
+
+#[test]
+fn rule_12_a_claim_template_carrying_a_pod_reference_is_denied_400_as_its_claims_would_carry_it() {
+    // The statefulset controller deep-copies a claim template's metadata
+    // onto every claim, ownerReferences included: each claim would be
+    // owned by whatever pod the template names.
+    let pod = |kind: &str, name: &str, uid: &str| json!({"apiVersion": "v1", "kind": kind, "name": name, "uid": uid});
+    let config_map =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "prompts", "uid": "uid-cm"});
+    let cases = [
+        // Another running worker: the requester check never saw it.
+        (json!([pod("Pod", "w-2", "uid-2")]), 0, "w-2"),
+        // A pod that does not exist: every claim refused or collected.
+        (json!([pod("Pod", "ghost", "uid-g")]), 0, "ghost"),
+        // The worker itself: ownerguard gives each claim that reference.
+        (json!([pod("Pod", "w-1", "uid-1")]), 0, "w-1"),
+        // A kind the collector cannot resolve.
+        (json!([pod("pod", "w-1", "uid-1")]), 0, "w-1"),
+        // Behind an entry that is no pod, found at its index.
+        (
+            json!([config_map.clone(), pod("Pod", "w-2", "uid-2")]),
+            1,
+            "w-2",
+        ),
+    ];
+    for (references, index, named) in cases {
+        for labelled in [true, false] {
+            let mut metadata = json!({"name": "data", "ownerReferences": references});
+            if labelled {
+                metadata["labels"] = json!({"ownerguard.io/owner-pod": "w-1"});
+            }
+            let set = worker_statefulset(json!([
+                {"metadata": {"name": "logs"}, "spec": claim_spec()},
+                {"metadata": metadata, "spec": claim_spec()},
+            ]));
+            // /validate sees it as /mutate would have completed it.
+            let mut completed = set.clone();
+            completed["metadata"]["ownerReferences"] = json!([{
+                "apiVersion": "v1", "kind": "Pod", "name": "w-1", "uid": "uid-1",
+                "controller": false, "blockOwnerDeletion": false,
+            }]);
+            completed["metadata"]["labels"]["ownerguard.io/owner-uid"] = json!("uid-1");
+            let pods = || running(&[("w-1", "uid-1"), ("w-2", "uid-2")]);
+            let asked = |object: Value| from_pod(request("CREATE", object, None).1, "w-1", "uid-1");
+            for err in [
+                mutate(&asked(set), pods()).unwrap_err(),
+                validate(&asked(completed), pods()).unwrap_err(),
+            ] {
+                assert!(
+                    matches!(err, Denial::TemplatePodReference { .. }),
+                    "{references}: {err:?}"
+                );
+                assert_eq!(err.code(), 400);
+                let message = err.to_string();
+                assert!(
+                    message.contains(&format!(
+                        "claim template spec.volumeClaimTemplates[1] carries ownerReferences[{index}]"
+                    )),
+                    "{message}"
+                );
+                assert!(message.contains(&format!("'{named}'")), "{message}");
+                assert!(message.contains("owner pod is 'w-1'"), "{message}");
+                assert!(
+                    message.contains(
+                        "remove ownerReferences from spec.volumeClaimTemplates[1].metadata"
+                    ),
+                    "{message}"
+                );
+            }
+        }
+    }
+
+    // A reference to no pod is not ownerguard's to judge; a list of
+    // another shape is no reference.
+    for references in [
+        json!([config_map]),
+        json!("x"),
+        json!([1, "y", null]),
+        json!({}),
+    ] {
+        let set = worker_statefulset(json!([
+            {"metadata": {"name": "data", "ownerReferences": references}, "spec": claim_spec()},
+        ]));
+        let (_, review) = request("CREATE", set, None);
+        let req = from_pod(review, "w-1", "uid-1");
+        mutate(&req, running(&[("w-1", "uid-1")])).unwrap_or_else(|d| panic!("{references}: {d}"));
+    }
+
+    // An UPDATE is not judged for it: the API server refuses any change
+    // to a StatefulSet's claim templates, and one made before is as it was.
+    let set = worker_statefulset(json!([
+        {"metadata": {"name": "data", "ownerReferences": [pod("Pod", "w-2", "uid-2")]}, "spec": claim_spec()},
+    ]));
+    let mut old = set.clone();
+    old["metadata"]["labels"]["ownerguard.io/owner-uid"] = json!("uid-1");
+    old["metadata"]["ownerReferences"] = json!([pod("Pod", "w-1", "uid-1")]);
+    let mut new = old.clone();
+    new["spec"]["replicas"] = json!(3);
+    let (_, review) = request("UPDATE", new, Some(old));
+    let req = from_pod(review, "w-1", "uid-1");
+    mutate(&req, running(&[("w-1", "uid-1"), ("w-2", "uid-2")]))
+        .unwrap_or_else(|d| panic!("a scale refused: {d}"));
 }
 
 #[test]

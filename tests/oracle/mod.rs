@@ -1563,6 +1563,7 @@ fn check_templates(
         )
     };
     for template in controllers::templates(&w.request["object"]) {
+        check_claim_template_references(w, e, &template, owner, create);
         let Some(value) = template.label(&pod_key) else {
             continue;
         };
@@ -1645,6 +1646,43 @@ fn check_templates(
             }
         }
     }
+}
+
+/// Rule 12 for a StatefulSet's claim template, labelled or not: the
+/// statefulset controller deep-copies its metadata onto every claim
+/// (`getPersistentVolumeClaims`), `ownerReferences` included, so a Pod
+/// reference there (one named like a pod: rule 15) gives each claim an
+/// owner no requester check saw, or makes it refused or collected at
+/// once. 400 on CREATE; an UPDATE is not judged for it (the API server
+/// refuses any change to a StatefulSet's claim templates).
+fn check_claim_template_references(
+    w: &World,
+    e: &mut Expect,
+    template: &controllers::TemplateView,
+    owner: Option<&str>,
+    create: bool,
+) {
+    if !create || !template.pointer.starts_with("/spec/volumeClaimTemplates/") {
+        return;
+    }
+    let references = w.request["object"]
+        .pointer(&format!("{}/ownerReferences", template.pointer))
+        .and_then(Value::as_array);
+    let Some(pod) = references
+        .into_iter()
+        .flatten()
+        .filter_map(Entry::parse)
+        .find(Entry::pod_kind)
+    else {
+        return;
+    };
+    let why = format!(
+        "the claim template at {} carries a Pod reference to '{}', which its controller copies onto every claim of owner '{}' (rule 12)",
+        template.pointer,
+        pod.name.as_deref().unwrap_or(""),
+        owner.unwrap_or("")
+    );
+    e.deny(&[400], true, why);
 }
 
 /// The owner the labels declare: its uid from the uid label or the

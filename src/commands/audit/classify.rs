@@ -338,7 +338,8 @@ fn state_of(denial: &Denial, referenced: bool) -> State {
         | Denial::TooManyReferences { .. }
         | Denial::TooManyEntries { .. }
         | Denial::TemplateOwnerMismatch { .. }
-        | Denial::TemplateUidUnknown { .. } => State::Malformed,
+        | Denial::TemplateUidUnknown { .. }
+        | Denial::TemplatePodReference { .. } => State::Malformed,
         // Not made for a CREATE decided from the pods listed (the requester
         // check is off, every lookup answered): read as the labels being
         // wrong rather than lose the object.
