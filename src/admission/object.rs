@@ -227,6 +227,17 @@ impl ObjectHead<'_> {
         templates
     }
 
+    /// An `apps` StatefulSet (any version): the kind whose controller
+    /// copies its claim templates' metadata whole onto the claims.
+    pub fn is_stateful_set(&self) -> bool {
+        self.kind.as_deref() == Some("StatefulSet")
+            && self
+                .api_version
+                .as_deref()
+                .and_then(|v| v.split_once('/'))
+                .is_some_and(|(group, _)| group == "apps")
+    }
+
     /// A DRA ResourceClaimTemplate (`resource.k8s.io`, any version): only
     /// there is `spec.metadata` a template; elsewhere it means anything.
     fn is_resource_claim_template(&self) -> bool {

@@ -443,7 +443,7 @@ pub enum Denial {
          (apiVersion '{}'), and the statefulset controller copies it onto every claim it makes, \
          whose owner pod is '{owner}': remove ownerReferences from {field}.metadata; each claim \
          gets the reference to its owner pod from its owner label",
-        Shown(.kind), Shown(.name), Shown(.api_version)
+        Spelled(.kind), Shown(.name), Spelled(.api_version)
     )]
     TemplatePodReference {
         at: Subject,

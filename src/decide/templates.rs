@@ -83,7 +83,7 @@ pub(super) fn complete(
     let mut declared = Vec::new();
     let templates = head.templates();
     check_defaulted_job_labels(&templates, &old_templates, at, owner, labels)?;
-    if old.is_none() {
+    if old.is_none() && head.is_stateful_set() {
         check_claim_template_references(&templates, at, owner)?;
     }
     for template in &templates {
@@ -148,7 +148,8 @@ pub(super) fn complete(
 /// owner label or not: the claims are made either way. The references of
 /// the other templates are never copied (pods and Jobs take only their
 /// controller's, and the API server allows an ephemeral claim template no
-/// metadata but labels and annotations).
+/// metadata but labels and annotations), and what other kinds' claim
+/// templates become is up to their own controllers.
 ///
 /// Judged on CREATE only: the API server refuses any change to a
 /// StatefulSet's claim templates after it, and the chart's match

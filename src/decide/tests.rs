@@ -3089,6 +3089,35 @@ fn rule_12_a_claim_template_carrying_a_pod_reference_is_denied_400_as_its_claims
         mutate(&req, running(&[("w-1", "uid-1")])).unwrap_or_else(|d| panic!("{references}: {d}"));
     }
 
+    // Another kind's claim templates become what its own controller makes
+    // of them: not judged for their references.
+    let mut widget = worker_statefulset(json!([
+        {"metadata": {"name": "data", "ownerReferences": [pod("Pod", "w-2", "uid-2")]}, "spec": claim_spec()},
+    ]));
+    widget["apiVersion"] = json!("example.com/v1");
+    widget["kind"] = json!("Cluster");
+    let (_, review) = request("CREATE", widget, None);
+    mutate(
+        &from_pod(review, "w-1", "uid-1"),
+        running(&[("w-1", "uid-1"), ("w-2", "uid-2")]),
+    )
+    .unwrap_or_else(|d| panic!("a custom resource's claim template: {d}"));
+
+    // A kind that only reads as Pod is spelt by code point in the message.
+    let set = worker_statefulset(json!([
+        {"metadata": {"name": "data", "ownerReferences": [pod("P\u{200b}od", "w-2", "uid-2")]}, "spec": claim_spec()},
+    ]));
+    let (_, review) = request("CREATE", set, None);
+    let err = mutate(
+        &from_pod(review, "w-1", "uid-1"),
+        running(&[("w-1", "uid-1")]),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("naming P\\u{200b}od 'w-2'"),
+        "{err}"
+    );
+
     // An UPDATE is not judged for it: the API server refuses any change
     // to a StatefulSet's claim templates, and one made before is as it was.
     let set = worker_statefulset(json!([

@@ -1648,7 +1648,7 @@ fn check_templates(
     }
 }
 
-/// Rule 12 for a StatefulSet's claim template, labelled or not: the
+/// Rule 12 for an `apps` StatefulSet's claim template, labelled or not: the
 /// statefulset controller deep-copies its metadata onto every claim
 /// (`getPersistentVolumeClaims`), `ownerReferences` included, so a Pod
 /// reference there (one named like a pod: rule 15) gives each claim an
@@ -1662,7 +1662,12 @@ fn check_claim_template_references(
     owner: Option<&str>,
     create: bool,
 ) {
-    if !create || !template.pointer.starts_with("/spec/volumeClaimTemplates/") {
+    let object = &w.request["object"];
+    let stateful_set = object["kind"] == "StatefulSet"
+        && object["apiVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("apps/"));
+    if !create || !stateful_set || !template.pointer.starts_with("/spec/volumeClaimTemplates/") {
         return;
     }
     let references = w.request["object"]
