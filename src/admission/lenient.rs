@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-/// The visitor methods of every JSON value but a string, each reading as
-/// another shape: a map or a list skipped as it streams by.
-macro_rules! other_shapes_skipped {
-    () => {
+/// The visitor method of a JSON object that skips it as it streams by
+/// and reads it as `$absent`: for a field that wants another shape.
+macro_rules! map_skipped {
+    ($absent:expr) => {
         fn visit_map<A: serde::de::MapAccess<'de>>(
             self,
             mut map: A,
@@ -18,8 +18,16 @@ macro_rules! other_shapes_skipped {
                 .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
                 .is_some()
             {}
-            Ok(Shaped(None))
+            Ok($absent)
         }
+    };
+}
+
+/// The visitor methods of every JSON value but a string, each reading as
+/// another shape: a map or a list skipped as it streams by.
+macro_rules! other_shapes_skipped {
+    () => {
+        map_skipped!(Shaped(None));
         fn visit_seq<A: serde::de::SeqAccess<'de>>(
             self,
             mut seq: A,
@@ -333,15 +341,6 @@ where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,
 {
-    /// One entry, read by [`lenient`].
-    struct Entry<T>(Option<T>);
-
-    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Entry<T> {
-        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            lenient(deserializer).map(Entry)
-        }
-    }
-
     struct Visitor<T>(std::marker::PhantomData<T>);
 
     impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visitor<T> {
@@ -355,21 +354,66 @@ where
             kept_entries(seq, MAX_LIST_ENTRIES, |Entry(entry): Entry<T>| entry).map(Some)
         }
 
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut map: A,
-        ) -> Result<Self::Value, A::Error> {
-            while map
-                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-                .is_some()
-            {}
-            Ok(None)
-        }
-
+        map_skipped!(None);
         scalars_read_as_absent!();
     }
 
     deserializer.deserialize_any(Visitor(std::marker::PhantomData))
+}
+
+/// One entry of a list, read by [`lenient`]: `None` when it is no object.
+struct Entry<T>(Option<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Entry<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        lenient(deserializer).map(Entry)
+    }
+}
+
+/// A field read only when it is a JSON list, for the first entry that
+/// `wanted` makes something of, given its index in the list as sent and
+/// the entry as [`lenient`] reads it. The entries after it, those of
+/// another shape, and a value that is no list are passed over as they
+/// stream by: nothing is kept but what is found, however long the list.
+pub(super) fn first_lenient_entry<'de, D, T, U>(
+    deserializer: D,
+    wanted: impl Fn(usize, T) -> Option<U>,
+) -> Result<Option<U>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Visitor<T, F>(F, std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>, U, F: Fn(usize, T) -> Option<U>> serde::de::Visitor<'de>
+        for Visitor<T, F>
+    {
+        type Value = Option<U>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut index = 0;
+            while let Some(Entry(entry)) = seq.next_element::<Entry<T>>()? {
+                if let Some(found) = entry.and_then(|entry| (self.0)(index, entry)) {
+                    while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                    return Ok(Some(found));
+                }
+                index += 1;
+            }
+            Ok(None)
+        }
+
+        map_skipped!(None);
+        scalars_read_as_absent!();
+    }
+
+    deserializer.deserialize_any(Visitor(wanted, std::marker::PhantomData))
 }
 
 /// `null` read as the type's default: hand-written reviews use it for

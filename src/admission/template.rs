@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::lenient::{Shaped, lenient, lenient_list, strings};
+use super::lenient::{Shaped, first_lenient_entry, lenient, lenient_list, strings};
 
 /// A template of the object: metadata a controller stamps on what it
 /// makes from it.
@@ -316,107 +316,37 @@ pub struct TemplateReference {
 }
 
 /// A template's `ownerReferences`, read only for the first entry that
-/// means a pod; the others, and a list of any other shape, are passed
-/// over as they stream by, so that no list of references, however long,
-/// is kept.
+/// means a pod ([`first_lenient_entry`]: no list of references, however
+/// long, is kept).
 #[derive(Debug, Clone, Default)]
 pub(super) struct FirstPodReference(Option<TemplateReference>);
 
+/// An entry of `ownerReferences`, as lenient as the rest of a template: a
+/// field of another shape reads as absent.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReferenceEntry {
+    #[serde(default)]
+    api_version: Option<Shaped<String>>,
+    #[serde(default)]
+    kind: Option<Shaped<String>>,
+    #[serde(default)]
+    name: Option<Shaped<String>>,
+}
+
 impl<'de> Deserialize<'de> for FirstPodReference {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        /// One entry, as lenient as the rest of a template: a field of
-        /// another shape reads as absent.
-        #[derive(Deserialize, Default)]
-        #[serde(rename_all = "camelCase")]
-        struct Entry {
-            #[serde(default)]
-            api_version: Option<Shaped<String>>,
-            #[serde(default)]
-            kind: Option<Shaped<String>>,
-            #[serde(default)]
-            name: Option<Shaped<String>>,
-        }
-
-        struct Visitor;
-
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = FirstPodReference;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("any JSON value")
-            }
-
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<Self::Value, A::Error> {
-                let text = |v: Option<Shaped<String>>| v.and_then(|v| v.0).unwrap_or_default();
-                let mut index = 0;
-                while let Some(entry) = seq.next_element_seed(LenientEntry)? {
-                    if let Some(entry) = entry {
-                        let entry: Entry = entry;
-                        let reference = TemplateReference {
-                            index,
-                            api_version: text(entry.api_version),
-                            kind: text(entry.kind),
-                            name: text(entry.name),
-                        };
-                        if reference.means_pod() {
-                            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-                            return Ok(FirstPodReference(Some(reference)));
-                        }
-                    }
-                    index += 1;
-                }
-                Ok(FirstPodReference(None))
-            }
-
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Self::Value, A::Error> {
-                while map
-                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-                    .is_some()
-                {}
-                Ok(FirstPodReference(None))
-            }
-
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(FirstPodReference(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(FirstPodReference(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(FirstPodReference(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(FirstPodReference(None))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(FirstPodReference(None))
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(FirstPodReference(None))
-            }
-        }
-
-        /// An entry read when it is an object, else passed over.
-        struct LenientEntry;
-
-        impl<'de> serde::de::DeserializeSeed<'de> for LenientEntry {
-            type Value = Option<Entry>;
-
-            fn deserialize<D: serde::Deserializer<'de>>(
-                self,
-                deserializer: D,
-            ) -> Result<Self::Value, D::Error> {
-                lenient(deserializer)
-            }
-        }
-
-        deserializer.deserialize_any(Visitor)
+        let text = |v: Option<Shaped<String>>| v.and_then(|v| v.0).unwrap_or_default();
+        first_lenient_entry(deserializer, |index, entry: ReferenceEntry| {
+            let reference = TemplateReference {
+                index,
+                api_version: text(entry.api_version),
+                kind: text(entry.kind),
+                name: text(entry.name),
+            };
+            reference.means_pod().then_some(reference)
+        })
+        .map(FirstPodReference)
     }
 }
 
