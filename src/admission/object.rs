@@ -230,23 +230,23 @@ impl ObjectHead<'_> {
     /// An `apps` StatefulSet (any version): the kind whose controller
     /// copies its claim templates' metadata whole onto the claims.
     pub fn is_stateful_set(&self) -> bool {
-        self.kind.as_deref() == Some("StatefulSet")
-            && self
-                .api_version
-                .as_deref()
-                .and_then(|v| v.split_once('/'))
-                .is_some_and(|(group, _)| group == "apps")
+        self.is_kind_of_group("StatefulSet", "apps")
     }
 
     /// A DRA ResourceClaimTemplate (`resource.k8s.io`, any version): only
     /// there is `spec.metadata` a template; elsewhere it means anything.
     fn is_resource_claim_template(&self) -> bool {
-        self.kind.as_deref() == Some("ResourceClaimTemplate")
+        self.is_kind_of_group("ResourceClaimTemplate", "resource.k8s.io")
+    }
+
+    /// Whether the object is a `kind` of API group `group`, any version.
+    fn is_kind_of_group(&self, kind: &str, group: &str) -> bool {
+        self.kind.as_deref() == Some(kind)
             && self
                 .api_version
                 .as_deref()
                 .and_then(|v| v.split_once('/'))
-                .is_some_and(|(group, _)| group == "resource.k8s.io")
+                .is_some_and(|(in_group, _)| in_group == group)
     }
 }
 
