@@ -3026,6 +3026,9 @@ fn rule_12_a_claim_template_carrying_a_pod_reference_is_denied_400_as_its_claims
             "w-2",
         ),
     ];
+    let pods = || running(&[("w-1", "uid-1"), ("w-2", "uid-2")]);
+    // A CREATE of `object` by the worker w-1.
+    let created = |object: Value| from_pod(request("CREATE", object, None).1, "w-1", "uid-1");
     for (references, index, named) in cases {
         for labelled in [true, false] {
             let mut metadata = json!({"name": "data", "ownerReferences": references});
@@ -3043,11 +3046,9 @@ fn rule_12_a_claim_template_carrying_a_pod_reference_is_denied_400_as_its_claims
                 "controller": false, "blockOwnerDeletion": false,
             }]);
             completed["metadata"]["labels"]["ownerguard.io/owner-uid"] = json!("uid-1");
-            let pods = || running(&[("w-1", "uid-1"), ("w-2", "uid-2")]);
-            let asked = |object: Value| from_pod(request("CREATE", object, None).1, "w-1", "uid-1");
             for err in [
-                mutate(&asked(set), pods()).unwrap_err(),
-                validate(&asked(completed), pods()).unwrap_err(),
+                mutate(&created(set), pods()).unwrap_err(),
+                validate(&created(completed), pods()).unwrap_err(),
             ] {
                 assert!(
                     matches!(err, Denial::TemplatePodReference { .. }),
@@ -3084,9 +3085,7 @@ fn rule_12_a_claim_template_carrying_a_pod_reference_is_denied_400_as_its_claims
         let set = worker_statefulset(json!([
             {"metadata": {"name": "data", "ownerReferences": references}, "spec": claim_spec()},
         ]));
-        let (_, review) = request("CREATE", set, None);
-        let req = from_pod(review, "w-1", "uid-1");
-        mutate(&req, running(&[("w-1", "uid-1")])).unwrap_or_else(|d| panic!("{references}: {d}"));
+        mutate(&created(set), pods()).unwrap_or_else(|d| panic!("{references}: {d}"));
     }
 
     // Another kind's claim templates become what its own controller makes
@@ -3096,23 +3095,14 @@ fn rule_12_a_claim_template_carrying_a_pod_reference_is_denied_400_as_its_claims
     ]));
     widget["apiVersion"] = json!("example.com/v1");
     widget["kind"] = json!("Cluster");
-    let (_, review) = request("CREATE", widget, None);
-    mutate(
-        &from_pod(review, "w-1", "uid-1"),
-        running(&[("w-1", "uid-1"), ("w-2", "uid-2")]),
-    )
-    .unwrap_or_else(|d| panic!("a custom resource's claim template: {d}"));
+    mutate(&created(widget), pods())
+        .unwrap_or_else(|d| panic!("a custom resource's claim template: {d}"));
 
     // A kind that only reads as Pod is spelt by code point in the message.
     let set = worker_statefulset(json!([
         {"metadata": {"name": "data", "ownerReferences": [pod("P\u{200b}od", "w-2", "uid-2")]}, "spec": claim_spec()},
     ]));
-    let (_, review) = request("CREATE", set, None);
-    let err = mutate(
-        &from_pod(review, "w-1", "uid-1"),
-        running(&[("w-1", "uid-1")]),
-    )
-    .unwrap_err();
+    let err = mutate(&created(set), pods()).unwrap_err();
     assert!(
         err.to_string().contains("naming P\\u{200b}od 'w-2'"),
         "{err}"
@@ -3130,8 +3120,7 @@ fn rule_12_a_claim_template_carrying_a_pod_reference_is_denied_400_as_its_claims
     new["spec"]["replicas"] = json!(3);
     let (_, review) = request("UPDATE", new, Some(old));
     let req = from_pod(review, "w-1", "uid-1");
-    mutate(&req, running(&[("w-1", "uid-1"), ("w-2", "uid-2")]))
-        .unwrap_or_else(|d| panic!("a scale refused: {d}"));
+    mutate(&req, pods()).unwrap_or_else(|d| panic!("a scale refused: {d}"));
 }
 
 #[test]
