@@ -159,25 +159,25 @@ fn check_claim_template_references(
     at: &Subject,
     owner: TemplateOwner<'_>,
 ) -> Result<(), Denial> {
-    let copied = templates.iter().filter_map(|template| match template.path {
+    let copied = templates.iter().find_map(|template| match template.path {
         TemplatePath::VolumeClaimTemplate(_) => {
             Some((template, template.meta.pod_reference.as_ref()?))
         }
         _ => None,
     });
-    if let Some((template, reference)) = copied.into_iter().next() {
-        return Err(Denial::TemplatePodReference {
-            at: at.clone(),
-            owner: owner.name.to_string(),
-            template: template.path.noun(),
-            field: template.path.field(),
-            index: reference.index,
-            api_version: reference.api_version.clone(),
-            kind: reference.kind.clone(),
-            name: reference.name.clone(),
-        });
-    }
-    Ok(())
+    let Some((template, reference)) = copied else {
+        return Ok(());
+    };
+    Err(Denial::TemplatePodReference {
+        at: at.clone(),
+        owner: owner.name.to_string(),
+        template: template.path.noun(),
+        field: template.path.field(),
+        index: reference.index,
+        api_version: reference.api_version.clone(),
+        kind: reference.kind.clone(),
+        name: reference.name.clone(),
+    })
 }
 
 /// A template's owner keys: the owner label, the uid label and the name
