@@ -1670,7 +1670,7 @@ fn check_claim_template_references(
     if !create || !stateful_set || !template.pointer.starts_with("/spec/volumeClaimTemplates/") {
         return;
     }
-    let references = w.request["object"]
+    let references = object
         .pointer(&format!("{}/ownerReferences", template.pointer))
         .and_then(Value::as_array);
     let Some(pod) = references
