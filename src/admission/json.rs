@@ -388,71 +388,9 @@ impl<'de> Reader<'de> {
 
     /// Four hex digits of a `\u` escape, as a number.
     fn hex4(&mut self) -> Result<u16> {
-        let digits = self
-            .bytes
-            .get(self.pos..self.pos + 4)
-            .ok_or_else(|| error("EOF while parsing a string"))?;
-        let mut value = 0u16;
-        for &d in digits {
-            let nibble = match d {
-                b'0'..=b'9' => d - b'0',
-                b'a'..=b'f' => d - b'a' + 10,
-                b'A'..=b'F' => d - b'A' + 10,
-                _ => return Err(error("invalid escape")),
-            };
-            value = value << 4 | u16::from(nibble);
-        }
+        let value = hex4_at(self.bytes, self.pos)?;
         self.pos += 4;
         Ok(value)
-    }
-
-    /// Past a string whose opening quote is consumed, checking it as
-    /// serde_json checks a string it skips (escapes well-formed, no
-    /// control character; a lone surrogate passes). Most strings have no
-    /// escape: that path is inlined, the rest is not.
-    #[inline(always)]
-    fn skip_string(&mut self) -> Result<()> {
-        self.plain_run();
-        if self.peek() == Some(b'"') {
-            self.pos += 1;
-            Ok(())
-        } else {
-            self.skip_string_rest()
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn skip_string_rest(&mut self) -> Result<()> {
-        loop {
-            match self.peek() {
-                Some(b'"') => {
-                    self.pos += 1;
-                    return Ok(());
-                }
-                Some(b'\\') => {
-                    self.pos += 1;
-                    match self.peek() {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
-                            self.pos += 1;
-                        }
-                        Some(b'u') => {
-                            self.pos += 1;
-                            self.hex4()?;
-                        }
-                        Some(_) => return Err(error("invalid escape")),
-                        None => return Err(error("EOF while parsing a string")),
-                    }
-                }
-                Some(_) => {
-                    return Err(error(
-                        "control character (\\u0000-\\u001F) found while parsing a string",
-                    ));
-                }
-                None => return Err(error("EOF while parsing a string")),
-            }
-            self.plain_run();
-        }
     }
 
     /// A string whose opening quote is consumed: borrowed from the body
@@ -548,142 +486,21 @@ impl<'de> Reader<'de> {
     /// Past a number, checking its grammar; returns its text.
     fn number_text(&mut self) -> Result<&'de str> {
         let start = self.pos;
-        let bytes = self.bytes;
-        let mut pos = self.pos;
-        if bytes.get(pos) == Some(&b'-') {
-            pos += 1;
-        }
-        match bytes.get(pos) {
-            Some(b'0') => pos += 1,
-            Some(b'1'..=b'9') => {
-                while let Some(b'0'..=b'9') = bytes.get(pos) {
-                    pos += 1;
-                }
-            }
-            _ => return Err(error("invalid number")),
-        }
-        if bytes.get(pos) == Some(&b'.') {
-            pos += 1;
-            if !matches!(bytes.get(pos), Some(b'0'..=b'9')) {
-                return Err(error("invalid number"));
-            }
-            while let Some(b'0'..=b'9') = bytes.get(pos) {
-                pos += 1;
-            }
-        }
-        if let Some(b'e' | b'E') = bytes.get(pos) {
-            pos += 1;
-            if let Some(b'+' | b'-') = bytes.get(pos) {
-                pos += 1;
-            }
-            if !matches!(bytes.get(pos), Some(b'0'..=b'9')) {
-                return Err(error("invalid number"));
-            }
-            while let Some(b'0'..=b'9') = bytes.get(pos) {
-                pos += 1;
-            }
-        }
-        self.pos = pos;
+        self.pos = number_end(self.bytes, start)?;
         // ASCII digits, signs, points and exponents only: always UTF-8.
-        self.text(start, pos)
+        self.text(start, self.pos)
     }
 
-    /// Past one whole value, checked but not built, with no recursion.
-    ///
-    /// This is where most of a review's bytes go (the pod spec, its
-    /// status, managed fields), so it is written for them: what is open is
-    /// a stack of bits in a register (object or list, 64 levels a word,
-    /// deeper ones spilled to `self.open_words`), and a key, its colon and
-    /// a string value are each checked where they stand, without a call
-    /// per token.
+    /// Past one whole value, checked but not built, with no recursion:
+    /// [`Cursor::skip_value`] on a copy of where the reader is.
     fn skip_value(&mut self) -> Result<()> {
-        self.open_words.clear();
-        // Bit 0 of `open`: the innermost container is an object.
-        let mut open = 0u64;
-        let mut depth = 0usize;
-        'value: loop {
-            match self.next_token()? {
-                b'"' => {
-                    self.pos += 1;
-                    self.skip_string()?;
-                }
-                b'{' => {
-                    self.pos += 1;
-                    if self.next_token()? == b'}' {
-                        self.pos += 1;
-                    } else {
-                        self.push_open(&mut open, &mut depth, true);
-                        self.skip_key()?;
-                        continue 'value;
-                    }
-                }
-                b'[' => {
-                    self.pos += 1;
-                    if self.next_token()? == b']' {
-                        self.pos += 1;
-                    } else {
-                        self.push_open(&mut open, &mut depth, false);
-                        continue 'value;
-                    }
-                }
-                b't' => self.literal(b"true")?,
-                b'f' => self.literal(b"false")?,
-                b'n' => self.literal(b"null")?,
-                b'-' | b'0'..=b'9' => {
-                    self.number_text()?;
-                }
-                _ => return Err(error("expected value")),
-            }
-            // A value is done: close what it ends, or go on to the next.
-            while depth > 0 {
-                let object = open & 1 == 1;
-                match (self.next_token()?, object) {
-                    (b',', true) => {
-                        self.pos += 1;
-                        self.skip_key()?;
-                        continue 'value;
-                    }
-                    (b',', false) => {
-                        self.pos += 1;
-                        continue 'value;
-                    }
-                    (b'}', true) | (b']', false) => {
-                        self.pos += 1;
-                        open >>= 1;
-                        depth -= 1;
-                        if depth > 0 && depth.is_multiple_of(64) {
-                            open = self.open_words.pop().unwrap_or_default();
-                        }
-                    }
-                    (_, true) => return Err(error("expected `,` or `}`")),
-                    (_, false) => return Err(error("expected `,` or `]`")),
-                }
-            }
-            return Ok(());
-        }
-    }
-
-    /// One more container open while a value is passed over: its bit
-    /// shifted onto `open`, whose full words go to `self.open_words`.
-    #[inline(always)]
-    fn push_open(&mut self, open: &mut u64, depth: &mut usize, object: bool) {
-        if *depth > 0 && depth.is_multiple_of(64) {
-            self.open_words.push(*open);
-            *open = 0;
-        }
-        *open = *open << 1 | u64::from(object);
-        *depth += 1;
-    }
-
-    /// An object's key and its colon, passed over.
-    #[inline(always)]
-    fn skip_key(&mut self) -> Result<()> {
-        if self.next_token()? != b'"' {
-            return Err(error("key must be a string"));
-        }
-        self.pos += 1;
-        self.skip_string()?;
-        self.expect(b':', "expected `:`")
+        let mut at = Cursor {
+            bytes: self.bytes,
+            pos: self.pos,
+        };
+        let result = at.skip_value(&mut self.open_words);
+        self.pos = at.pos;
+        result
     }
 
     /// A field's name that is not plain ASCII (an escape, a byte outside
@@ -711,6 +528,275 @@ impl<'de> Reader<'de> {
         self.depth -= 1;
         value
     }
+}
+
+/// Where a value passed over is read: the body and a place in it.
+///
+/// [`Reader::skip_value`] works on a copy of the reader's place, held in
+/// locals, so that the compiler keeps the place and the body's bounds in
+/// registers: behind the reader's `&mut self` they were loaded from
+/// memory and stored back at every token, and most of a review's tokens
+/// are passed over. What is not inlined (an escape, the whitespace
+/// between tokens, which the API server never writes) takes the place by
+/// value and gives the new one back, so the copy's address never escapes
+/// to it; an error it finds carries its own position.
+#[derive(Clone, Copy)]
+struct Cursor<'de> {
+    bytes: &'de [u8],
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    /// The next byte that is not whitespace, not consumed.
+    #[inline(always)]
+    fn next_token(&mut self) -> Result<u8> {
+        match self.bytes.get(self.pos) {
+            Some(&b) if b > b' ' => Ok(b),
+            _ => {
+                self.pos = after_whitespace(self.bytes, self.pos);
+                self.bytes
+                    .get(self.pos)
+                    .copied()
+                    .ok_or_else(|| error("EOF while parsing a value"))
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn expect(&mut self, byte: u8, what: &str) -> Result<()> {
+        if self.next_token().ok() == Some(byte) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(error(what))
+        }
+    }
+
+    #[inline(always)]
+    fn literal(&mut self, word: &[u8]) -> Result<()> {
+        if self.bytes[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Ok(())
+        } else {
+            Err(error("expected value"))
+        }
+    }
+
+    /// Past a string whose opening quote is consumed, checking it as
+    /// serde_json checks a string it skips (escapes well-formed, no
+    /// control character; a lone surrogate passes). Most strings have no
+    /// escape: that path is inlined, the rest is not.
+    #[inline(always)]
+    fn skip_string(&mut self) -> Result<()> {
+        self.pos += plain_prefix(&self.bytes[self.pos..]);
+        if self.bytes.get(self.pos) == Some(&b'"') {
+            self.pos += 1;
+        } else {
+            self.pos = skip_string_rest(self.bytes, self.pos)?;
+        }
+        Ok(())
+    }
+
+    /// An object's key and its colon, passed over.
+    #[inline(always)]
+    fn skip_key(&mut self) -> Result<()> {
+        if self.next_token()? != b'"' {
+            return Err(error("key must be a string"));
+        }
+        self.pos += 1;
+        self.skip_string()?;
+        self.expect(b':', "expected `:`")
+    }
+
+    /// Past one whole value, checked but not built, with no recursion.
+    ///
+    /// This is where most of a review's bytes go (the pod spec, its
+    /// status, managed fields), so it is written for them: what is open is
+    /// a stack of bits in a register (object or list, 64 levels a word,
+    /// deeper ones spilled to `open_words`, kept by the reader to reuse
+    /// its allocation), and a key, its colon and a string value are each
+    /// checked where they stand, without a call per token.
+    fn skip_value(&mut self, open_words: &mut Vec<u64>) -> Result<()> {
+        open_words.clear();
+        // Bit 0 of `open`: the innermost container is an object.
+        let mut open = 0u64;
+        let mut depth = 0usize;
+        'value: loop {
+            match self.next_token()? {
+                b'"' => {
+                    self.pos += 1;
+                    self.skip_string()?;
+                }
+                b'{' => {
+                    self.pos += 1;
+                    if self.next_token()? == b'}' {
+                        self.pos += 1;
+                    } else {
+                        push_open(open_words, &mut open, &mut depth, true);
+                        self.skip_key()?;
+                        continue 'value;
+                    }
+                }
+                b'[' => {
+                    self.pos += 1;
+                    if self.next_token()? == b']' {
+                        self.pos += 1;
+                    } else {
+                        push_open(open_words, &mut open, &mut depth, false);
+                        continue 'value;
+                    }
+                }
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                b'-' | b'0'..=b'9' => self.pos = number_end(self.bytes, self.pos)?,
+                _ => return Err(error("expected value")),
+            }
+            // A value is done: close what it ends, or go on to the next.
+            while depth > 0 {
+                let object = open & 1 == 1;
+                match (self.next_token()?, object) {
+                    (b',', true) => {
+                        self.pos += 1;
+                        self.skip_key()?;
+                        continue 'value;
+                    }
+                    (b',', false) => {
+                        self.pos += 1;
+                        continue 'value;
+                    }
+                    (b'}', true) | (b']', false) => {
+                        self.pos += 1;
+                        open >>= 1;
+                        depth -= 1;
+                        if depth > 0 && depth.is_multiple_of(64) {
+                            open = open_words.pop().unwrap_or_default();
+                        }
+                    }
+                    (_, true) => return Err(error("expected `,` or `}`")),
+                    (_, false) => return Err(error("expected `,` or `]`")),
+                }
+            }
+            return Ok(());
+        }
+    }
+}
+
+/// One more container open while a value is passed over: its bit
+/// shifted onto `open`, whose full words go to `open_words`.
+#[inline(always)]
+fn push_open(open_words: &mut Vec<u64>, open: &mut u64, depth: &mut usize, object: bool) {
+    if *depth > 0 && depth.is_multiple_of(64) {
+        open_words.push(*open);
+        *open = 0;
+    }
+    *open = *open << 1 | u64::from(object);
+    *depth += 1;
+}
+
+/// Past the whitespace at `pos` of `bytes`.
+#[cold]
+#[inline(never)]
+fn after_whitespace(bytes: &[u8], mut pos: usize) -> usize {
+    while let Some(b' ' | b'\n' | b'\t' | b'\r') = bytes.get(pos) {
+        pos += 1;
+    }
+    pos
+}
+
+/// The four hex digits of a `\u` escape at `pos` of `bytes`, as a number.
+fn hex4_at(bytes: &[u8], pos: usize) -> Result<u16> {
+    let digits = bytes
+        .get(pos..pos + 4)
+        .ok_or_else(|| error("EOF while parsing a string"))?;
+    let mut value = 0u16;
+    for &d in digits {
+        let nibble = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => return Err(error("invalid escape")),
+        };
+        value = value << 4 | u16::from(nibble);
+    }
+    Ok(value)
+}
+
+/// Past the rest of a string passed over, from `pos` of `bytes` where its
+/// plain run ends (at a backslash, a control character or the end): where
+/// it ends, after its closing quote. An error carries where it was found.
+#[cold]
+#[inline(never)]
+fn skip_string_rest(bytes: &[u8], mut pos: usize) -> Result<usize> {
+    let failed = |message: &str, pos: usize| Err(error(message).at(bytes, pos));
+    loop {
+        match bytes.get(pos) {
+            Some(b'"') => return Ok(pos + 1),
+            Some(b'\\') => {
+                pos += 1;
+                match bytes.get(pos) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => pos += 1,
+                    Some(b'u') => {
+                        pos += 1;
+                        if let Err(e) = hex4_at(bytes, pos) {
+                            return Err(e.at(bytes, pos));
+                        }
+                        pos += 4;
+                    }
+                    Some(_) => return failed("invalid escape", pos),
+                    None => return failed("EOF while parsing a string", pos),
+                }
+            }
+            Some(_) => {
+                return failed(
+                    "control character (\\u0000-\\u001F) found while parsing a string",
+                    pos,
+                );
+            }
+            None => return failed("EOF while parsing a string", pos),
+        }
+        pos += plain_prefix(&bytes[pos..]);
+    }
+}
+
+/// Past the number at `pos` of `bytes`, its grammar checked: where it
+/// ends. An error is found at `pos`, where the reader still is.
+#[inline]
+fn number_end(bytes: &[u8], mut pos: usize) -> Result<usize> {
+    if bytes.get(pos) == Some(&b'-') {
+        pos += 1;
+    }
+    match bytes.get(pos) {
+        Some(b'0') => pos += 1,
+        Some(b'1'..=b'9') => {
+            while let Some(b'0'..=b'9') = bytes.get(pos) {
+                pos += 1;
+            }
+        }
+        _ => return Err(error("invalid number")),
+    }
+    if bytes.get(pos) == Some(&b'.') {
+        pos += 1;
+        if !matches!(bytes.get(pos), Some(b'0'..=b'9')) {
+            return Err(error("invalid number"));
+        }
+        while let Some(b'0'..=b'9') = bytes.get(pos) {
+            pos += 1;
+        }
+    }
+    if let Some(b'e' | b'E') = bytes.get(pos) {
+        pos += 1;
+        if let Some(b'+' | b'-') = bytes.get(pos) {
+            pos += 1;
+        }
+        if !matches!(bytes.get(pos), Some(b'0'..=b'9')) {
+            return Err(error("invalid number"));
+        }
+        while let Some(b'0'..=b'9') = bytes.get(pos) {
+            pos += 1;
+        }
+    }
+    Ok(pos)
 }
 
 impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
@@ -1082,6 +1168,38 @@ mod tests {
                 from_str::<u32>(text).is_ok(),
                 serde_json::from_str::<u32>(text).is_ok(),
                 "{text}"
+            );
+        }
+    }
+
+    /// An error in a string or number passed over names the byte where it
+    /// was found, whether the pass found it inline or in its out-of-line
+    /// part (an escape): the escape's letter, the control character, the
+    /// end of the body, a number's first byte.
+    #[test]
+    fn an_error_in_a_value_passed_over_says_where() {
+        for (text, expected) in [
+            ("{\"a\": [\"x\\q\"]}", "invalid escape at line 1 column 11"),
+            (
+                "{\"a\": [\"x\\u12g4\"]}",
+                "invalid escape at line 1 column 12",
+            ),
+            (
+                "{\"a\":\n \"x\\n\u{1}\"}",
+                "control character (\\u0000-\\u001F) found while parsing a string at line 2 column 6",
+            ),
+            (
+                "{\"a\": \"x\\",
+                "EOF while parsing a string at line 1 column 10",
+            ),
+            ("{\"a\": [1, -x]}", "invalid number at line 1 column 11"),
+            ("{\"a\": [1, 2.]}", "invalid number at line 1 column 11"),
+        ] {
+            let error = from_str::<IgnoredAny>(text).unwrap_err();
+            assert_eq!(error.to_string(), expected, "{text:?}");
+            assert!(
+                serde_json::from_str::<IgnoredAny>(text).is_err(),
+                "{text:?}"
             );
         }
     }
