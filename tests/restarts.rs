@@ -440,6 +440,65 @@ async fn a_node_whose_lease_cannot_be_read_waits_until_it_can() {
     task.abort();
 }
 
+/// A node's Lease that is there but does not date its clock (its
+/// `renewTime`, or the record of the write that set it, stripped) is not
+/// taken for a node without a Lease: the pass waits until it dates it.
+#[tokio::test]
+async fn a_node_whose_lease_does_not_date_its_clock_waits_until_it_does() {
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    let mut pod = worker(
+        "w-1",
+        W1,
+        Some("worker"),
+        1,
+        "2026-12-01T10:00:00Z",
+        "2026-12-01T10:00:01Z",
+    );
+    pod["spec"]["nodeName"] = json!("node-a");
+    api.put_object(Kind::Pod, pod);
+    put_config_map(
+        api,
+        "prompt-old",
+        "c-old",
+        &[("w-1", W1)],
+        "2026-12-01T09:00:00Z",
+    );
+    // A renewTime, but no record of the write that set it.
+    api.put_object(
+        Kind::Lease,
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "node-a", "namespace": "kube-node-lease", "uid": "l-a"},
+            "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40,
+                "renewTime": "2026-12-01T10:00:00.000000Z"}}),
+    );
+    let (metrics, task) = start(&server);
+    eventually("the pass put off", || {
+        metrics
+            .encode()
+            .contains("ownerguard_reap_failures_total{resource=\"release\"}")
+    })
+    .await;
+    assert!(exists(api, Kind::ConfigMap, "prompt-old"));
+    assert!(api.calls_matching("DELETE ").is_empty());
+    // The kubelet renews it, the API server recording when: in step with
+    // the API server's clock, so the next try releases.
+    api.put_object(
+        Kind::Lease,
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "node-a", "namespace": "kube-node-lease", "uid": "l-a",
+                "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "coordination.k8s.io/v1",
+                    "time": "2026-12-01T10:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:renewTime": {}}}}]},
+            "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40,
+                "renewTime": "2026-12-01T10:00:00.000000Z"}}),
+    );
+    eventually("the earlier run's ConfigMap released", || {
+        !exists(api, Kind::ConfigMap, "prompt-old")
+    })
+    .await;
+    task.abort();
+}
+
 /// The annotation of the restart Lease that remembers W1's hold.
 fn held_of_w1(api: &FakeApi) -> Option<String> {
     api.object(Kind::Lease, "ownerguard", "ownerguard-restarts")
@@ -575,4 +634,195 @@ async fn a_hold_survives_the_opt_in_label_taken_off_and_put_back() {
     })
     .await;
     task.abort();
+}
+
+/// A hold is written into the Lease as it is made, before the pass goes on
+/// to other pods: a pass the Lease's renewal cuts short between two pods
+/// (or a replica stopped in the middle of one) does not forget it, and the
+/// next holder, the node's clock set right since, keeps what the held run
+/// made.
+#[tokio::test]
+async fn a_hold_is_remembered_though_its_pass_is_cut_short() {
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    // w-1: held for its node's clock (the start reported a minute after
+    // the API server's time of the write that showed it).
+    api.put_object(
+        Kind::Pod,
+        worker(
+            "w-1",
+            W1,
+            Some("worker"),
+            1,
+            "2026-12-01T10:01:00Z",
+            "2026-12-01T10:00:00Z",
+        ),
+    );
+    // Made by w-1's current run, 30 s into it (API clock).
+    put_config_map(
+        api,
+        "prompt-current",
+        "c-current",
+        &[("w-1", W1)],
+        "2026-12-01T10:00:30Z",
+    );
+    // w-2 and w-3: two restarted workers due after w-1 in the same pass.
+    for (name, uid) in [("w-2", W2), ("w-3", OTHER)] {
+        api.put_object(
+            Kind::Pod,
+            worker(
+                name,
+                uid,
+                Some("worker"),
+                1,
+                "2026-12-01T10:00:00Z",
+                "2026-12-01T10:00:01Z",
+            ),
+        );
+    }
+    // The restart Lease held by another replica for three more seconds:
+    // the three pods are seen before this replica leads, so its first
+    // pass has them all due.
+    api.put_object(
+        Kind::Lease,
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "ownerguard-restarts", "namespace": "ownerguard", "uid": "l-r"},
+            "spec": {"holderIdentity": "ownerguard-9", "leaseDurationSeconds": 3,
+                "renewTime": "2026-12-01T10:00:00.000000Z"}}),
+    );
+    // Every GET slow (an API server under load): w-2's release takes
+    // longer than a renewal period.
+    api.update_faults(|f| f.get_delay = Duration::from_millis(400));
+    let (metrics, task) = start(&server);
+    held_for_its_clock(&metrics).await;
+    // The API server refuses the restart Lease from now on: the renewal
+    // before the next pod fails and the pass stops there.
+    api.update_faults(|f| {
+        f.forbidden_paths = vec!["/apis/coordination.k8s.io/v1/namespaces/ownerguard".into()];
+    });
+    eventually("the Lease lost", || {
+        metrics
+            .encode()
+            .contains("ownerguard_restart_release_leader 0")
+    })
+    .await;
+    task.abort();
+    assert!(
+        held_of_w1(api).is_some(),
+        "the hold was not written before the pass went on"
+    );
+
+    // The node's clock set right since, the status written again: a
+    // replica that first sees the pod now cannot tell the node was ahead;
+    // the Lease tells it.
+    api.update_faults(|f| {
+        f.forbidden_paths.clear();
+        f.get_delay = Duration::ZERO;
+    });
+    api.put_object(
+        Kind::Pod,
+        worker(
+            "w-1",
+            W1,
+            Some("worker"),
+            1,
+            "2026-12-01T10:01:00Z",
+            "2026-12-01T10:01:30Z",
+        ),
+    );
+    let (metrics, task) = start(&server);
+    eventually("the Lease taken over", || {
+        metrics
+            .encode()
+            .contains("ownerguard_restart_release_leader 1")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let deleted = api.calls_matching("DELETE ");
+    task.abort();
+    assert!(
+        exists(api, Kind::ConfigMap, "prompt-current"),
+        "the held run's ConfigMap was released: {deleted:?}"
+    );
+}
+
+/// A node ahead when the newest run started stays seen when another named
+/// container changes before the pass: its first start writes the status
+/// again, but the newest run is still dated by the write that first
+/// showed it.
+#[tokio::test]
+async fn another_containers_start_does_not_hide_a_node_that_was_ahead() {
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    // `worker` restarted, its start reported a minute after the API
+    // server's time of the write that showed it; `helper` not started yet.
+    let with_helper = |helper: Value, written: &str| {
+        let mut pod = worker(
+            "w-1",
+            W1,
+            Some("worker.helper"),
+            1,
+            "2026-12-01T10:01:00Z",
+            written,
+        );
+        pod["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "helper", "image": "helper:1"}));
+        pod["status"]["containerStatuses"]
+            .as_array_mut()
+            .unwrap()
+            .push(helper);
+        pod
+    };
+    api.put_object(
+        Kind::Pod,
+        with_helper(
+            json!({"name": "helper", "ready": false, "restartCount": 0, "image": "helper:1", "imageID": "",
+                "state": {"waiting": {"reason": "ContainerCreating"}}, "lastState": {}}),
+            "2026-12-01T10:00:00Z",
+        ),
+    );
+    put_config_map(
+        api,
+        "prompt-current",
+        "c-current",
+        &[("w-1", W1)],
+        "2026-12-01T10:00:30Z",
+    );
+    // The restart Lease held by another replica for three more seconds:
+    // the pod is seen, and seen again, before this replica's first pass.
+    api.put_object(
+        Kind::Lease,
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "ownerguard-restarts", "namespace": "ownerguard", "uid": "l-r"},
+            "spec": {"holderIdentity": "ownerguard-9", "leaseDurationSeconds": 3,
+                "renewTime": "2026-12-01T10:00:00.000000Z"}}),
+    );
+    let (metrics, task) = start(&server);
+    // Watching: the list, and the pod in it, was read.
+    eventually("the pods watched", || {
+        api.calls_matching("GET /api/v1/pods?")
+            .iter()
+            .any(|call| call.contains("watch=true"))
+    })
+    .await;
+    // `helper` starts (slow image pull), its status written 90 s later by
+    // the API server's clock.
+    api.put_object(
+        Kind::Pod,
+        with_helper(
+            json!({"name": "helper", "ready": true, "restartCount": 0, "image": "helper:1", "imageID": "",
+                "containerID": "containerd://h0",
+                "state": {"running": {"startedAt": "2026-12-01T10:01:29Z"}}, "lastState": {}}),
+            "2026-12-01T10:01:30Z",
+        ),
+    );
+    held_for_its_clock(&metrics).await;
+    let deleted = api.calls_matching("DELETE ");
+    task.abort();
+    assert!(
+        exists(api, Kind::ConfigMap, "prompt-current"),
+        "the current run's ConfigMap was released: {deleted:?}"
+    );
 }

@@ -201,9 +201,9 @@ pub enum Plan {
 }
 
 /// What an opted-in pod's status says to do. `reported` is the API
-/// server's time of the status write that first showed the pod's current
-/// runs (the latest `managedFields` time of the `status` subresource when
-/// they were first seen); `unknown` gets the names the label gives that
+/// server's time of the status write that first showed the pod's newest
+/// run (the latest `managedFields` time of the `status` subresource when
+/// it was first seen); `unknown` gets the names the label gives that
 /// the pod has no container of.
 pub fn plan(pod: &Pod, names: &[&str], margin: Duration, reported: Option<Timestamp>) -> Plan {
     plan_with(pod, names, margin, reported, &mut Vec::new())
@@ -328,9 +328,13 @@ fn status_written(pod: &Pod) -> Option<Timestamp> {
 #[derive(Debug)]
 struct Tracked {
     uid: String,
-    /// The runs as first seen, and the API server's time of the status
-    /// write that showed them then.
-    runs: String,
+    /// The newest run as first seen (`container=restarts/containerID`),
+    /// and the API server's time of the status write that showed it then.
+    /// Kept while that run is the newest: another named container's change
+    /// (a first start, a sidecar's new ID) writes the status again, and
+    /// dating the newest run's start by that later write would hide a
+    /// node that was ahead when it started.
+    newest: String,
     reported: Option<Timestamp>,
     /// The runs whose pass is done (a pass is not redone for them).
     done: Option<String>,
@@ -498,13 +502,13 @@ fn see(
     }
     tracked.node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
     tracked.containers = current_runs(pod);
-    let runs = match &first {
-        Plan::Release { runs, .. } | Plan::ClockAhead { runs, .. } => runs.clone(),
-        _ => String::new(),
+    let newest = match &first {
+        Plan::Release { newest, .. } | Plan::ClockAhead { newest, .. } => newest.as_str(),
+        _ => "",
     };
-    if runs != tracked.runs {
-        // These runs, first seen now: the status write that showed them.
-        tracked.runs = runs;
+    if newest != tracked.newest {
+        // This run, first seen now: the status write that showed it.
+        tracked.newest = newest.to_string();
         tracked.reported = status_written(pod);
     }
     let now = plan_with(
@@ -536,7 +540,7 @@ impl Tracked {
     fn new(uid: &str) -> Self {
         Self {
             uid: uid.to_string(),
-            runs: String::new(),
+            newest: String::new(),
             reported: None,
             done: None,
             due: None,
@@ -613,7 +617,15 @@ async fn pass(
         };
         match plan {
             Plan::ClockAhead { by, runs, newest } => {
-                hold_pod(&owner, by, &newest, metrics, events, holds);
+                hold_pod(
+                    &owner,
+                    by,
+                    &newest,
+                    (metrics, events),
+                    holds,
+                    (&mut *lease, &settings.key_prefix),
+                )
+                .await;
                 tracked.done = Some(runs);
             }
             Plan::Release {
@@ -647,7 +659,15 @@ async fn pass(
                                 > SignedDuration::try_from(settings.clock_margin)
                                     .unwrap_or(SignedDuration::MAX) =>
                         {
-                            hold_pod(&owner, ahead, &newest, metrics, events, holds);
+                            hold_pod(
+                                &owner,
+                                ahead,
+                                &newest,
+                                (metrics, events),
+                                holds,
+                                (&mut *lease, &settings.key_prefix),
+                            )
+                            .await;
                             tracked.done = Some(runs);
                             continue;
                         }
@@ -725,16 +745,37 @@ struct Holds {
 const HOLDS_SEPARATOR: char = ';';
 
 /// Hold a restarted pod whose node's clock is ahead: nothing of it is
-/// released for this run, counted once, told on the pod, and remembered
-/// (in memory at once, in the Lease at the end of the pass).
-fn hold_pod(
+/// released for this run, remembered in memory and written into the
+/// Lease at once, then counted once and told on the pod.
+///
+/// Written at once, not with the pass's other holds at its end: a pass
+/// may stop before its end (the Lease not renewed between two pods) or
+/// the replica with it, and the next holder, finding the node's clock set
+/// right since, would release what the held run made.
+async fn hold_pod(
     owner: &Owner,
     by: SignedDuration,
     newest: &str,
-    metrics: &Metrics,
-    events: Option<&crate::observe::events::Events>,
+    (metrics, events): (&Metrics, Option<&crate::observe::events::Events>),
     holds: &mut HashMap<String, Holds>,
+    (lease, key_prefix): (&mut Lease, &str),
 ) {
+    let held = holds.entry(owner.uid.clone()).or_default();
+    held.runs.insert(hold_value(owner, newest));
+    let key = held_key(key_prefix, &owner.uid);
+    let value = held_annotation(held);
+    // Within the Lease's room for holds, as `keep_holds` counts it.
+    let recorded = lease.annotations();
+    let prefix = held_key(key_prefix, "");
+    let room = recorded.contains_key(&key)
+        || recorded.keys().filter(|k| k.starts_with(&prefix)).count() < MAX_RECORDED_HOLDS;
+    if room
+        && recorded.get(&key) != Some(&value)
+        && let Err(error) = lease.annotate(vec![(key, Some(value))]).await
+    {
+        warn!(namespace = %owner.namespace, pod = %owner.name, %error,
+            "cannot write a restarted worker's hold into the Lease; tried again at the end of a pass");
+    }
     metrics.count_restart_kept("clock", 1);
     warn!(namespace = %owner.namespace, pod = %owner.name, ahead = %by,
         "a restarted worker's node reports a start ahead of the API server's clock beyond --restart-clock-margin: nothing of it is released");
@@ -747,11 +788,15 @@ fn hold_pod(
             "ownerguard released nothing of this restarted pod: its node reports a start {by:#} ahead of the API server's clock, beyond --restart-clock-margin; what the pod owns is kept"
         ),
     );
-    holds
-        .entry(owner.uid.clone())
-        .or_default()
-        .runs
-        .insert(hold_value(owner, newest));
+}
+
+/// The Lease annotation's value for one pod's holds: its held runs.
+fn held_annotation(held: &Holds) -> String {
+    held.runs
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(&HOLDS_SEPARATOR.to_string())
 }
 
 /// The Lease's annotation that remembers a held pod, by its uid.
@@ -853,12 +898,7 @@ async fn keep_holds(
     let mut unrecorded = 0;
     for (uid, held) in holds.iter() {
         let key = held_key(key_prefix, uid);
-        let value = held
-            .runs
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join(&HOLDS_SEPARATOR.to_string());
+        let value = held_annotation(held);
         match recorded.get(&key) {
             Some(there) if *there == value => {}
             Some(_) => changes.push((key, Some(value))),
@@ -902,11 +942,20 @@ fn children_of(key_prefix: &str, worker: &str) -> String {
 /// (microseconds), the API server the time of that write into the
 /// Lease's `managedFields` (its own clock, the second's floor). None when
 /// the node has no Lease (a virtual kubelet's: the status write alone
-/// dates it); an error when the Lease cannot be read (the pass waits).
+/// dates it); an error when the Lease cannot be read, or is there but
+/// does not date the clock (no `renewTime`, or no record of the write
+/// that set it): the pass waits, as a Lease stripped of what dates the
+/// clock must not pass for a node without one.
 async fn node_ahead(client: &kube::Client, node: &str) -> Result<Option<SignedDuration>, ()> {
     let leases: Api<LeaseObject> = Api::namespaced(client.clone(), "kube-node-lease");
     match leases.get_opt(node).await {
-        Ok(Some(lease)) => Ok(lease_ahead(&lease)),
+        Ok(Some(lease)) => match lease_ahead(&lease) {
+            Some(ahead) => Ok(Some(ahead)),
+            None => {
+                warn!(%node, "the node's Lease has no renewTime with a record of its write, which dates its clock: the release of its restarted worker waits");
+                Err(())
+            }
+        },
         Ok(None) => Ok(None),
         Err(error) => {
             warn!(%node, %error, "cannot read the node's Lease, which dates its clock: the release of its restarted worker waits");
