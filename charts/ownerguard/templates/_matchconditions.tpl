@@ -71,8 +71,16 @@ ownerguard judges:
   claim template of spec.volumeClaimTemplates and the selector's labels
   its claims take, each generic ephemeral volume's claim template of the
   pod specs (spec, spec.template.spec, spec.jobTemplate.spec.template.spec;
-  a list compared entry by entry, so a reordering is sent too), and
-  spec.metadata (a ResourceClaimTemplate's).
+  a list compared entry by entry, each with the key ownerguard knows it
+  by, the claim template's or the volume's name, so a reordering or a
+  rename is sent too), whether the selector's matchLabels is a map of
+  strings (ownerguard reads it only then), and spec.metadata (a
+  ResourceClaimTemplate's);
+- an object with more than 64 references on either side, or a reference
+  whose kind is longer than 253 characters (no kind is): sent without
+  scanning them, since a scan of an unbounded list or string could pass
+  the API server's cost limit for an expression, and an error refuses
+  the request under failurePolicy Fail.
 So an outage never blocks a finalizer removal, a status-less metadata edit,
 a scale or a rollout of a labelled object. oldObject is null only on
 CREATE, which the first line takes.
@@ -86,6 +94,8 @@ matchConditions:
   - name: create-or-ownership-update
     expression: |-
       request.operation != 'UPDATE'
+      || size({{ $refs.object }}) > 64 || size({{ $refs.oldObject }}) > 64
+      || ({{ $refs.object }} + {{ $refs.oldObject }}).exists(r, type(r) == map && type(r.?kind.orValue(null)) == string && size(r.kind) > 253)
       || [(({{ $refs.object }} + {{ $refs.oldObject }})
             .filter(r, {{ include "ownerguard.cel.podLike" "r" }} && type(r.?uid.orValue(null)) == string)
             .map(r, r.uid)
@@ -115,11 +125,13 @@ matchConditions:
       || {{ include "ownerguard.cel.at" (dict "root" "object" "path" (list "spec" "selector" "matchLabels") "key" .) }}
          != {{ include "ownerguard.cel.at" (dict "root" "oldObject" "path" (list "spec" "selector" "matchLabels") "key" .) }}
       {{- end }}
-      {{- $claims := dict "path" (list "spec" "volumeClaimTemplates") "entry" (list) "keys" $keys "nameKey" $nameKey }}
+      || {{ include "ownerguard.cel.isStringMap" (dict "root" "object" "path" (list "spec" "selector" "matchLabels")) }}
+         != {{ include "ownerguard.cel.isStringMap" (dict "root" "oldObject" "path" (list "spec" "selector" "matchLabels")) }}
+      {{- $claims := dict "path" (list "spec" "volumeClaimTemplates") "entry" (list) "keys" $keys "nameKey" $nameKey "key" "e.metadata.?name.orValue(null)" }}
       || {{ include "ownerguard.cel.listOwnerKeys" (merge (dict "root" "object") $claims) }}
          != {{ include "ownerguard.cel.listOwnerKeys" (merge (dict "root" "oldObject") $claims) }}
       {{- range list (list "spec") (list "spec" "template" "spec") (list "spec" "jobTemplate" "spec" "template" "spec") }}
-      {{- $volumes := dict "path" (concat . (list "volumes")) "entry" (list "ephemeral" "volumeClaimTemplate") "keys" $keys "nameKey" $nameKey }}
+      {{- $volumes := dict "path" (concat . (list "volumes")) "entry" (list "ephemeral" "volumeClaimTemplate") "keys" $keys "nameKey" $nameKey "key" "e.?name.orValue(null)" }}
       || {{ include "ownerguard.cel.listOwnerKeys" (merge (dict "root" "object") $volumes) }}
          != {{ include "ownerguard.cel.listOwnerKeys" (merge (dict "root" "oldObject") $volumes) }}
       {{- end }}
@@ -129,8 +141,10 @@ matchConditions:
 The owner keys of every template in the list at .path of .root, in order:
 for each entry, its template (the entry itself, or what .entry leads to)
 as [owner-pod label, owner-uid label, owner-pod-name annotation, whether
-it is a template ownerguard reads], each an optional; [] for an entry of
-another shape, [] for no list. Never an error: every step is type-checked.
+it is a template ownerguard reads, the entry's key (.key, a CEL expression
+on the entry `e`: the name ownerguard knows the template by)], each an
+optional; [] for an entry of another shape, [] for no list. Never an
+error: every step is type-checked.
 */}}
 {{- define "ownerguard.cel.listOwnerKeys" -}}
 {{- $guards := list }}
@@ -153,6 +167,7 @@ another shape, [] for no list. Never an error: every step is type-checked.
 {{- end }}
 {{- $fields = append $fields (printf "(type(%s.?annotations.orValue(null)) == map ? %s.annotations[?'%s'] : optional.none())" $entry $entry .nameKey) }}
 {{- $fields = append $fields (printf "dyn(optional.of(%s))" (include "ownerguard.cel.isTemplateMeta" $entry)) -}}
+{{- $fields = append $fields (printf "dyn(optional.of(%s))" .key) -}}
 ({{ join " && " $guards }} ? {{ $prefix }}.map(e, {{ join " && " $entryGuards }} ? [{{ join ", " $fields }}] : []) : [])
 {{- end }}
 
@@ -164,14 +179,19 @@ another shape, [] for no list. Never an error: every step is type-checked.
 {{/*
 validation.allPodOwnerReferences: only objects that name a pod as owner,
 the kind read as ownerguard may read it (pod-like, above: a superset), so
-that every spelling ownerguard refuses reaches it.
+that every spelling ownerguard refuses reaches it; and, unscanned, an
+object with more than 64 references or a kind longer than 253 characters:
+a scan of those could pass the API server's cost limit, and an error
+under this webhook's failurePolicy (Ignore) would let the request through
+unjudged.
 */}}
 {{- define "ownerguard.matchConditions.podReferences" -}}
 matchConditions:
   - name: has-pod-owner-reference
     expression: |-
-      {{ include "ownerguard.cel.references" "object" }}.exists(r,
-        {{ include "ownerguard.cel.podLike" "r" }})
+      size({{ include "ownerguard.cel.references" "object" }}) > 64
+      || {{ include "ownerguard.cel.references" "object" }}.exists(r,
+        type(r) == map && type(r.?kind.orValue(null)) == string && (size(r.kind) > 253 || {{ include "ownerguard.cel.podLike" "r" }}))
 {{- end }}
 
 {{/*
@@ -198,4 +218,15 @@ or dropped changes what a CronJob's Jobs carry.
 {{- $prefix = printf "%s.%s" $prefix . }}
 {{- end -}}
 ({{ join " && " $guards }} && ['labels', 'annotations'].all(f, type({{ $prefix }}[?f].orValue(null)) == null_type || (type({{ $prefix }}[?f].orValue(null)) == map && {{ $prefix }}[f].all(k, type({{ $prefix }}[f][k]) == string))))
+{{- end }}
+
+{{/* Whether the value at .path of .root is a map of strings (what ownerguard reads as labels). */}}
+{{- define "ownerguard.cel.isStringMap" -}}
+{{- $guards := list }}
+{{- $prefix := .root }}
+{{- range initial .path }}
+{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $prefix .) }}
+{{- $prefix = printf "%s.%s" $prefix . }}
+{{- end -}}
+({{ join " && " $guards }} && type({{ $prefix }}.?{{ last .path }}.orValue(null)) == map && {{ $prefix }}.{{ last .path }}.all(k, type({{ $prefix }}.{{ last .path }}[k]) == string))
 {{- end }}
