@@ -332,12 +332,17 @@ fn check_defaulted_job_labels(
     if pod.label(&labels.pod) != Some(REQUESTING_POD) {
         return Ok(());
     }
-    let job_unlabelled = find(templates, TemplatePath::JobTemplate)
-        .is_none_or(|job| job.meta.labels.as_ref().is_none_or(|l| l.is_empty()));
+    // The Job template's labels, none when absent or empty: the API
+    // server gives the Jobs the pod template's either way.
+    let job_labels = |list: &'_ [Template]| {
+        find(list, TemplatePath::JobTemplate)
+            .and_then(|job| job.meta.labels)
+            .filter(|l| !l.is_empty())
+    };
+    let job_unlabelled = job_labels(templates).is_none();
     let unchanged = find(old_templates, TemplatePath::JobTemplatePodTemplate)
         .is_some_and(|before| before.label(&labels.pod) == Some(REQUESTING_POD))
-        && find(old_templates, TemplatePath::JobTemplate).map(|j| j.meta.labels.clone())
-            == find(templates, TemplatePath::JobTemplate).map(|j| j.meta.labels.clone());
+        && job_labels(old_templates) == job_labels(templates);
     if job_unlabelled && !unchanged {
         return Err(Denial::SelfInDefaultedJobLabels {
             at: at.clone(),

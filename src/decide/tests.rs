@@ -3711,6 +3711,45 @@ fn rule_16_a_cronjob_whose_jobs_take_a_self_pod_template_s_labels_is_refused_up_
     assert!(mutate(&review(labelled), running(&[("w-1", "uid-1")])).is_ok());
 }
 
+/// An update that leaves a Job template unlabelled as it was (its labels
+/// empty before and absent after, or the reverse: the Jobs take the pod
+/// template's either way) is no change of what the Jobs carry, as the
+/// chart's update filter reads it; one that empties labelled ones is.
+#[test]
+fn rule_16_a_job_template_s_labels_emptied_or_dropped_alike_is_no_change() {
+    let cronjob = |job_meta: Value| {
+        json!({"apiVersion": "example.com/v1", "kind": "Nightly", "metadata": {"name": "nightly", "namespace": NS,
+            "labels": {"ownerguard.io/owner-pod": "w-1", "ownerguard.io/owner-uid": "uid-1"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "w-1", "uid": "uid-1",
+                "controller": false, "blockOwnerDeletion": false}]},
+            "spec": {"jobTemplate": {"metadata": job_meta,
+                "spec": {"template": {"metadata": {"labels": {"ownerguard.io/owner-pod": "Self"}},
+                    "spec": {"containers": [{"name": "a", "image": "a"}]}}}}}})
+    };
+    let update = |new: Value, old: Value| {
+        let (_, mut review) = request("UPDATE", new, Some(old));
+        review["kind"] = json!({"group": "example.com", "version": "v1", "kind": "Nightly"});
+        review["resource"] =
+            json!({"group": "example.com", "version": "v1", "resource": "nightlies"});
+        from_pod(review, "w-1", "uid-1")
+    };
+    let (empty, absent) = (json!({"labels": {}}), json!({}));
+    for (new, old) in [(&absent, &empty), (&empty, &absent), (&empty, &empty)] {
+        let req = update(cronjob(new.clone()), cronjob(old.clone()));
+        assert!(
+            mutate(&req, running(&[("w-1", "uid-1")])).is_ok(),
+            "{new} after {old}"
+        );
+    }
+    let labelled = json!({"labels": {"ownerguard.io/owner-pod": "w-1"}});
+    let req = update(cronjob(empty), cronjob(labelled));
+    let err = mutate(&req, running(&[("w-1", "uid-1")])).unwrap_err();
+    assert!(
+        matches!(err, Denial::SelfInDefaultedJobLabels { .. }),
+        "{err:?}"
+    );
+}
+
 #[test]
 fn rule_16_under_the_shared_identity_only_the_collectors_shape_goes_unjudged() {
     // Without --use-service-account-credentials every controller is
