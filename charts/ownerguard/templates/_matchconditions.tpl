@@ -74,8 +74,8 @@ ownerguard judges:
   a list compared entry by entry, each with the key ownerguard knows it
   by, the claim template's or the volume's name, so a reordering or a
   rename is sent too), whether the selector's matchLabels is a map of
-  strings (ownerguard reads it only then), and spec.metadata (a
-  ResourceClaimTemplate's);
+  strings (ownerguard reads it only then; more than 64 of them are sent
+  unscanned, as below), and spec.metadata (a ResourceClaimTemplate's);
 - an object with more than 64 references on either side, or a reference
   whose kind is longer than 253 characters (no kind is): sent without
   scanning them, since a scan of an unbounded list or string could pass
@@ -125,6 +125,7 @@ matchConditions:
       || {{ include "ownerguard.cel.at" (dict "root" "object" "path" (list "spec" "selector" "matchLabels") "key" .) }}
          != {{ include "ownerguard.cel.at" (dict "root" "oldObject" "path" (list "spec" "selector" "matchLabels") "key" .) }}
       {{- end }}
+      || [object, oldObject].exists(o, type(o.?spec.orValue(null)) == map && type(o.spec.?selector.orValue(null)) == map && type(o.spec.selector.?matchLabels.orValue(null)) == map && size(o.spec.selector.matchLabels) > 64)
       || {{ include "ownerguard.cel.isStringMap" (dict "root" "object" "path" (list "spec" "selector" "matchLabels")) }}
          != {{ include "ownerguard.cel.isStringMap" (dict "root" "oldObject" "path" (list "spec" "selector" "matchLabels")) }}
       {{- $claims := dict "path" (list "spec" "volumeClaimTemplates") "entry" (list) "keys" $keys "nameKey" $nameKey "key" "e.metadata.?name.orValue(null)" }}
