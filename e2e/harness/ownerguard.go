@@ -15,6 +15,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -493,25 +494,42 @@ func PodToken(ctx context.Context, c kubernetes.Interface, in *Installation, pod
 // MarkReady writes the status the kubelet would write once the readiness
 // probe (/readyz) passes: ownerguard stands in for the chart's pods, so
 // their readiness is its readiness. The ReplicaSet and Deployment
-// controllers then count them ready, as in a cluster.
+// controllers then count them ready, as in a cluster. Each pod is read
+// again and written on a conflict, as the kubelet's status manager does:
+// the pods listed may have changed since (a controller's update).
 func MarkReady(ctx context.Context, c kubernetes.Interface, pods []corev1.Pod, podIP string) error {
-	now := metav1.Now()
-	for _, pod := range pods {
-		pod.Status.Phase = corev1.PodRunning
-		pod.Status.PodIP = podIP
-		pod.Status.PodIPs = []corev1.PodIP{{IP: podIP}}
-		pod.Status.StartTime = &now
-		pod.Status.Conditions = []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+	for _, listed := range pods {
+		var err error
+		for attempt := 0; attempt < 5; attempt++ {
+			var pod *corev1.Pod
+			if pod, err = c.CoreV1().Pods(listed.Namespace).Get(ctx, listed.Name, metav1.GetOptions{}); err != nil {
+				break
+			}
+			markReady(pod, podIP)
+			if _, err = c.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+				break
+			}
 		}
-		if _, err := c.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, &pod, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("status of %s: %w", pod.Name, err)
+		if err != nil {
+			return fmt.Errorf("status of %s: %w", listed.Name, err)
 		}
 	}
 	return nil
+}
+
+// markReady sets the status fields of a running, ready pod.
+func markReady(pod *corev1.Pod, podIP string) {
+	now := metav1.Now()
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.PodIP = podIP
+	pod.Status.PodIPs = []corev1.PodIP{{IP: podIP}}
+	pod.Status.StartTime = &now
+	pod.Status.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+	}
 }
 
 // Metric sums the samples of ownerguard's /metrics named name whose
