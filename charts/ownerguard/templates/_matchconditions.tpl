@@ -74,13 +74,15 @@ ownerguard judges:
   a list compared entry by entry, each with the key ownerguard knows it
   by, the claim template's or the volume's name, so a reordering or a
   rename is sent too), whether the selector's matchLabels is a map of
-  strings (ownerguard reads it only then; more than 64 of them are sent
-  unscanned, as below), and spec.metadata (a ResourceClaimTemplate's);
-- an object with more than 64 references on either side, or a reference
-  whose kind is longer than 253 characters (no kind is): sent without
-  scanning them, since a scan of an unbounded list or string could pass
-  the API server's cost limit for an expression, and an error refuses
-  the request under failurePolicy Fail.
+  strings (ownerguard reads it only then), and spec.metadata (a ResourceClaimTemplate's);
+- an object with more than 64 references on either side, a reference
+  whose kind is longer than 253 characters (no kind is), or more than 64
+  entries in any list or map the filter would scan (a template's labels
+  or annotations, the claim templates, a pod spec's volumes, an ephemeral
+  volume's claim template's labels or annotations, the selector's
+  matchLabels): sent without scanning them, since a scan of an unbounded
+  list, map or string could pass the API server's cost limit for an
+  expression, and an error refuses the request under failurePolicy Fail.
 So an outage never blocks a finalizer removal, a status-less metadata edit,
 a scale or a rollout of a labelled object. oldObject is null only on
 CREATE, which the first line takes.
@@ -96,6 +98,8 @@ matchConditions:
       request.operation != 'UPDATE'
       || size({{ $refs.object }}) > 64 || size({{ $refs.oldObject }}) > 64
       || ({{ $refs.object }} + {{ $refs.oldObject }}).exists(r, type(r) == map && type(r.?kind.orValue(null)) == string && size(r.kind) > 253)
+      || {{ include "ownerguard.cel.oversized" "object" }}
+      || {{ include "ownerguard.cel.oversized" "oldObject" }}
       || [(({{ $refs.object }} + {{ $refs.oldObject }})
             .filter(r, {{ include "ownerguard.cel.podLike" "r" }} && type(r.?uid.orValue(null)) == string)
             .map(r, r.uid)
@@ -125,7 +129,6 @@ matchConditions:
       || {{ include "ownerguard.cel.at" (dict "root" "object" "path" (list "spec" "selector" "matchLabels") "key" .) }}
          != {{ include "ownerguard.cel.at" (dict "root" "oldObject" "path" (list "spec" "selector" "matchLabels") "key" .) }}
       {{- end }}
-      || [object, oldObject].exists(o, type(o.?spec.orValue(null)) == map && type(o.spec.?selector.orValue(null)) == map && type(o.spec.selector.?matchLabels.orValue(null)) == map && size(o.spec.selector.matchLabels) > 64)
       || {{ include "ownerguard.cel.isStringMap" (dict "root" "object" "path" (list "spec" "selector" "matchLabels")) }}
          != {{ include "ownerguard.cel.isStringMap" (dict "root" "oldObject" "path" (list "spec" "selector" "matchLabels")) }}
       {{- $claims := dict "path" (list "spec" "volumeClaimTemplates") "entry" (list) "keys" $keys "nameKey" $nameKey "key" "e.metadata.?name.orValue(null)" }}
@@ -230,4 +233,47 @@ or dropped changes what a CronJob's Jobs carry.
 {{- $prefix = printf "%s.%s" $prefix . }}
 {{- end -}}
 ({{ join " && " $guards }} && type({{ $prefix }}.?{{ last .path }}.orValue(null)) == map && {{ $prefix }}.{{ last .path }}.all(k, type({{ $prefix }}.{{ last .path }}[k]) == string))
+{{- end }}
+
+{{/*
+Whether . (object or oldObject) has more than 64 entries in a list or
+map the labelled filter scans: the labels and annotations of each
+template, the claim templates and the pod specs' volumes (and each
+entry's labels and annotations), the selector's matchLabels. Each step is
+type-checked and only sizes are read, so this costs the same whatever the
+object holds; the scans it guards are then bounded (64 entries of 64),
+well inside the API server's cost limit for an expression.
+*/}}
+{{- define "ownerguard.cel.oversized" -}}
+{{- $root := . }}
+{{- $terms := list }}
+{{- range list (list "spec" "template" "metadata") (list "spec" "jobTemplate" "metadata") (list "spec" "jobTemplate" "spec" "template" "metadata") (list "spec" "metadata") }}
+{{- $meta := include "ownerguard.cel.path" (dict "root" $root "path" .) | fromJson }}
+{{- $terms = append $terms (printf "(%s && type(%s) == map && ['labels', 'annotations'].exists(f, type(%s[?f].orValue(null)) == map && size(%s[f]) > 64))" $meta.guards $meta.value $meta.value $meta.value) }}
+{{- end }}
+{{- $selector := include "ownerguard.cel.path" (dict "root" $root "path" (list "spec" "selector" "matchLabels")) | fromJson }}
+{{- $terms = append $terms (printf "(%s && type(%s) == map && size(%s) > 64)" $selector.guards $selector.value $selector.value) }}
+{{- range list (dict "path" (list "spec" "volumeClaimTemplates") "entry" (list "metadata")) (dict "path" (list "spec" "volumes") "entry" (list "ephemeral" "volumeClaimTemplate" "metadata")) (dict "path" (list "spec" "template" "spec" "volumes") "entry" (list "ephemeral" "volumeClaimTemplate" "metadata")) (dict "path" (list "spec" "jobTemplate" "spec" "template" "spec" "volumes") "entry" (list "ephemeral" "volumeClaimTemplate" "metadata")) }}
+{{- $list := include "ownerguard.cel.path" (dict "root" $root "path" .path) | fromJson }}
+{{- $entry := include "ownerguard.cel.path" (dict "root" "e" "path" .entry) | fromJson }}
+{{- $entryGuards := list "type(e) == map" }}
+{{- if ne $entry.guards "true" }}{{ $entryGuards = append $entryGuards $entry.guards }}{{ end }}
+{{- $terms = append $terms (printf "(%s && type(%s) == list && (size(%s) > 64 || %s.exists(e, %s && type(%s) == map && ['labels', 'annotations'].exists(f, type(%s[?f].orValue(null)) == map && size(%s[f]) > 16))))" $list.guards $list.value $list.value $list.value (join " && " $entryGuards) $entry.value $entry.value $entry.value) }}
+{{- end -}}
+({{ join " || " $terms }})
+{{- end }}
+
+{{/*
+The value at .path of .root, as {"guards", "value"}: value is CEL that
+reads it as `.?last.orValue(null)` (null when absent), guards is CEL true
+when each step before the last is a map, so that reading it cannot error.
+*/}}
+{{- define "ownerguard.cel.path" -}}
+{{- $guards := list "true" }}
+{{- $prefix := .root }}
+{{- range initial .path }}
+{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $prefix .) }}
+{{- $prefix = printf "%s.%s" $prefix . }}
+{{- end -}}
+{{- dict "guards" (join " && " (rest $guards | default (list "true"))) "value" (printf "%s.?%s.orValue(null)" $prefix (last .path)) | toJson }}
 {{- end }}
