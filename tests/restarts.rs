@@ -22,6 +22,15 @@ const W2: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000002";
 const OTHER: &str = "6f1f3d4e-0c1a-4b7e-9d2a-000000000003";
 
 fn start(server: &apiserver::Running) -> (Arc<Metrics>, tokio::task::JoinHandle<()>) {
+    start_with(server, false)
+}
+
+/// [`start`], recording Events on the pods when `events` (the test API
+/// server answers their writes 404, and keeps each call's body).
+fn start_with(
+    server: &apiserver::Running,
+    events: bool,
+) -> (Arc<Metrics>, tokio::task::JoinHandle<()>) {
     let metrics = Arc::new(Metrics::default());
     let settings = RestartSettings {
         key_prefix: "ownerguard.io".into(),
@@ -35,11 +44,19 @@ fn start(server: &apiserver::Running) -> (Arc<Metrics>, tokio::task::JoinHandle<
         },
         retry_after: Duration::from_millis(300),
     };
+    let events = events.then(|| {
+        ownerguard::observe::events::Events::start(
+            server.serve_client(),
+            "ownerguard",
+            None,
+            metrics.clone(),
+        )
+    });
     let task = tokio::spawn(restarts::run(
         server.serve_client(),
         settings,
         metrics.clone(),
-        None,
+        events,
     ));
     (metrics, task)
 }
@@ -422,15 +439,28 @@ async fn a_node_whose_lease_cannot_be_read_waits_until_it_can() {
     api.update_faults(|f| {
         f.forbidden_paths = vec!["/apis/coordination.k8s.io/v1/namespaces/kube-node-lease".into()];
     });
-    let (metrics, task) = start(&server);
-    eventually("the pass put off", || {
-        metrics
-            .encode()
-            .contains("ownerguard_reap_failures_total{resource=\"release\"}")
+    let (metrics, task) = start_with(&server, true);
+    // Put off, and tried again (every 300 ms here): told once, on the pod.
+    eventually("the pass put off three times", || {
+        metrics.encode().lines().any(|line| {
+            line.strip_prefix("ownerguard_reap_failures_total{resource=\"release\"} ")
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n >= 3)
+        })
     })
     .await;
     assert!(exists(api, Kind::ConfigMap, "prompt-old"));
     assert!(api.calls_matching("DELETE ").is_empty());
+    let told = api.calls_matching("RestartReleaseWaiting");
+    assert_eq!(told.len(), 1, "{told:#?}");
+    assert!(
+        told[0].starts_with("POST /apis/events.k8s.io/v1/namespaces/agents/events")
+            && told[0].contains("\"name\":\"w-1\"")
+            && told[0].contains("until it can date node node-a's clock")
+            && told[0].contains("kube-node-lease/node-a cannot be read (403 Forbidden: "),
+        "{}",
+        told[0]
+    );
     // Readable again (and the node has no Lease): the next try releases.
     api.update_faults(|f| f.forbidden_paths.clear());
     eventually("the earlier run's ConfigMap released", || {
@@ -472,15 +502,29 @@ async fn a_node_whose_lease_does_not_date_its_clock_waits_until_it_does() {
             "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40,
                 "renewTime": "2026-12-01T10:00:00.000000Z"}}),
     );
-    let (metrics, task) = start(&server);
-    eventually("the pass put off", || {
-        metrics
-            .encode()
-            .contains("ownerguard_reap_failures_total{resource=\"release\"}")
+    let (metrics, task) = start_with(&server, true);
+    // Put off, and tried again (every 300 ms here): told once, on the pod.
+    eventually("the pass put off three times", || {
+        metrics.encode().lines().any(|line| {
+            line.strip_prefix("ownerguard_reap_failures_total{resource=\"release\"} ")
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n >= 3)
+        })
     })
     .await;
     assert!(exists(api, Kind::ConfigMap, "prompt-old"));
     assert!(api.calls_matching("DELETE ").is_empty());
+    let told = api.calls_matching("RestartReleaseWaiting");
+    assert_eq!(told.len(), 1, "{told:#?}");
+    assert!(
+        told[0].starts_with("POST /apis/events.k8s.io/v1/namespaces/agents/events")
+            && told[0].contains("\"name\":\"w-1\"")
+            && told[0].contains("until it can date node node-a's clock")
+            && told[0]
+                .contains("kube-node-lease/node-a has no renewTime with a record of the write"),
+        "{}",
+        told[0]
+    );
     // The kubelet renews it, the API server recording when: in step with
     // the API server's clock, so the next try releases.
     api.put_object(

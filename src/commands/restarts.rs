@@ -347,6 +347,9 @@ struct Tracked {
     tell: Option<String>,
     /// The node it runs on: its Lease dates the node's clock.
     node: Option<String>,
+    /// The runs whose pass was put off for a node's clock that could not
+    /// be dated, told in an Event: once for those runs, not at every try.
+    told_undated: Option<String>,
     /// Each container's current run (`name` to
     /// `name=restarts/containerID`), whatever the label names: a hold of a
     /// run of a container that has another one now is stale.
@@ -546,6 +549,7 @@ impl Tracked {
             due: None,
             warned_unknown: false,
             tell: None,
+            told_undated: None,
             node: None,
             containers: HashMap::new(),
         }
@@ -674,8 +678,21 @@ async fn pass(
                         Ok(_) => {}
                         // The node's clock cannot be read: not trusted,
                         // the pass put off.
-                        Err(()) => {
+                        Err(why) => {
                             metrics.count_reap_failure("release");
+                            if tracked.told_undated.as_deref() != Some(runs.as_str()) {
+                                tracked.told_undated = Some(runs.clone());
+                                record(
+                                    events,
+                                    &owner,
+                                    true,
+                                    "RestartReleaseWaiting",
+                                    format!(
+                                        "ownerguard releases nothing of the earlier runs of container '{container}' until it can date node {node}'s clock: {why}; tried again every {:?}",
+                                        settings.retry_after
+                                    ),
+                                );
+                            }
                             tracked.due = Some((
                                 Instant::now() + settings.retry_after,
                                 Plan::Release {
@@ -946,20 +963,30 @@ fn children_of(key_prefix: &str, worker: &str) -> String {
 /// does not date the clock (no `renewTime`, or no record of the write
 /// that set it): the pass waits, as a Lease stripped of what dates the
 /// clock must not pass for a node without one.
-async fn node_ahead(client: &kube::Client, node: &str) -> Result<Option<SignedDuration>, ()> {
+async fn node_ahead(client: &kube::Client, node: &str) -> Result<Option<SignedDuration>, String> {
     let leases: Api<LeaseObject> = Api::namespaced(client.clone(), "kube-node-lease");
     match leases.get_opt(node).await {
         Ok(Some(lease)) => match lease_ahead(&lease) {
             Some(ahead) => Ok(Some(ahead)),
             None => {
                 warn!(%node, "the node's Lease has no renewTime with a record of its write, which dates its clock: the release of its restarted worker waits");
-                Err(())
+                Err(format!(
+                    "its Lease kube-node-lease/{node} has no renewTime with a record of the write that set it (managedFields)"
+                ))
             }
         },
         Ok(None) => Ok(None),
         Err(error) => {
             warn!(%node, %error, "cannot read the node's Lease, which dates its clock: the release of its restarted worker waits");
-            Err(())
+            let why = match &error {
+                kube::Error::Api(status) => {
+                    format!("{} {}: {}", status.code, status.reason, status.message)
+                }
+                other => other.to_string(),
+            };
+            Err(format!(
+                "its Lease kube-node-lease/{node} cannot be read ({why})"
+            ))
         }
     }
 }
