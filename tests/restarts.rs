@@ -440,27 +440,7 @@ async fn a_node_whose_lease_cannot_be_read_waits_until_it_can() {
         f.forbidden_paths = vec!["/apis/coordination.k8s.io/v1/namespaces/kube-node-lease".into()];
     });
     let (metrics, task) = start_with(&server, true);
-    // Put off, and tried again (every 300 ms here): told once, on the pod.
-    eventually("the pass put off three times", || {
-        metrics.encode().lines().any(|line| {
-            line.strip_prefix("ownerguard_reap_failures_total{resource=\"release\"} ")
-                .and_then(|n| n.parse::<u64>().ok())
-                .is_some_and(|n| n >= 3)
-        })
-    })
-    .await;
-    assert!(exists(api, Kind::ConfigMap, "prompt-old"));
-    assert!(api.calls_matching("DELETE ").is_empty());
-    let told = api.calls_matching("RestartReleaseWaiting");
-    assert_eq!(told.len(), 1, "{told:#?}");
-    assert!(
-        told[0].starts_with("POST /apis/events.k8s.io/v1/namespaces/agents/events")
-            && told[0].contains("\"name\":\"w-1\"")
-            && told[0].contains("until it can date node node-a's clock")
-            && told[0].contains("kube-node-lease/node-a cannot be read (403 Forbidden: "),
-        "{}",
-        told[0]
-    );
+    put_off_and_told_once(api, &metrics, "cannot be read (403 Forbidden: ").await;
     // Readable again (and the node has no Lease): the next try releases.
     api.update_faults(|f| f.forbidden_paths.clear());
     eventually("the earlier run's ConfigMap released", || {
@@ -503,28 +483,7 @@ async fn a_node_whose_lease_does_not_date_its_clock_waits_until_it_does() {
                 "renewTime": "2026-12-01T10:00:00.000000Z"}}),
     );
     let (metrics, task) = start_with(&server, true);
-    // Put off, and tried again (every 300 ms here): told once, on the pod.
-    eventually("the pass put off three times", || {
-        metrics.encode().lines().any(|line| {
-            line.strip_prefix("ownerguard_reap_failures_total{resource=\"release\"} ")
-                .and_then(|n| n.parse::<u64>().ok())
-                .is_some_and(|n| n >= 3)
-        })
-    })
-    .await;
-    assert!(exists(api, Kind::ConfigMap, "prompt-old"));
-    assert!(api.calls_matching("DELETE ").is_empty());
-    let told = api.calls_matching("RestartReleaseWaiting");
-    assert_eq!(told.len(), 1, "{told:#?}");
-    assert!(
-        told[0].starts_with("POST /apis/events.k8s.io/v1/namespaces/agents/events")
-            && told[0].contains("\"name\":\"w-1\"")
-            && told[0].contains("until it can date node node-a's clock")
-            && told[0]
-                .contains("kube-node-lease/node-a has no renewTime with a record of the write"),
-        "{}",
-        told[0]
-    );
+    put_off_and_told_once(api, &metrics, "has no renewTime with a record of the write").await;
     // The kubelet renews it, the API server recording when: in step with
     // the API server's clock, so the next try releases.
     api.put_object(
@@ -541,6 +500,33 @@ async fn a_node_whose_lease_does_not_date_its_clock_waits_until_it_does() {
     })
     .await;
     task.abort();
+}
+
+/// W1's pass put off for node-a's clock (`ownerguard_reap_failures_total`
+/// counting the tries, every 300 ms here), nothing deleted, and one
+/// `RestartReleaseWaiting` Event on the pod saying why (`why`, of the
+/// Lease kube-node-lease/node-a), however many the tries.
+async fn put_off_and_told_once(api: &FakeApi, metrics: &Metrics, why: &str) {
+    eventually("the pass put off three times", || {
+        metrics.encode().lines().any(|line| {
+            line.strip_prefix("ownerguard_reap_failures_total{resource=\"release\"} ")
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n >= 3)
+        })
+    })
+    .await;
+    assert!(exists(api, Kind::ConfigMap, "prompt-old"));
+    assert!(api.calls_matching("DELETE ").is_empty());
+    let told = api.calls_matching("RestartReleaseWaiting");
+    assert_eq!(told.len(), 1, "{told:#?}");
+    assert!(
+        told[0].starts_with("POST /apis/events.k8s.io/v1/namespaces/agents/events")
+            && told[0].contains("\"name\":\"w-1\"")
+            && told[0].contains("until it can date node node-a's clock")
+            && told[0].contains(&format!("its Lease kube-node-lease/node-a {why}")),
+        "{}",
+        told[0]
+    );
 }
 
 /// The annotation of the restart Lease that remembers W1's hold.
