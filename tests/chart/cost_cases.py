@@ -6,18 +6,18 @@ for an expression; past it the condition errors, and under failurePolicy
 Fail the update is refused with ownerguard never asked. So the filter
 scans no list or map of more than 64 entries (references, a template's
 labels or annotations, claim templates, a pod spec's volumes, the
-selector's labels), no claim template in those lists with more than 16
-labels or annotations, and no kind longer than 253 characters: an object
-past a bound is sent unscanned. These cases hold both sides of that
-promise with the API server's own CEL code:
+selector's labels) and no claim template in those lists with more than
+16 labels or annotations: an object past a bound is sent unscanned, as
+is one with a kind or a uid longer than 253 characters. These cases
+hold both sides of that promise with the API server's own CEL code:
 
   - an object at every bound at once (64 of each, 16 in each list entry,
-    64 references whose kinds are 253 characters long and read as
-    pod-like), updated in nothing ownerguard judges: evaluated without
-    error, and not sent;
+    64 references whose kinds and uids are 253 characters long, the
+    kinds read as pod-like), updated in nothing ownerguard judges:
+    evaluated without error, and not sent;
   - one entry past each bound, on the new or the old side: sent;
-  - long strings (names, uids, an owner key's value), which are compared
-    and never scanned: not sent, without error;
+  - long strings (names, an owner key's value), which are compared and
+    never scanned: not sent, without error;
   - such objects near a megabyte: sent, without error.
 
 The cases are generated (tens of megabytes), so they are not kept in the
@@ -144,12 +144,18 @@ def cases():
         f"spec.template's annotations from {BOUND + 1} to 2 (the old side past the bound): sent", True,
         widget(), old))
     # Strings are compared, never scanned: long ones cost little.
-    long = widget(references=BOUND, uid_length=15000)
+    long = widget(references=BOUND, uid_length=253)
     for ref in long["metadata"]["ownerReferences"]:
         ref["name"], ref["apiVersion"] = "n" * 15000, "v" * 5000
     long["spec"]["template"]["metadata"]["labels"]["ownerguard.io/owner-pod"] = "x" * 300000
     long["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] = "y" * 300000
-    out.append(finalizer_removal("long names, uids and owner-key values: not sent, no cost error", False, long))
+    out.append(finalizer_removal("long names and owner-key values: not sent, no cost error", False, long))
+    # A uid is compared with every owner uid: bounded as a kind is.
+    for kind in ("Pod", "Widget"):
+        long_uid = widget(references=BOUND)
+        long_uid["metadata"]["ownerReferences"][-1]["kind"] = kind
+        long_uid["metadata"]["ownerReferences"][-1]["uid"] = "u" * 254
+        out.append(finalizer_removal(f"a {kind} reference with a uid of 254 characters: sent unscanned", True, long_uid))
     # Near a megabyte: what used to pass the cost limit.
     out.append(finalizer_removal("a template with 15,000 labels: sent, no cost error", True,
                                  one_past(["spec", "template", "metadata", "labels"],

@@ -76,16 +76,19 @@ ownerguard judges:
   rename is sent too), whether the selector's matchLabels is a map of
   strings (ownerguard reads it only then), and spec.metadata (a ResourceClaimTemplate's);
 - an object with more than 64 references on either side, a reference
-  whose kind is longer than 253 characters (no kind is), or more than 64
-  entries in any list or map the filter would scan (a template's labels
-  or annotations, the claim templates, a pod spec's volumes, an ephemeral
-  volume's claim template's labels or annotations, the selector's
-  matchLabels): sent without scanning them, since a scan of an unbounded
-  list, map or string could pass the API server's cost limit for an
-  expression, and an error refuses the request under failurePolicy Fail.
-So an outage never blocks a finalizer removal, a status-less metadata edit,
-a scale or a rollout of a labelled object. oldObject is null only on
-CREATE, which the first line takes.
+  whose kind or uid is longer than 253 characters (no kind is; a uid is
+  36), more than 64 entries in any list or map the filter would scan (a
+  template's labels or annotations, the claim templates, a pod spec's
+  volumes, the selector's matchLabels), or an entry of those lists whose
+  claim template has more than 16 labels or annotations: sent without
+  scanning them, since a scan of an unbounded list, map or string could
+  pass the API server's cost limit for an expression, and an error
+  refuses the request under failurePolicy Fail (the uid is compared
+  with every owner uid: its length costs nothing today, and is bounded
+  should the cost model come to charge it).
+So, within those bounds, an outage never blocks a finalizer removal, a
+status-less metadata edit, a scale or a rollout of a labelled object.
+oldObject is null only on CREATE, which the first line takes.
 */}}
 {{- define "ownerguard.matchConditions.labelled" -}}
 {{- $keys := list (printf "%s/owner-pod" .Values.keyPrefix) (printf "%s/owner-uid" .Values.keyPrefix) }}
@@ -97,7 +100,8 @@ matchConditions:
     expression: |-
       request.operation != 'UPDATE'
       || size({{ $refs.object }}) > 64 || size({{ $refs.oldObject }}) > 64
-      || ({{ $refs.object }} + {{ $refs.oldObject }}).exists(r, type(r) == map && type(r.?kind.orValue(null)) == string && size(r.kind) > 253)
+      || ({{ $refs.object }} + {{ $refs.oldObject }}).exists(r, type(r) == map
+           && ((type(r.?kind.orValue(null)) == string && size(r.kind) > 253) || (type(r.?uid.orValue(null)) == string && size(r.uid) > 253)))
       || {{ include "ownerguard.cel.oversized" "object" }}
       || {{ include "ownerguard.cel.oversized" "oldObject" }}
       || [(({{ $refs.object }} + {{ $refs.oldObject }})
