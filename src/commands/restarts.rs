@@ -657,7 +657,7 @@ async fn pass(
                 // of the API server's clock beyond the margin makes new
                 // children look old.
                 if let Some(node) = &tracked.node {
-                    match node_ahead(client, node).await {
+                    match node_ahead(client, node, lease.renew_every()).await {
                         Ok(Some(ahead))
                             if ahead
                                 > SignedDuration::try_from(settings.clock_margin)
@@ -688,7 +688,7 @@ async fn pass(
                                     true,
                                     "RestartReleaseWaiting",
                                     format!(
-                                        "ownerguard releases nothing of the earlier runs of container '{container}' until it can date node {node}'s clock: {why}; tried again every {:?}",
+                                        "ownerguard releases nothing more of the earlier runs of container '{container}' until it can date its node's clock, tried again every {:?}: {why}",
                                         settings.retry_after
                                     ),
                                 );
@@ -963,29 +963,47 @@ fn children_of(key_prefix: &str, worker: &str) -> String {
 /// does not date the clock (no `renewTime`, or no record of the write
 /// that set it): the pass waits, as a Lease stripped of what dates the
 /// clock must not pass for a node without one.
-async fn node_ahead(client: &kube::Client, node: &str) -> Result<Option<SignedDuration>, String> {
+async fn node_ahead(
+    client: &kube::Client,
+    node: &str,
+    within: Duration,
+) -> Result<Option<SignedDuration>, String> {
     let leases: Api<LeaseObject> = Api::namespaced(client.clone(), "kube-node-lease");
-    match leases.get_opt(node).await {
-        Ok(Some(lease)) => match lease_ahead(&lease) {
+    // Bounded: the pass runs between renewals of the restart Lease, and a
+    // read that hangs must not hold those up.
+    match tokio::time::timeout(within, leases.get_opt(node)).await {
+        Ok(Ok(Some(lease))) => match lease_ahead(&lease) {
             Some(ahead) => Ok(Some(ahead)),
             None => {
                 warn!(%node, "the node's Lease has no renewTime with a record of its write, which dates its clock: the release of its restarted worker waits");
                 Err(format!(
-                    "its Lease kube-node-lease/{node} has no renewTime with a record of the write that set it (managedFields)"
+                    "the Lease kube-node-lease/{node} has no renewTime with a record of the write that set it (managedFields)"
                 ))
             }
         },
-        Ok(None) => Ok(None),
-        Err(error) => {
+        Ok(Ok(None)) => Ok(None),
+        // The Event is read in the worker's namespace: it says what the
+        // operator must fix, the error's own text (which may name
+        // ownerguard's identity or its transport) goes to the log only.
+        Ok(Err(error)) => {
             warn!(%node, %error, "cannot read the node's Lease, which dates its clock: the release of its restarted worker waits");
-            let why = match &error {
-                kube::Error::Api(status) => {
-                    format!("{} {}: {}", status.code, status.reason, status.message)
-                }
-                other => other.to_string(),
-            };
+            Err(match &error {
+                kube::Error::Api(status) if status.code == 403 => format!(
+                    "ownerguard may not get the Lease kube-node-lease/{node} (the chart's Role in kube-node-lease grants it)"
+                ),
+                kube::Error::Api(status) => format!(
+                    "the Lease kube-node-lease/{node} cannot be read ({} {})",
+                    status.code, status.reason
+                ),
+                _ => format!(
+                    "the Lease kube-node-lease/{node} cannot be read (the API server did not answer; ownerguard's log has the error)"
+                ),
+            })
+        }
+        Err(_) => {
+            warn!(%node, ?within, "reading the node's Lease, which dates its clock, took too long: the release of its restarted worker waits");
             Err(format!(
-                "its Lease kube-node-lease/{node} cannot be read ({why})"
+                "the Lease kube-node-lease/{node} could not be read in time"
             ))
         }
     }
