@@ -450,6 +450,58 @@ async fn a_node_whose_lease_cannot_be_read_waits_until_it_can() {
     task.abort();
 }
 
+/// A read of the node's Lease that hangs is given up after a third of the
+/// restart Lease (the renewals of which it would hold up): the pass is
+/// put off as for a Lease that cannot be read, and the release waits.
+#[tokio::test]
+async fn a_node_lease_read_that_hangs_puts_the_pass_off() {
+    let server = FakeApi::start().await;
+    let api = &server.api;
+    let mut pod = worker(
+        "w-1",
+        W1,
+        Some("worker"),
+        1,
+        "2026-12-01T10:00:00Z",
+        "2026-12-01T10:00:01Z",
+    );
+    pod["spec"]["nodeName"] = json!("node-a");
+    api.put_object(Kind::Pod, pod);
+    put_config_map(
+        api,
+        "prompt-old",
+        "c-old",
+        &[("w-1", W1)],
+        "2026-12-01T09:00:00Z",
+    );
+    api.update_faults(|f| {
+        f.get_delay_under = Some((
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease".into(),
+            Duration::from_secs(60),
+        ));
+    });
+    let (metrics, task) = start_with(&server, true);
+    put_off_and_told_once(
+        api,
+        &metrics,
+        "the Lease kube-node-lease/node-a could not be read in time",
+    )
+    .await;
+    assert!(
+        metrics
+            .encode()
+            .contains("ownerguard_restart_release_leader 1"),
+        "the restart Lease was lost while the node's Lease hung"
+    );
+    // Answered again (the node has no Lease): the next try releases.
+    api.update_faults(|f| f.get_delay_under = None);
+    eventually("the earlier run's ConfigMap released", || {
+        !exists(api, Kind::ConfigMap, "prompt-old")
+    })
+    .await;
+    task.abort();
+}
+
 /// A node's Lease that is there but does not date its clock (its
 /// `renewTime`, or the record of the write that set it, stripped) is not
 /// taken for a node without a Lease: the pass waits until it dates it.

@@ -71,6 +71,9 @@ pub struct Faults {
     pub down: bool,
     /// GET of one object waits this long first.
     pub get_delay: Duration,
+    /// GET of one object under this path waits this long first (an API
+    /// server slow for one resource only).
+    pub get_delay_under: Option<(String, Duration)>,
     /// Jobs answer 403.
     pub jobs_forbidden: bool,
     /// The next watch answers ERROR 410 Gone, as after etcd compaction.
@@ -787,6 +790,11 @@ async fn handle(
             }
             if !faults.get_delay.is_zero() {
                 tokio::time::sleep(faults.get_delay).await;
+            }
+            if let Some((under, delay)) = &faults.get_delay_under
+                && uri.path().starts_with(under.as_str())
+            {
+                tokio::time::sleep(*delay).await;
             }
             api.inner.lock().unwrap().gets_in_flight -= 1;
             let object = api
