@@ -496,7 +496,9 @@ func PodToken(ctx context.Context, c kubernetes.Interface, in *Installation, pod
 // their readiness is its readiness. The ReplicaSet and Deployment
 // controllers then count them ready, as in a cluster. Each pod is read
 // again and written on a conflict, as the kubelet's status manager does:
-// the pods listed may have changed since (a controller's update).
+// the pods listed may have changed since (a controller's update). A pod
+// gone since (the old ReplicaSet's, in a rollout) is skipped, as the
+// kubelet drops a deleted pod's status.
 func MarkReady(ctx context.Context, c kubernetes.Interface, pods []corev1.Pod, podIP string) error {
 	for _, listed := range pods {
 		var err error
@@ -509,6 +511,9 @@ func MarkReady(ctx context.Context, c kubernetes.Interface, pods []corev1.Pod, p
 			if _, err = c.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
 				break
 			}
+		}
+		if apierrors.IsNotFound(err) {
+			continue
 		}
 		if err != nil {
 			return fmt.Errorf("status of %s: %w", listed.Name, err)
