@@ -381,16 +381,7 @@ async fn a_node_whose_lease_shows_its_clock_ahead_has_nothing_released() {
     // node's own Lease says its clock is a minute ahead of the API
     // server's: its renewTime (node clock) against the API server's time
     // of that write (managedFields).
-    let mut pod = worker(
-        "w-1",
-        W1,
-        Some("worker"),
-        1,
-        "2026-12-01T10:00:00Z",
-        "2026-12-01T10:00:01Z",
-    );
-    pod["spec"]["nodeName"] = json!("node-a");
-    api.put_object(Kind::Pod, pod);
+    w1_restarted_on_node_a(api);
     api.put_object(
         Kind::Lease,
         json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -399,13 +390,6 @@ async fn a_node_whose_lease_shows_its_clock_ahead_has_nothing_released() {
                     "time": "2026-12-01T10:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:renewTime": {}}}}]},
             "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40,
                 "renewTime": "2026-12-01T10:01:00.000000Z"}}),
-    );
-    put_config_map(
-        api,
-        "prompt-old",
-        "c-old",
-        &[("w-1", W1)],
-        "2026-12-01T09:00:00Z",
     );
     let (metrics, task) = start(&server);
     held_for_its_clock(&metrics).await;
@@ -418,23 +402,7 @@ async fn a_node_whose_lease_shows_its_clock_ahead_has_nothing_released() {
 async fn a_node_whose_lease_cannot_be_read_waits_until_it_can() {
     let server = FakeApi::start().await;
     let api = &server.api;
-    let mut pod = worker(
-        "w-1",
-        W1,
-        Some("worker"),
-        1,
-        "2026-12-01T10:00:00Z",
-        "2026-12-01T10:00:01Z",
-    );
-    pod["spec"]["nodeName"] = json!("node-a");
-    api.put_object(Kind::Pod, pod);
-    put_config_map(
-        api,
-        "prompt-old",
-        "c-old",
-        &[("w-1", W1)],
-        "2026-12-01T09:00:00Z",
-    );
+    w1_restarted_on_node_a(api);
     // The node's clock cannot be dated: its Lease is not readable.
     api.update_faults(|f| {
         f.forbidden_paths = vec!["/apis/coordination.k8s.io/v1/namespaces/kube-node-lease".into()];
@@ -457,23 +425,7 @@ async fn a_node_whose_lease_cannot_be_read_waits_until_it_can() {
 async fn a_node_lease_read_that_hangs_puts_the_pass_off() {
     let server = FakeApi::start().await;
     let api = &server.api;
-    let mut pod = worker(
-        "w-1",
-        W1,
-        Some("worker"),
-        1,
-        "2026-12-01T10:00:00Z",
-        "2026-12-01T10:00:01Z",
-    );
-    pod["spec"]["nodeName"] = json!("node-a");
-    api.put_object(Kind::Pod, pod);
-    put_config_map(
-        api,
-        "prompt-old",
-        "c-old",
-        &[("w-1", W1)],
-        "2026-12-01T09:00:00Z",
-    );
+    w1_restarted_on_node_a(api);
     api.update_faults(|f| {
         f.get_delay_under = Some((
             "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease".into(),
@@ -509,23 +461,7 @@ async fn a_node_lease_read_that_hangs_puts_the_pass_off() {
 async fn a_node_whose_lease_does_not_date_its_clock_waits_until_it_does() {
     let server = FakeApi::start().await;
     let api = &server.api;
-    let mut pod = worker(
-        "w-1",
-        W1,
-        Some("worker"),
-        1,
-        "2026-12-01T10:00:00Z",
-        "2026-12-01T10:00:01Z",
-    );
-    pod["spec"]["nodeName"] = json!("node-a");
-    api.put_object(Kind::Pod, pod);
-    put_config_map(
-        api,
-        "prompt-old",
-        "c-old",
-        &[("w-1", W1)],
-        "2026-12-01T09:00:00Z",
-    );
+    w1_restarted_on_node_a(api);
     // A renewTime, but no record of the write that set it.
     api.put_object(
         Kind::Lease,
@@ -557,6 +493,29 @@ async fn a_node_whose_lease_does_not_date_its_clock_waits_until_it_does() {
     })
     .await;
     task.abort();
+}
+
+/// W1 on node-a, its container `worker` restarted (the node in step with
+/// the API server's clock by the status write), and `prompt-old`, made by
+/// its first run an hour before: what a release would take.
+fn w1_restarted_on_node_a(api: &FakeApi) {
+    let mut pod = worker(
+        "w-1",
+        W1,
+        Some("worker"),
+        1,
+        "2026-12-01T10:00:00Z",
+        "2026-12-01T10:00:01Z",
+    );
+    pod["spec"]["nodeName"] = json!("node-a");
+    api.put_object(Kind::Pod, pod);
+    put_config_map(
+        api,
+        "prompt-old",
+        "c-old",
+        &[("w-1", W1)],
+        "2026-12-01T09:00:00Z",
+    );
 }
 
 /// W1's pass put off for node-a's clock (`ownerguard_reap_failures_total`
