@@ -312,7 +312,7 @@ impl<'de> Reader<'de> {
     pub fn new(bytes: &'de [u8]) -> Self {
         Self {
             bytes,
-            text: std::str::from_utf8(bytes).ok(),
+            text: simdutf8::basic::from_utf8(bytes).ok(),
             pos: 0,
             depth: 0,
             open_words: Vec::new(),
