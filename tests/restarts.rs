@@ -427,10 +427,8 @@ async fn a_node_lease_read_that_hangs_puts_the_pass_off() {
     let api = &server.api;
     w1_restarted_on_node_a(api);
     api.update_faults(|f| {
-        f.get_delay_under = Some((
-            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease".into(),
-            Duration::from_secs(60),
-        ));
+        f.get_delay_under = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease".into();
+        f.get_delay = Duration::from_secs(60);
     });
     let (metrics, task) = start_with(&server, true);
     put_off_and_told_once(
@@ -446,7 +444,7 @@ async fn a_node_lease_read_that_hangs_puts_the_pass_off() {
         "the restart Lease was lost while the node's Lease hung"
     );
     // Answered again (the node has no Lease): the next try releases.
-    api.update_faults(|f| f.get_delay_under = None);
+    api.update_faults(|f| f.get_delay = Duration::ZERO);
     eventually("the earlier run's ConfigMap released", || {
         !exists(api, Kind::ConfigMap, "prompt-old")
     })

@@ -69,11 +69,12 @@ impl Kind {
 pub struct Faults {
     /// Every request answers 503.
     pub down: bool,
-    /// GET of one object waits this long first.
+    /// GET of one object under [`Faults::get_delay_under`] waits this
+    /// long first.
     pub get_delay: Duration,
-    /// GET of one object under this path waits this long first (an API
-    /// server slow for one resource only).
-    pub get_delay_under: Option<(String, Duration)>,
+    /// The path the GETs that wait start with: empty for every GET, a
+    /// resource's path for an API server slow for that one only.
+    pub get_delay_under: String,
     /// Jobs answer 403.
     pub jobs_forbidden: bool,
     /// The next watch answers ERROR 410 Gone, as after etcd compaction.
@@ -788,13 +789,8 @@ async fn handle(
                 inner.gets_in_flight += 1;
                 inner.max_gets_in_flight = inner.max_gets_in_flight.max(inner.gets_in_flight);
             }
-            if !faults.get_delay.is_zero() {
+            if !faults.get_delay.is_zero() && uri.path().starts_with(&faults.get_delay_under) {
                 tokio::time::sleep(faults.get_delay).await;
-            }
-            if let Some((under, delay)) = &faults.get_delay_under
-                && uri.path().starts_with(under.as_str())
-            {
-                tokio::time::sleep(*delay).await;
             }
             api.inner.lock().unwrap().gets_in_flight -= 1;
             let object = api
