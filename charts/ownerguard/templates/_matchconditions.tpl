@@ -42,13 +42,8 @@ map (a custom resource's spec.template may be a string, a list or null:
 `.?` on those errors, `type(x) == map` does not).
 */}}
 {{- define "ownerguard.cel.at" -}}
-{{- $guards := list }}
-{{- $prefix := .root }}
-{{- range .path }}
-{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $prefix .) }}
-{{- $prefix = printf "%s.%s" $prefix . }}
-{{- end -}}
-({{ join " && " $guards }} ? {{ $prefix }}[?'{{ .key }}'] : optional.none())
+{{- $map := include "ownerguard.cel.steps" (dict "root" .root "path" .path) | fromJson -}}
+({{ join " && " $map.guards }} ? {{ $map.at }}[?'{{ .key }}'] : optional.none())
 {{- end }}
 
 {{/*
@@ -155,20 +150,12 @@ optional; [] for an entry of another shape, [] for no list. Never an
 error: every step is type-checked.
 */}}
 {{- define "ownerguard.cel.listOwnerKeys" -}}
-{{- $guards := list }}
-{{- $prefix := .root }}
-{{- range initial .path }}
-{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $prefix .) }}
-{{- $prefix = printf "%s.%s" $prefix . }}
-{{- end }}
-{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == list" $prefix (last .path)) }}
-{{- $prefix = printf "%s.%s" $prefix (last .path) }}
-{{- $entryGuards := list "type(e) == map" }}
-{{- $entry := "e" }}
-{{- range (concat .entry (list "metadata")) }}
-{{- $entryGuards = append $entryGuards (printf "type(%s.?%s.orValue(null)) == map" $entry .) }}
-{{- $entry = printf "%s.%s" $entry . }}
-{{- end }}
+{{- $parent := include "ownerguard.cel.steps" (dict "root" .root "path" (initial .path)) | fromJson }}
+{{- $guards := append $parent.guards (printf "type(%s.?%s.orValue(null)) == list" $parent.at (last .path)) }}
+{{- $prefix := printf "%s.%s" $parent.at (last .path) }}
+{{- $meta := include "ownerguard.cel.steps" (dict "root" "e" "path" (concat .entry (list "metadata"))) | fromJson }}
+{{- $entryGuards := prepend $meta.guards "type(e) == map" }}
+{{- $entry := $meta.at }}
 {{- $fields := list }}
 {{- range .keys }}
 {{- $fields = append $fields (printf "(type(%s.?labels.orValue(null)) == map ? %s.labels[?'%s'] : optional.none())" $entry $entry .) }}
@@ -209,34 +196,20 @@ template has none (batch/v1 defaulting), so a template's labels emptied
 or dropped changes what a CronJob's Jobs carry.
 */}}
 {{- define "ownerguard.cel.hasLabels" -}}
-{{- $guards := list }}
-{{- $prefix := .root }}
-{{- range (concat .path (list "metadata")) }}
-{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $prefix .) }}
-{{- $prefix = printf "%s.%s" $prefix . }}
-{{- end -}}
-({{ join " && " $guards }} && type({{ $prefix }}.?labels.orValue(null)) == map && size({{ $prefix }}.labels) > 0)
+{{- $meta := include "ownerguard.cel.steps" (dict "root" .root "path" (concat .path (list "metadata"))) | fromJson -}}
+({{ join " && " $meta.guards }} && type({{ $meta.at }}.?labels.orValue(null)) == map && size({{ $meta.at }}.labels) > 0)
 {{- end }}
 
 {{- define "ownerguard.cel.isTemplate" -}}
-{{- $guards := list }}
-{{- $prefix := .root }}
-{{- range (concat .path (list "metadata")) }}
-{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $prefix .) }}
-{{- $prefix = printf "%s.%s" $prefix . }}
-{{- end -}}
-({{ join " && " $guards }} && ['labels', 'annotations'].all(f, type({{ $prefix }}[?f].orValue(null)) == null_type || (type({{ $prefix }}[?f].orValue(null)) == map && {{ $prefix }}[f].all(k, type({{ $prefix }}[f][k]) == string))))
+{{- $meta := include "ownerguard.cel.steps" (dict "root" .root "path" (concat .path (list "metadata"))) | fromJson -}}
+({{ join " && " $meta.guards }} && {{ include "ownerguard.cel.isTemplateMeta" $meta.at }})
 {{- end }}
 
 {{/* Whether the value at .path of .root is a map of strings (what ownerguard reads as labels). */}}
 {{- define "ownerguard.cel.isStringMap" -}}
-{{- $guards := list }}
-{{- $prefix := .root }}
-{{- range initial .path }}
-{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $prefix .) }}
-{{- $prefix = printf "%s.%s" $prefix . }}
-{{- end -}}
-({{ join " && " $guards }} && type({{ $prefix }}.?{{ last .path }}.orValue(null)) == map && {{ $prefix }}.{{ last .path }}.all(k, type({{ $prefix }}.{{ last .path }}[k]) == string))
+{{- $parent := include "ownerguard.cel.steps" (dict "root" .root "path" (initial .path)) | fromJson -}}
+{{- $prefix := $parent.at -}}
+({{ join " && " $parent.guards }} && type({{ $prefix }}.?{{ last .path }}.orValue(null)) == map && {{ $prefix }}.{{ last .path }}.all(k, type({{ $prefix }}.{{ last .path }}[k]) == string))
 {{- end }}
 
 {{/*
@@ -273,11 +246,23 @@ reads it as `.?last.orValue(null)` (null when absent), guards is CEL true
 when each step before the last is a map, so that reading it cannot error.
 */}}
 {{- define "ownerguard.cel.path" -}}
-{{- $guards := list "true" }}
-{{- $prefix := .root }}
-{{- range initial .path }}
-{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $prefix .) }}
-{{- $prefix = printf "%s.%s" $prefix . }}
+{{- $parent := include "ownerguard.cel.steps" (dict "root" .root "path" (initial .path)) | fromJson -}}
+{{- dict "guards" (join " && " ($parent.guards | default (list "true"))) "value" (printf "%s.?%s.orValue(null)" $parent.at (last .path)) | toJson }}
+{{- end }}
+
+{{/*
+The steps of .path from .root, as {"guards", "at"}: guards, one CEL
+condition a step, each true when that step is a map (`.?` on a string, a
+list or null errors, `type(x) == map` does not), so that reading the next
+step cannot error; at, the CEL that reads the value the last step reaches.
+Every read of the filter walks its path through this.
+*/}}
+{{- define "ownerguard.cel.steps" -}}
+{{- $guards := list }}
+{{- $at := .root }}
+{{- range .path }}
+{{- $guards = append $guards (printf "type(%s.?%s.orValue(null)) == map" $at .) }}
+{{- $at = printf "%s.%s" $at . }}
 {{- end -}}
-{{- dict "guards" (join " && " (rest $guards | default (list "true"))) "value" (printf "%s.?%s.orValue(null)" $prefix (last .path)) | toJson }}
+{{- dict "guards" $guards "at" $at | toJson }}
 {{- end }}
