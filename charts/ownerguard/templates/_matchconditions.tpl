@@ -226,28 +226,29 @@ well inside the API server's cost limit for an expression.
 {{- $terms := list }}
 {{- range list (list "spec" "template" "metadata") (list "spec" "jobTemplate" "metadata") (list "spec" "jobTemplate" "spec" "template" "metadata") (list "spec" "metadata") }}
 {{- $meta := include "ownerguard.cel.path" (dict "root" $root "path" .) | fromJson }}
-{{- $terms = append $terms (printf "(%s && type(%s) == map && ['labels', 'annotations'].exists(f, type(%s[?f].orValue(null)) == map && size(%s[f]) > 64))" $meta.guards $meta.value $meta.value $meta.value) }}
+{{- $terms = append $terms (printf "(%s && type(%s) == map && ['labels', 'annotations'].exists(f, type(%s[?f].orValue(null)) == map && size(%s[f]) > 64))" $meta.guard $meta.value $meta.value $meta.value) }}
 {{- end }}
 {{- $selector := include "ownerguard.cel.path" (dict "root" $root "path" (list "spec" "selector" "matchLabels")) | fromJson }}
-{{- $terms = append $terms (printf "(%s && type(%s) == map && size(%s) > 64)" $selector.guards $selector.value $selector.value) }}
+{{- $terms = append $terms (printf "(%s && type(%s) == map && size(%s) > 64)" $selector.guard $selector.value $selector.value) }}
 {{- range list (dict "path" (list "spec" "volumeClaimTemplates") "entry" (list "metadata")) (dict "path" (list "spec" "volumes") "entry" (list "ephemeral" "volumeClaimTemplate" "metadata")) (dict "path" (list "spec" "template" "spec" "volumes") "entry" (list "ephemeral" "volumeClaimTemplate" "metadata")) (dict "path" (list "spec" "jobTemplate" "spec" "template" "spec" "volumes") "entry" (list "ephemeral" "volumeClaimTemplate" "metadata")) }}
 {{- $list := include "ownerguard.cel.path" (dict "root" $root "path" .path) | fromJson }}
 {{- $entry := include "ownerguard.cel.path" (dict "root" "e" "path" .entry) | fromJson }}
 {{- $entryGuards := list "type(e) == map" }}
-{{- if ne $entry.guards "true" }}{{ $entryGuards = append $entryGuards $entry.guards }}{{ end }}
-{{- $terms = append $terms (printf "(%s && type(%s) == list && (size(%s) > 64 || %s.exists(e, %s && type(%s) == map && ['labels', 'annotations'].exists(f, type(%s[?f].orValue(null)) == map && size(%s[f]) > 16))))" $list.guards $list.value $list.value $list.value (join " && " $entryGuards) $entry.value $entry.value $entry.value) }}
+{{- if ne $entry.guard "true" }}{{ $entryGuards = append $entryGuards $entry.guard }}{{ end }}
+{{- $terms = append $terms (printf "(%s && type(%s) == list && (size(%s) > 64 || %s.exists(e, %s && type(%s) == map && ['labels', 'annotations'].exists(f, type(%s[?f].orValue(null)) == map && size(%s[f]) > 16))))" $list.guard $list.value $list.value $list.value (join " && " $entryGuards) $entry.value $entry.value $entry.value) }}
 {{- end -}}
 ({{ join " || " $terms }})
 {{- end }}
 
 {{/*
-The value at .path of .root, as {"guards", "value"}: value is CEL that
-reads it as `.?last.orValue(null)` (null when absent), guards is CEL true
-when each step before the last is a map, so that reading it cannot error.
+The value at .path of .root, as {"guard", "value"}: value is CEL that
+reads it as `.?last.orValue(null)` (null when absent), guard one CEL
+condition, true when each step before the last is a map, so that reading
+it cannot error.
 */}}
 {{- define "ownerguard.cel.path" -}}
 {{- $parent := include "ownerguard.cel.steps" (dict "root" .root "path" (initial .path)) | fromJson -}}
-{{- dict "guards" (join " && " ($parent.guards | default (list "true"))) "value" (printf "%s.?%s.orValue(null)" $parent.at (last .path)) | toJson }}
+{{- dict "guard" (join " && " ($parent.guards | default (list "true"))) "value" (printf "%s.?%s.orValue(null)" $parent.at (last .path)) | toJson }}
 {{- end }}
 
 {{/*
@@ -255,7 +256,8 @@ The steps of .path from .root, as {"guards", "at"}: guards, one CEL
 condition a step, each true when that step is a map (`.?` on a string, a
 list or null errors, `type(x) == map` does not), so that reading the next
 step cannot error; at, the CEL that reads the value the last step reaches.
-Every read of the filter walks its path through this.
+Every read of a template, a list or the selector walks its path through
+this (the object's own metadata is always a map, and is read directly).
 */}}
 {{- define "ownerguard.cel.steps" -}}
 {{- $guards := list }}
