@@ -300,7 +300,13 @@ impl Webhook {
             let answers = self
                 .lookup_owners(checks.namespace(), &missing, deadline, trace)
                 .await;
-            decided.lookups.extend(answers);
+            // The first pass's answers are the map itself: no second map
+            // built to copy them into.
+            if decided.lookups.is_empty() {
+                decided.lookups = answers;
+            } else {
+                decided.lookups.extend(answers);
+            }
         }
         // The decision reads the answers, not the questions: the
         // observers get them.
