@@ -9,6 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use super::handles::Handles;
 use super::{Decision, Observer, Outcome};
 use crate::owner::ClusterMetrics;
 
@@ -125,6 +126,11 @@ pub struct Metrics {
     resources: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
     /// The `namespace` label values of `warned` so far.
     namespaces: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
+    /// Handles on the series every review counts into, found without the
+    /// families' lookups.
+    request_handles: Handles<RequestLabels, Counter>,
+    duration_handles: Handles<&'static str, Histogram>,
+    lookup_handles: Handles<LookupLabels, Counter>,
 }
 
 /// Bound of the `resource` label's values: anything that reaches the port
@@ -378,6 +384,9 @@ impl Default for Metrics {
             certificate_expiry,
             tls_reload_failures,
             resources: Default::default(),
+            request_handles: Handles::default(),
+            duration_handles: Handles::default(),
+            lookup_handles: Handles::default(),
         }
     }
 }
@@ -452,17 +461,47 @@ impl Metrics {
         result: &'static str,
         seconds: f64,
     ) {
-        self.requests
-            .get_or_create(&RequestLabels {
+        let operation = operation_label(operation);
+        let hash = self
+            .request_handles
+            .hash((webhook, operation, resource, result));
+        let is = |labels: &RequestLabels| {
+            labels.webhook == webhook
+                && labels.operation == operation
+                && labels.result == result
+                && *labels.resource == *resource
+        };
+        if !self.request_handles.with(hash, is, |counter| {
+            counter.inc();
+        }) {
+            let labels = RequestLabels {
                 webhook,
-                operation: operation_label(operation),
+                operation,
                 resource: self.resource_label(resource),
                 result,
-            })
-            .inc();
-        self.duration
-            .get_or_create(&WebhookLabels { webhook })
-            .observe(seconds);
+            };
+            let counter = self.requests.get_or_create(&labels).clone();
+            counter.inc();
+            // A resource counted as `other` gets no handle of its own:
+            // the handles stay as bounded as the label.
+            if *labels.resource == *resource {
+                self.request_handles.keep(hash, labels, is, counter);
+            }
+        }
+
+        let hash = self.duration_handles.hash(webhook);
+        let is = |kept: &&'static str| *kept == webhook;
+        if !self
+            .duration_handles
+            .with(hash, is, |histogram| histogram.observe(seconds))
+        {
+            let histogram = self
+                .duration
+                .get_or_create(&WebhookLabels { webhook })
+                .clone();
+            histogram.observe(seconds);
+            self.duration_handles.keep(hash, webhook, is, histogram);
+        }
     }
 
     /// One refusal softened by a namespace's mode.
@@ -537,9 +576,16 @@ impl Metrics {
     }
 
     pub fn observe_lookup(&self, source: &'static str, result: &'static str) {
-        self.lookups
-            .get_or_create(&LookupLabels { source, result })
-            .inc();
+        let hash = self.lookup_handles.hash((source, result));
+        let is = |labels: &LookupLabels| labels.source == source && labels.result == result;
+        if !self.lookup_handles.with(hash, is, |counter| {
+            counter.inc();
+        }) {
+            let labels = LookupLabels { source, result };
+            let counter = self.lookups.get_or_create(&labels).clone();
+            counter.inc();
+            self.lookup_handles.keep(hash, labels, is, counter);
+        }
     }
 
     pub fn set_cache_pods(&self, pods: usize) {
@@ -693,6 +739,87 @@ mod tests {
             .count();
         assert_eq!(series, MAX_RESOURCE_LABELS + 1, "{text}");
         assert!(text.contains(r#"operation="other",resource="other""#));
+    }
+
+    /// The handles count into the registry's own series: the first
+    /// observation of a label set makes the series, the rest find it by
+    /// its handle, and the text a scrape reads has every one of them.
+    #[test]
+    fn repeated_observations_all_reach_the_scraped_series() {
+        let metrics = Metrics::default();
+        for _ in 0..5 {
+            metrics.observe_request("mutate", "CREATE", "pods", "patched", 0.001);
+            metrics.observe_request("mutate", "CREATE", "jobs", "denied", 0.002);
+            metrics.observe_request("validate-all", "UPDATE", "pods", "allowed", 0.003);
+            metrics.observe_lookup("inventory", "found");
+        }
+        metrics.observe_lookup("cache", "missing");
+        let text = metrics.encode();
+        for expected in [
+            r#"ownerguard_admission_requests_total{webhook="mutate",operation="CREATE",resource="pods",result="patched"} 5"#,
+            r#"ownerguard_admission_requests_total{webhook="mutate",operation="CREATE",resource="jobs",result="denied"} 5"#,
+            r#"ownerguard_admission_requests_total{webhook="validate-all",operation="UPDATE",resource="pods",result="allowed"} 5"#,
+            r#"ownerguard_admission_duration_seconds_count{webhook="mutate"} 10"#,
+            r#"ownerguard_admission_duration_seconds_count{webhook="validate-all"} 5"#,
+            r#"ownerguard_owner_lookups_total{source="inventory",result="found"} 5"#,
+            r#"ownerguard_owner_lookups_total{source="cache",result="missing"} 1"#,
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
+        // A label set that differs in one part only is its own series.
+        assert!(
+            !text.contains(r#"resource="jobs",result="patched""#),
+            "{text}"
+        );
+    }
+
+    /// Threads that race to make the same series count into one.
+    #[test]
+    fn racing_threads_count_into_one_series() {
+        let metrics = Metrics::default();
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    for _ in 0..1000 {
+                        metrics.observe_request("mutate", "CREATE", "pods", "patched", 0.001);
+                        metrics.observe_lookup("api", "found");
+                    }
+                });
+            }
+        });
+        let text = metrics.encode();
+        for expected in [
+            r#"ownerguard_admission_requests_total{webhook="mutate",operation="CREATE",resource="pods",result="patched"} 8000"#,
+            r#"ownerguard_admission_duration_seconds_count{webhook="mutate"} 8000"#,
+            r#"ownerguard_owner_lookups_total{source="api",result="found"} 8000"#,
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
+    }
+
+    /// Made-up resources past the label's bound are counted as `other`
+    /// and get no handle each: the handles stay as bounded as the series.
+    #[test]
+    fn handles_are_bounded_as_the_labels_are() {
+        let metrics = Metrics::default();
+        for round in 0..2 {
+            for i in 0..500 {
+                metrics.observe_request(
+                    "mutate",
+                    "CREATE",
+                    &format!("made-up-{i}"),
+                    "allowed",
+                    0.001,
+                );
+            }
+            let text = metrics.encode();
+            let other = format!(
+                r#"ownerguard_admission_requests_total{{webhook="mutate",operation="CREATE",resource="other",result="allowed"}} {}"#,
+                (500 - MAX_RESOURCE_LABELS) * (round + 1)
+            );
+            assert!(text.contains(&other), "missing {other} in\n{text}");
+        }
+        assert_eq!(metrics.request_handles.len(), MAX_RESOURCE_LABELS);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 pub mod events;
 pub mod fixture;
+mod handles;
 mod json_lines;
 mod log;
 mod log_writer;
