@@ -34,7 +34,7 @@ pub fn string(out: &mut Vec<u8>, text: &str) {
 pub fn escaped(out: &mut Vec<u8>, text: &str) {
     let mut bytes = text.as_bytes();
     loop {
-        let plain = super::json::plain_prefix(bytes);
+        let plain = super::json::plain_prefix_whole(bytes);
         out.extend_from_slice(&bytes[..plain]);
         let Some(&b) = bytes.get(plain) else {
             return;

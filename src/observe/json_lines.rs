@@ -118,7 +118,12 @@ impl DirectLine {
     }
 
     pub fn str(&mut self, key: &'static str, value: &str) -> &mut Self {
-        self.str_then(key, value, "")
+        self.key(key);
+        self.line.push('"');
+        // Writing into a `String` cannot fail.
+        let _ = Escaped(&mut self.line).write_str(value);
+        self.line.push('"');
+        self
     }
 
     /// `value` then `suffix`, as one string.
@@ -219,6 +224,35 @@ fn timestamp_and_level<'b>(
     let secs = since.as_secs();
     let (days, of_day) = (secs / 86_400, secs % 86_400);
     let (year, month, day) = civil_from_days(days);
+    let micros = u64::from(since.subsec_micros());
+    if year <= 9999 {
+        // Every field of fixed width: the digits go to their places in
+        // the line's fixed head (one copy, no call a field).
+        const HEAD: &[u8; 42] = b"{\"timestamp\":\"0000-00-00T00:00:00.000000Z\"";
+        let place = |buffer: &mut [u8; 64], end: usize, mut value: u64| {
+            let mut at = end;
+            while value > 0 {
+                at -= 1;
+                buffer[at] = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        };
+        buffer[..42].copy_from_slice(HEAD);
+        place(buffer, 18, year);
+        place(buffer, 21, month);
+        place(buffer, 24, day);
+        place(buffer, 27, of_day / 3600);
+        place(buffer, 30, of_day / 60 % 60);
+        place(buffer, 33, of_day % 60);
+        place(buffer, 40, micros);
+        let level = level.as_str().as_bytes();
+        let end = 42 + 10 + level.len() + 1;
+        buffer[42..52].copy_from_slice(b",\"level\":\"");
+        buffer[52..end - 1].copy_from_slice(level);
+        buffer[end - 1] = b'"';
+        // Only ASCII was written.
+        return std::str::from_utf8(&buffer[..end]).unwrap_or_default();
+    }
     let mut out = Digits {
         buffer: &mut buffer[..],
         at: 0,
@@ -236,7 +270,7 @@ fn timestamp_and_level<'b>(
     out.text(b":");
     out.number(of_day % 60, 2);
     out.text(b".");
-    out.number(u64::from(since.subsec_micros()), 6);
+    out.number(micros, 6);
     out.text(b"Z\",\"level\":\"");
     out.text(level.as_str().as_bytes());
     out.text(b"\"");
@@ -294,18 +328,39 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 /// look at: sixteen at a time (SSE2), then eight, while none is a quote,
 /// a backslash, below U+0020, DEL or outside ASCII.
 fn plain_prefix(bytes: &[u8]) -> usize {
+    // Sixteen at a time where SSE2 is (every x86-64 CPU).
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut at = 0;
+        while let Some(chunk) = bytes.get(at..at + 16) {
+            let special = crate::admission::json::sse2::log_ends(chunk);
+            if special != 0 {
+                return at + special.trailing_zeros() as usize;
+            }
+            at += 16;
+        }
+        // The last bytes, fewer than sixteen (most of a line's values: a
+        // name, a verb), in one more look, padded with a plain byte.
+        let rest = &bytes[at..];
+        if rest.is_empty() {
+            return at;
+        }
+        let mut padded = [b'a'; 16];
+        padded[..rest.len()].copy_from_slice(rest);
+        let special = crate::admission::json::sse2::log_ends(&padded);
+        at + (special.trailing_zeros() as usize).min(rest.len())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    plain_prefix_portable(bytes)
+}
+
+/// [`plain_prefix`] without SIMD: eight bytes at a time in a word, then
+/// one by one.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn plain_prefix_portable(bytes: &[u8]) -> usize {
     const ONES: u64 = u64::MAX / 255;
     const HIGH: u64 = ONES << 7;
     let mut at = 0;
-    // Sixteen at a time where SSE2 is (every x86-64 CPU).
-    #[cfg(target_arch = "x86_64")]
-    while let Some(chunk) = bytes.get(at..at + 16) {
-        let special = crate::admission::json::sse2::log_ends(chunk);
-        if special != 0 {
-            return at + special.trailing_zeros() as usize;
-        }
-        at += 16;
-    }
     while let Some(chunk) = bytes.get(at..at + 8) {
         let mut eight = [0u8; 8];
         eight.copy_from_slice(chunk);
@@ -536,12 +591,13 @@ pub(super) mod tests {
         use std::time::{Duration, UNIX_EPOCH};
         let mut instants: Vec<u64> = vec![
             0,
-            951_782_399,    // 2000-02-28T23:59:59
-            951_868_800,    // 2000-03-01
-            1_709_164_800,  // 2024-02-29
-            1_735_689_599,  // 2024-12-31T23:59:59
-            4_107_542_400,  // 2100-03-01
-            13_569_465_599, // 2399-12-31T23:59:59
+            951_782_399,     // 2000-02-28T23:59:59
+            951_868_800,     // 2000-03-01
+            1_709_164_800,   // 2024-02-29
+            1_735_689_599,   // 2024-12-31T23:59:59
+            4_107_542_400,   // 2100-03-01
+            13_569_465_599,  // 2399-12-31T23:59:59
+            253_402_300_799, // 9999-12-31T23:59:59
         ];
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..20_000 {
@@ -570,6 +626,17 @@ pub(super) mod tests {
                 expected
             );
         }
+        // Past the year 9999 (which `time` does not reach here), the year
+        // keeps all of its digits, as `{:04}` writes it.
+        let mut buffer = [0u8; 64];
+        assert_eq!(
+            timestamp_and_level(
+                &mut buffer,
+                UNIX_EPOCH + Duration::new(253_402_300_800 + 86_400 + 3_723, 5_000),
+                &tracing::Level::ERROR
+            ),
+            "{\"timestamp\":\"10000-01-02T01:02:03.000005Z\",\"level\":\"ERROR\""
+        );
         // And the shape of tracing-subscriber's own, now.
         let mut theirs = String::new();
         tracing_subscriber::fmt::time::FormatTime::format_time(
@@ -610,6 +677,7 @@ pub(super) mod tests {
                 .position(|b| !matches!(NEEDS_ESCAPE[usize::from(b)], Escape::No) || b >= 0x80)
                 .unwrap_or(text.len());
             assert_eq!(plain_prefix(text.as_bytes()), expected, "{text:?}");
+            assert_eq!(plain_prefix_portable(text.as_bytes()), expected, "{text:?}");
         }
     }
 
