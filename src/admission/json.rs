@@ -195,30 +195,12 @@ pub(crate) fn plain_prefix(bytes: &[u8]) -> usize {
 
 /// [`plain_prefix`] for text that is one whole string, as the writers
 /// have it (the reader's strings run on into the body, so its sixteen-byte
-/// looks rarely reach a short tail): the last bytes, fewer than sixteen,
-/// in one more look, padded with a plain byte. Most of what the writers
-/// escape is a name shorter than sixteen bytes, which a look byte by byte
-/// made the dearest part of the call.
+/// looks rarely reach a short tail).
 #[inline]
 pub(crate) fn plain_prefix_whole(bytes: &[u8]) -> usize {
     #[cfg(target_arch = "x86_64")]
     {
-        let mut pos = 0;
-        while let Some(chunk) = bytes.get(pos..pos + 16) {
-            let ends = sse2::string_ends(chunk);
-            if ends != 0 {
-                return pos + ends.trailing_zeros() as usize;
-            }
-            pos += 16;
-        }
-        let rest = &bytes[pos..];
-        if rest.is_empty() {
-            return pos;
-        }
-        let mut padded = [b'a'; 16];
-        padded[..rest.len()].copy_from_slice(rest);
-        let ends = sse2::string_ends(&padded);
-        pos + (ends.trailing_zeros() as usize).min(rest.len())
+        sse2::first_marked(bytes, sse2::string_ends)
     }
     #[cfg(not(target_arch = "x86_64"))]
     plain_prefix_portable(bytes)
@@ -302,6 +284,39 @@ pub(crate) mod sse2 {
     #[inline(always)]
     pub(crate) fn string_ends(chunk: &[u8]) -> u32 {
         ends(load(chunk)).to_bitmask()
+    }
+
+    /// How many bytes of `bytes`, one whole string, come before the
+    /// first that `marks` marks in its sixteen-byte look. The last bytes,
+    /// fewer than sixteen, are one more look over a copy padded with a
+    /// plain byte: most of what the writers look at is a name shorter
+    /// than sixteen bytes, which a look byte by byte made the dearest part
+    /// of the call.
+    #[inline(always)]
+    pub(crate) fn first_marked(bytes: &[u8], marks: impl Fn(&[u8]) -> u32) -> usize {
+        let mut pos = 0;
+        while let Some(chunk) = bytes.get(pos..pos + 16) {
+            let marked = marks(chunk);
+            if marked != 0 {
+                return pos + marked.trailing_zeros() as usize;
+            }
+            pos += 16;
+        }
+        let rest = &bytes[pos..];
+        if rest.is_empty() {
+            return pos;
+        }
+        let mut padded = [b'a'; 16];
+        padded[..rest.len()].copy_from_slice(rest);
+        pos + (marks(&padded).trailing_zeros() as usize).min(rest.len())
+    }
+
+    /// [`string_ends`], and `~` and `/`: what a JSON Pointer's token must
+    /// look at (`admission::write::pointer`).
+    #[inline(always)]
+    pub(crate) fn pointer_ends(chunk: &[u8]) -> u32 {
+        let v = load(chunk);
+        (ends(v) | v.simd_eq(u8x16::splat(b'~')) | v.simd_eq(u8x16::splat(b'/'))).to_bitmask()
     }
 
     /// [`string_ends`], and the bytes of `chunk` outside ASCII (their top

@@ -39,43 +39,71 @@ pub fn escaped(out: &mut Vec<u8>, text: &str) {
         let Some(&b) = bytes.get(plain) else {
             return;
         };
-        let escape = ESCAPE[usize::from(b)];
-        if escape == b'u' {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(b >> 4)],
-                HEX[usize::from(b & 0xf)],
-            ]);
-        } else {
-            out.extend_from_slice(&[b'\\', escape]);
-        }
+        escape(out, b);
         bytes = &bytes[plain + 1..];
     }
 }
 
+/// The escape of `b`, a byte a JSON string cannot hold as it is.
+fn escape(out: &mut Vec<u8>, b: u8) {
+    let escape = ESCAPE[usize::from(b)];
+    if escape == b'u' {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        out.extend_from_slice(&[
+            b'\\',
+            b'u',
+            b'0',
+            b'0',
+            HEX[usize::from(b >> 4)],
+            HEX[usize::from(b & 0xf)],
+        ]);
+    } else {
+        out.extend_from_slice(&[b'\\', escape]);
+    }
+}
+
 /// A JSON Pointer (RFC 6901) of `tokens` as a JSON string: `~` written
-/// `~0` and `/` written `~1` in each token.
+/// `~0` and `/` written `~1` in each token, each token looked at once for
+/// both those and what the JSON string escapes.
 pub fn pointer<'a>(out: &mut Vec<u8>, tokens: impl IntoIterator<Item = &'a str>) {
     out.push(b'"');
     for token in tokens {
         out.push(b'/');
-        let mut rest = token;
-        while let Some(at) = rest.bytes().position(|b| b == b'~' || b == b'/') {
-            escaped(out, &rest[..at]);
-            out.extend_from_slice(if rest.as_bytes()[at] == b'~' {
-                b"~0"
-            } else {
-                b"~1"
-            });
-            rest = &rest[at + 1..];
+        let mut rest = token.as_bytes();
+        loop {
+            let plain = plain_token_prefix(rest);
+            out.extend_from_slice(&rest[..plain]);
+            match rest.get(plain) {
+                None => break,
+                Some(b'~') => out.extend_from_slice(b"~0"),
+                Some(b'/') => out.extend_from_slice(b"~1"),
+                Some(&b) => escape(out, b),
+            }
+            rest = &rest[plain + 1..];
         }
-        escaped(out, rest);
     }
     out.push(b'"');
+}
+
+/// How many bytes of a pointer's token come before the first that is `~`
+/// or `/` or that a JSON string escapes.
+#[inline]
+fn plain_token_prefix(bytes: &[u8]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::json::sse2::first_marked(bytes, super::json::sse2::pointer_ends)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    plain_token_prefix_portable(bytes)
+}
+
+/// [`plain_token_prefix`] without SIMD.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn plain_token_prefix_portable(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .position(|&b| b == b'~' || b == b'/' || ESCAPE[usize::from(b)] != 0)
+        .unwrap_or(bytes.len())
 }
 
 #[cfg(test)]
@@ -116,6 +144,16 @@ mod tests {
             string(&mut ours, &text);
             prop_assert_eq!(&ours, &serde_json::to_vec(&text).unwrap());
             prop_assert_eq!(serde_json::from_slice::<String>(&ours).unwrap(), text);
+        }
+
+        #[test]
+        fn a_tokens_plain_prefix_is_the_bytewise_look(text in text()) {
+            let expected = text
+                .bytes()
+                .position(|b| b == b'~' || b == b'/' || b == b'"' || b == b'\\' || b < 0x20)
+                .unwrap_or(text.len());
+            prop_assert_eq!(plain_token_prefix(text.as_bytes()), expected);
+            prop_assert_eq!(plain_token_prefix_portable(text.as_bytes()), expected);
         }
 
         #[test]

@@ -325,30 +325,13 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 }
 
 /// How many bytes of `bytes` come before the first that [`Escaped`] must
-/// look at: sixteen at a time (SSE2), then eight, while none is a quote,
-/// a backslash, below U+0020, DEL or outside ASCII.
+/// look at: a quote, a backslash, below U+0020, DEL or outside ASCII.
 fn plain_prefix(bytes: &[u8]) -> usize {
-    // Sixteen at a time where SSE2 is (every x86-64 CPU).
+    // Sixteen at a time where SSE2 is (every x86-64 CPU), the last bytes
+    // in one padded look.
     #[cfg(target_arch = "x86_64")]
     {
-        let mut at = 0;
-        while let Some(chunk) = bytes.get(at..at + 16) {
-            let special = crate::admission::json::sse2::log_ends(chunk);
-            if special != 0 {
-                return at + special.trailing_zeros() as usize;
-            }
-            at += 16;
-        }
-        // The last bytes, fewer than sixteen (most of a line's values: a
-        // name, a verb), in one more look, padded with a plain byte.
-        let rest = &bytes[at..];
-        if rest.is_empty() {
-            return at;
-        }
-        let mut padded = [b'a'; 16];
-        padded[..rest.len()].copy_from_slice(rest);
-        let special = crate::admission::json::sse2::log_ends(&padded);
-        at + (special.trailing_zeros() as usize).min(rest.len())
+        crate::admission::json::sse2::first_marked(bytes, crate::admission::json::sse2::log_ends)
     }
     #[cfg(not(target_arch = "x86_64"))]
     plain_prefix_portable(bytes)
