@@ -66,7 +66,7 @@ where
         // target in fields; tracing-subscriber reads it the same way.
         let normalized = event.normalized_metadata();
         let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
-        let mut head = [0u8; 64];
+        let mut head = [0u8; HEAD_ROOM];
         let head = timestamp_and_level(&mut head, std::time::SystemTime::now(), meta.level());
         writer.write_str(head)?;
         let mut fields = Fields {
@@ -100,7 +100,7 @@ pub struct DirectLine {
 impl DirectLine {
     pub fn new(level: &tracing::Level, message: &str) -> Self {
         let mut line = String::with_capacity(512);
-        let mut head = [0u8; 64];
+        let mut head = [0u8; HEAD_ROOM];
         line.push_str(timestamp_and_level(
             &mut head,
             std::time::SystemTime::now(),
@@ -210,11 +210,17 @@ fn plain_key<'b>(buffer: &'b mut [u8; 48], name: &str) -> Option<&'b str> {
     std::str::from_utf8(&buffer[..4 + bytes.len()]).ok()
 }
 
+/// Room for a line's head: the longest, at the last second a `SystemTime`
+/// can hold (a year of twelve digits and its sign) and the longest level,
+/// is 67 bytes.
+const HEAD_ROOM: usize = 80;
+
 /// `{"timestamp":"<RFC 3339, microseconds, UTC>","level":"<LEVEL>"` into
 /// `buffer`: tracing-subscriber's `SystemTime` format (its `DateTime`),
-/// digits written directly instead of through `write!` with padding.
+/// digits written directly instead of through `write!` with padding. A
+/// clock before 1970 is written as the epoch's first second.
 fn timestamp_and_level<'b>(
-    buffer: &'b mut [u8; 64],
+    buffer: &'b mut [u8; HEAD_ROOM],
     now: std::time::SystemTime,
     level: &tracing::Level,
 ) -> &'b str {
@@ -229,7 +235,7 @@ fn timestamp_and_level<'b>(
         // Every field of fixed width: the digits go to their places in
         // the line's fixed head (one copy, no call a field).
         const HEAD: &[u8; 42] = b"{\"timestamp\":\"0000-00-00T00:00:00.000000Z\"";
-        let place = |buffer: &mut [u8; 64], end: usize, mut value: u64| {
+        let place = |buffer: &mut [u8; HEAD_ROOM], end: usize, mut value: u64| {
             let mut at = end;
             while value > 0 {
                 at -= 1;
@@ -258,6 +264,11 @@ fn timestamp_and_level<'b>(
         at: 0,
     };
     out.text(b"{\"timestamp\":\"");
+    // Past the year 9999 tracing-subscriber's `DateTime` writes a sign
+    // before the year, as ISO 8601's expanded years have it.
+    if year > 9999 {
+        out.text(b"+");
+    }
     out.number(year, 4);
     out.text(b"-");
     out.number(month, 2);
@@ -325,7 +336,8 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 }
 
 /// How many bytes of `bytes` come before the first that [`Escaped`] must
-/// look at: a quote, a backslash, below U+0020, DEL or outside ASCII.
+/// look at: a quote, a backslash, below U+0020, DEL or outside ASCII;
+/// sixteen at a time where SSE2 is, else eight.
 fn plain_prefix(bytes: &[u8]) -> usize {
     // Sixteen at a time where SSE2 is (every x86-64 CPU), the last bytes
     // in one padded look.
@@ -603,23 +615,39 @@ pub(super) mod tests {
                 reference.second(),
                 nanos / 1_000
             );
-            let mut buffer = [0u8; 64];
+            let mut buffer = [0u8; HEAD_ROOM];
             assert_eq!(
                 timestamp_and_level(&mut buffer, at, &tracing::Level::INFO),
                 expected
             );
         }
-        // Past the year 9999 (which `time` does not reach here), the year
-        // keeps all of its digits, as `{:04}` writes it.
-        let mut buffer = [0u8; 64];
+        // Past the year 9999 (which `time` does not reach here), a sign
+        // and every digit of the year, as tracing-subscriber's `DateTime`
+        // writes it (`+{}`).
+        let mut buffer = [0u8; HEAD_ROOM];
         assert_eq!(
             timestamp_and_level(
                 &mut buffer,
                 UNIX_EPOCH + Duration::new(253_402_300_800 + 86_400 + 3_723, 5_000),
                 &tracing::Level::ERROR
             ),
-            "{\"timestamp\":\"10000-01-02T01:02:03.000005Z\",\"level\":\"ERROR\""
+            "{\"timestamp\":\"+10000-01-02T01:02:03.000005Z\",\"level\":\"ERROR\""
         );
+        // The last second a `SystemTime` holds: the whole head still fits.
+        if let Some(last) = UNIX_EPOCH.checked_add(Duration::new(i64::MAX as u64, 999_999_999)) {
+            let mut buffer = [0u8; HEAD_ROOM];
+            let head = timestamp_and_level(&mut buffer, last, &tracing::Level::ERROR);
+            let line: serde_json::Value = serde_json::from_str(&format!("{head}}}")).unwrap();
+            assert_eq!(line["level"], "ERROR", "{head}");
+            assert!(
+                line["timestamp"].as_str().unwrap().starts_with('+'),
+                "{head}"
+            );
+            assert!(
+                line["timestamp"].as_str().unwrap().ends_with(".999999Z"),
+                "{head}"
+            );
+        }
         // And the shape of tracing-subscriber's own, now.
         let mut theirs = String::new();
         tracing_subscriber::fmt::time::FormatTime::format_time(
@@ -627,7 +655,7 @@ pub(super) mod tests {
             &mut Writer::new(&mut theirs),
         )
         .unwrap();
-        let mut buffer = [0u8; 64];
+        let mut buffer = [0u8; HEAD_ROOM];
         let ours = timestamp_and_level(
             &mut buffer,
             std::time::SystemTime::now(),
