@@ -92,7 +92,7 @@ pub(super) fn plan<'a>(
     let mut warnings = Vec::new();
     for claim in &claims {
         warnings.extend(check_requester(
-            claim,
+            &claim.name,
             &at,
             requester,
             policy.requester_policy(webhook),

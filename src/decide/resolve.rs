@@ -188,7 +188,7 @@ pub fn label_owner(
     // The requester check first: a worker that names another pod needs to
     // hear that, not that a uid is missing.
     if policy.mode == RequesterCheck::Enforce {
-        check_requester(&claim(""), at, requester, policy)?;
+        check_requester(name, at, requester, policy)?;
     }
     let from_owner = requester.filter(|requester| requester.name == name);
     let uid = match (label(meta, &labels.uid), from_owner) {
@@ -381,7 +381,8 @@ pub struct RequesterPolicy<'a> {
     pub labels: &'a OwnerLabels,
 }
 
-/// Compare a pod-bound requester with a declared owner.
+/// Compare a pod-bound requester with `owner`, the name of a declared
+/// owner.
 ///
 /// Returns the warning to give under `--requester-check warn`.
 ///
@@ -390,7 +391,7 @@ pub struct RequesterPolicy<'a> {
 /// [`Denial::RequesterNotOwner`] under `enforce`, unless the requester's
 /// service account is a delegate.
 pub fn check_requester(
-    claim: &Claim,
+    owner: &str,
     at: &Subject,
     requester: Option<&Requester>,
     policy: RequesterPolicy<'_>,
@@ -399,7 +400,7 @@ pub fn check_requester(
         return Ok(None);
     };
     if policy.mode == RequesterCheck::Off
-        || requester.name == claim.name
+        || requester.name == owner
         || requester.is_delegate(policy.delegates)
     {
         return Ok(None);
@@ -407,11 +408,11 @@ pub fn check_requester(
     match policy.mode {
         RequesterCheck::Warn => Ok(Some(format!(
             "request from pod '{}' declares pod '{}' as owner",
-            requester.name, claim.name
+            requester.name, owner
         ))),
         _ => Err(Denial::RequesterNotOwner {
             at: at.clone(),
-            owner: claim.name.clone(),
+            owner: owner.to_string(),
             requester: requester.name.to_string(),
             service_account: format!("{}/{}", requester.namespace, requester.service_account),
             key: policy.labels.pod.clone(),

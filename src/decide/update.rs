@@ -347,7 +347,7 @@ pub(super) fn plan<'a>(
     }
     for claim in &claims {
         warnings.extend(check_requester(
-            claim,
+            &claim.name,
             &at,
             requester.as_ref(),
             policy.requester_policy(webhook),
