@@ -42,10 +42,32 @@ impl<K, M> Handles<K, M> {
         self.hasher.hash_one(parts)
     }
 
+    /// Runs `use_it` on the series whose label set `is` says: by its
+    /// handle when it has one, else on the series `make` gives (the
+    /// family's, made or found by its lookup), whose handle is kept when
+    /// `make` gives its label set too (a label set it cannot bound, it
+    /// gives none of).
+    pub(super) fn count(
+        &self,
+        hash: u64,
+        is: impl Fn(&K) -> bool,
+        make: impl FnOnce() -> (M, Option<K>),
+        use_it: impl Fn(&M),
+    ) {
+        if self.with(hash, &is, &use_it) {
+            return;
+        }
+        let (metric, key) = make();
+        use_it(&metric);
+        if let Some(key) = key {
+            self.keep(hash, key, is, metric);
+        }
+    }
+
     /// Runs `use_it` on the series whose label set `is` says, if it has a
     /// handle here; false when it has none (or the table's lock was
-    /// poisoned: the caller then takes the family's way).
-    pub(super) fn with(&self, hash: u64, is: impl Fn(&K) -> bool, use_it: impl FnOnce(&M)) -> bool {
+    /// poisoned: the family's way is taken then).
+    fn with(&self, hash: u64, is: impl Fn(&K) -> bool, use_it: impl FnOnce(&M)) -> bool {
         let Ok(table) = self.table.read() else {
             return false;
         };
@@ -60,7 +82,7 @@ impl<K, M> Handles<K, M> {
 
     /// Keeps `metric` as the handle of `key`, unless another thread kept
     /// one first (both point at the family's one series).
-    pub(super) fn keep(&self, hash: u64, key: K, is: impl Fn(&K) -> bool, metric: M) {
+    fn keep(&self, hash: u64, key: K, is: impl Fn(&K) -> bool, metric: M) {
         let Ok(mut table) = self.table.write() else {
             return;
         };

@@ -471,9 +471,7 @@ impl Metrics {
                 && labels.result == result
                 && *labels.resource == *resource
         };
-        if !self.request_handles.with(hash, is, |counter| {
-            counter.inc();
-        }) {
+        let make = || {
             let labels = RequestLabels {
                 webhook,
                 operation,
@@ -481,27 +479,26 @@ impl Metrics {
                 result,
             };
             let counter = self.requests.get_or_create(&labels).clone();
-            counter.inc();
             // A resource counted as `other` gets no handle of its own:
             // the handles stay as bounded as the label.
-            if *labels.resource == *resource {
-                self.request_handles.keep(hash, labels, is, counter);
-            }
-        }
+            let bounded = *labels.resource == *resource;
+            (counter, bounded.then_some(labels))
+        };
+        self.request_handles.count(hash, is, make, |counter| {
+            counter.inc();
+        });
 
         let hash = self.duration_handles.hash(webhook);
-        let is = |kept: &&'static str| *kept == webhook;
-        if !self
-            .duration_handles
-            .with(hash, is, |histogram| histogram.observe(seconds))
-        {
-            let histogram = self
-                .duration
-                .get_or_create(&WebhookLabels { webhook })
-                .clone();
-            histogram.observe(seconds);
-            self.duration_handles.keep(hash, webhook, is, histogram);
-        }
+        let make = || {
+            let labels = WebhookLabels { webhook };
+            (self.duration.get_or_create(&labels).clone(), Some(webhook))
+        };
+        self.duration_handles.count(
+            hash,
+            |kept: &&'static str| *kept == webhook,
+            make,
+            |histogram| histogram.observe(seconds),
+        );
     }
 
     /// One refusal softened by a namespace's mode.
@@ -578,14 +575,13 @@ impl Metrics {
     pub fn observe_lookup(&self, source: &'static str, result: &'static str) {
         let hash = self.lookup_handles.hash((source, result));
         let is = |labels: &LookupLabels| labels.source == source && labels.result == result;
-        if !self.lookup_handles.with(hash, is, |counter| {
-            counter.inc();
-        }) {
+        let make = || {
             let labels = LookupLabels { source, result };
-            let counter = self.lookups.get_or_create(&labels).clone();
+            (self.lookups.get_or_create(&labels).clone(), Some(labels))
+        };
+        self.lookup_handles.count(hash, is, make, |counter| {
             counter.inc();
-            self.lookup_handles.keep(hash, labels, is, counter);
-        }
+        });
     }
 
     pub fn set_cache_pods(&self, pods: usize) {
