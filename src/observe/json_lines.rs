@@ -231,93 +231,47 @@ fn timestamp_and_level<'b>(
     let (days, of_day) = (secs / 86_400, secs % 86_400);
     let (year, month, day) = civil_from_days(days);
     let micros = u64::from(since.subsec_micros());
-    if year <= 9999 {
-        // Every field of fixed width: the digits go to their places in
-        // the line's fixed head (one copy, no call a field).
-        const HEAD: &[u8; 42] = b"{\"timestamp\":\"0000-00-00T00:00:00.000000Z\"";
-        let place = |buffer: &mut [u8; HEAD_ROOM], end: usize, mut value: u64| {
-            let mut at = end;
-            while value > 0 {
-                at -= 1;
-                buffer[at] = b'0' + (value % 10) as u8;
-                value /= 10;
-            }
-        };
-        buffer[..42].copy_from_slice(HEAD);
-        place(buffer, 18, year);
-        place(buffer, 21, month);
-        place(buffer, 24, day);
-        place(buffer, 27, of_day / 3600);
-        place(buffer, 30, of_day / 60 % 60);
-        place(buffer, 33, of_day % 60);
-        place(buffer, 40, micros);
-        let level = level.as_str().as_bytes();
-        let end = 42 + 10 + level.len() + 1;
-        buffer[42..52].copy_from_slice(b",\"level\":\"");
-        buffer[52..end - 1].copy_from_slice(level);
-        buffer[end - 1] = b'"';
-        // Only ASCII was written.
-        return std::str::from_utf8(&buffer[..end]).unwrap_or_default();
-    }
-    let mut out = Digits {
-        buffer: &mut buffer[..],
-        at: 0,
+    // The year as tracing-subscriber's `DateTime` writes it: four digits,
+    // past 9999 signed and as long as it is (ISO 8601's expanded years).
+    // Every other field is of fixed width: its digits go to their places
+    // in a fixed tail, one copy, no call a field.
+    const OPEN: &[u8] = b"{\"timestamp\":\"";
+    const TAIL: &[u8] = b"-00-00T00:00:00.000000Z\",\"level\":\"";
+    let place = |buffer: &mut [u8; HEAD_ROOM], end: usize, mut value: u64| {
+        let mut at = end;
+        while value > 0 {
+            at -= 1;
+            buffer[at] = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
     };
-    out.text(b"{\"timestamp\":\"");
-    // Past the year 9999 tracing-subscriber's `DateTime` writes a sign
-    // before the year, as ISO 8601's expanded years have it.
+    let mut at = OPEN.len();
+    buffer[..at].copy_from_slice(OPEN);
     if year > 9999 {
-        out.text(b"+");
+        buffer[at] = b'+';
+        at += 1;
     }
-    out.number(year, 4);
-    out.text(b"-");
-    out.number(month, 2);
-    out.text(b"-");
-    out.number(day, 2);
-    out.text(b"T");
-    out.number(of_day / 3600, 2);
-    out.text(b":");
-    out.number(of_day / 60 % 60, 2);
-    out.text(b":");
-    out.number(of_day % 60, 2);
-    out.text(b".");
-    out.number(micros, 6);
-    out.text(b"Z\",\"level\":\"");
-    out.text(level.as_str().as_bytes());
-    out.text(b"\"");
-    let at = out.at;
+    let year_digits = year
+        .checked_ilog10()
+        .map_or(1, |log| log as usize + 1)
+        .max(4);
+    buffer[at..at + year_digits].fill(b'0');
+    at += year_digits;
+    place(buffer, at, year);
+    buffer[at..at + TAIL.len()].copy_from_slice(TAIL);
+    place(buffer, at + 3, month);
+    place(buffer, at + 6, day);
+    place(buffer, at + 9, of_day / 3600);
+    place(buffer, at + 12, of_day / 60 % 60);
+    place(buffer, at + 15, of_day % 60);
+    place(buffer, at + 22, micros);
+    at += TAIL.len();
+    let level = level.as_str().as_bytes();
+    buffer[at..at + level.len()].copy_from_slice(level);
+    at += level.len();
+    buffer[at] = b'"';
     // Only ASCII was written.
-    std::str::from_utf8(&buffer[..at]).unwrap_or_default()
-}
-
-/// Bytes written into a fixed buffer, numbers zero-padded.
-struct Digits<'b> {
-    buffer: &'b mut [u8],
-    at: usize,
-}
-
-impl Digits<'_> {
-    fn text(&mut self, text: &[u8]) {
-        if let Some(slot) = self.buffer.get_mut(self.at..self.at + text.len()) {
-            slot.copy_from_slice(text);
-            self.at += text.len();
-        }
-    }
-
-    /// `value` in `width` digits, zero-padded (a wider value keeps all of
-    /// its digits, as `{:0width$}` does).
-    fn number(&mut self, value: u64, width: usize) {
-        let mut digits = [b'0'; 20];
-        let mut rest = value;
-        let mut used = 0;
-        while rest > 0 || used == 0 {
-            digits[19 - used] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            used += 1;
-        }
-        let shown = used.max(width).min(20);
-        self.text(&digits[20 - shown..]);
-    }
+    std::str::from_utf8(&buffer[..=at]).unwrap_or_default()
 }
 
 /// The proleptic Gregorian date of `days` after 1970-01-01 (Howard
