@@ -231,10 +231,11 @@ fn timestamp_and_level<'b>(
     let (days, of_day) = (secs / 86_400, secs % 86_400);
     let (year, month, day) = civil_from_days(days);
     let micros = u64::from(since.subsec_micros());
-    // The year as tracing-subscriber's `DateTime` writes it: four digits,
-    // past 9999 signed and as long as it is (ISO 8601's expanded years).
-    // Every other field is of fixed width: its digits go to their places
-    // in a fixed tail, one copy, no call a field.
+    // The year as tracing-subscriber's `DateTime` writes it: past 9999
+    // signed (ISO 8601's expanded years), and all of its digits, never
+    // fewer than four from 1970 on. Every other field is of fixed width:
+    // its digits go to their places in a fixed tail, one copy, no call a
+    // field.
     const OPEN: &[u8] = b"{\"timestamp\":\"";
     const TAIL: &[u8] = b"-00-00T00:00:00.000000Z\",\"level\":\"";
     let place = |buffer: &mut [u8; HEAD_ROOM], end: usize, mut value: u64| {
@@ -251,12 +252,7 @@ fn timestamp_and_level<'b>(
         buffer[at] = b'+';
         at += 1;
     }
-    let year_digits = year
-        .checked_ilog10()
-        .map_or(1, |log| log as usize + 1)
-        .max(4);
-    buffer[at..at + year_digits].fill(b'0');
-    at += year_digits;
+    at += year.checked_ilog10().map_or(1, |log| log as usize + 1);
     place(buffer, at, year);
     buffer[at..at + TAIL.len()].copy_from_slice(TAIL);
     place(buffer, at + 3, month);
