@@ -627,6 +627,34 @@ mod tests {
         assert_eq!(decoded, br#"[{"op":"add","path":"/a","value":1}]"#);
     }
 
+    /// The patch's encoder works in SIMD blocks with a scalar tail: every
+    /// length across several blocks, every byte value, reads back whole
+    /// through the reference decoder, padding included, and the fields
+    /// written after it are intact.
+    #[test]
+    fn a_patch_of_any_length_reads_back_whole() {
+        for len in 0..=300usize {
+            let patch: Vec<u8> = (0..len).map(|i| (i * 73 + len) as u8).collect();
+            let response = AdmissionResponse {
+                uid: "u".into(),
+                allowed: true,
+                patch: Some(patch.clone()),
+                warnings: vec!["after".into()],
+                ..Default::default()
+            };
+            let json: serde_json::Value =
+                serde_json::from_slice(&response.to_review_json(ReviewVersion::V1)).unwrap();
+            let encoded = json["response"]["patch"].as_str().expect("patch");
+            assert_eq!(encoded.len(), len.div_ceil(3) * 4, "length {len}");
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .unwrap_or_else(|e| panic!("length {len}: {e}"));
+            assert_eq!(decoded, patch, "length {len}");
+            assert_eq!(json["response"]["patchType"], "JSONPatch");
+            assert_eq!(json["response"]["warnings"][0], "after");
+        }
+    }
+
     #[test]
     fn unpatched_answer_has_no_patch_fields() {
         let response = AdmissionResponse {
