@@ -211,10 +211,11 @@ impl ObjectHead<'_> {
                     .and_then(|v| v.ephemeral.as_ref())
                     .and_then(|e| e.volume_claim_template.as_ref())
                     .and_then(|t| t.metadata.as_ref());
-                let name = volume.as_ref().and_then(|v| text(&v.name));
+                // The volume's name is copied only for a template: most
+                // volumes have none.
                 templates.extend(raw.and_then(|raw| {
                     Template::new(TemplatePath::EphemeralVolume(at, index), raw, no_selector())
-                        .map(|t| t.keyed(name.clone()))
+                        .map(|t| t.keyed(volume.as_ref().and_then(|v| text(&v.name))))
                 }));
             }
         }
