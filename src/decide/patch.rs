@@ -11,6 +11,8 @@
 //! list it appends with `-`, which leaves the indices of other operations
 //! valid.
 
+use std::ops::Range;
+
 use crate::admission::write;
 use crate::admission::{ObjectMeta, OwnerReference, Template};
 
@@ -59,12 +61,12 @@ impl MetadataPatch {
         if meta.owner_references.is_some() || created {
             self.add(["metadata", "ownerReferences", "-"], value);
         } else {
-            self.add(list, |out| {
+            let pointer = self.add(list, |out| {
                 out.push(b'[');
                 value(out);
                 out.push(b']');
             });
-            self.remember_created(list);
+            self.remember_created(pointer);
         }
     }
 
@@ -114,23 +116,24 @@ impl MetadataPatch {
         if exists || self.was_created(map_tokens()) {
             self.add(map_tokens().chain([key]), |out| write::string(out, value));
         } else {
-            self.add(map_tokens(), |out| {
+            let pointer = self.add(map_tokens(), |out| {
                 out.push(b'{');
                 write::string(out, key);
                 out.push(b':');
                 write::string(out, value);
                 out.push(b'}');
             });
-            self.remember_created(map_tokens());
+            self.remember_created(pointer);
         }
     }
 
-    /// One `add` of the value `value` writes at the pointer of `path`.
+    /// One `add` of the value `value` writes at the pointer of `path`;
+    /// where the pointer is in the operations' text.
     fn add<'a>(
         &mut self,
         path: impl IntoIterator<Item = &'a str>,
         value: impl FnOnce(&mut Vec<u8>),
-    ) {
+    ) -> Range<usize> {
         let out = &mut self.operations;
         if out.is_empty() {
             // Room for the usual patch (a reference, a label, an
@@ -140,10 +143,13 @@ impl MetadataPatch {
             out.push(b',');
         }
         out.extend_from_slice(br#"{"op":"add","path":"#);
+        let start = out.len();
         write::pointer(out, path);
+        let pointer = start..out.len();
         out.extend_from_slice(br#","value":"#);
         value(out);
         out.push(b'}');
+        pointer
     }
 
     fn was_created<'a>(&self, path: impl IntoIterator<Item = &'a str>) -> bool {
@@ -155,10 +161,10 @@ impl MetadataPatch {
         self.created.contains(&written)
     }
 
-    fn remember_created<'a>(&mut self, path: impl IntoIterator<Item = &'a str>) {
-        let mut written = Vec::with_capacity(POINTER_ROOM);
-        write::pointer(&mut written, path);
-        self.created.insert(written);
+    /// Remember the map or list created by the operation whose pointer is
+    /// at `pointer` in the operations' text (copied, not written again).
+    fn remember_created(&mut self, pointer: Range<usize>) {
+        self.created.insert(self.operations[pointer].to_vec());
     }
 
     /// Append the operations of `other`, which was built on the same
