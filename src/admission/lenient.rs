@@ -88,6 +88,40 @@ impl<'de> Deserialize<'de> for Shaped<String> {
     }
 }
 
+impl<'de: 'a, 'a> Deserialize<'de> for Shaped<super::Text<'a>> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use std::borrow::Cow;
+
+        use super::Text;
+
+        struct Visitor;
+
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Shaped<Text<'de>>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+
+            fn visit_borrowed_str<E>(self, value: &'de str) -> Result<Self::Value, E> {
+                Ok(Shaped(Some(Text(Cow::Borrowed(value)))))
+            }
+
+            fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
+                Ok(Shaped(Some(Text(Cow::Owned(value.to_string())))))
+            }
+
+            fn visit_string<E>(self, value: String) -> Result<Self::Value, E> {
+                Ok(Shaped(Some(Text(Cow::Owned(value)))))
+            }
+
+            other_shapes_skipped!();
+        }
+
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
 impl<'de> Deserialize<'de> for Shaped<BTreeMap<String, String>> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Visitor;

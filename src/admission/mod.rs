@@ -364,6 +364,36 @@ mod tests {
         assert_eq!(review.version, ReviewVersion::V1);
     }
 
+    /// An ephemeral volume's claim template is keyed by its volume's name
+    /// as the body spells it, escapes decoded; a name of another shape
+    /// keys nothing; volumes without a template are holes in the indices.
+    #[test]
+    fn an_ephemeral_template_is_keyed_by_its_volumes_name() {
+        let claim = r#"{"volumeClaimTemplate":{"metadata":{"labels":{"a":"b"}}}}"#;
+        let body = format!(
+            r#"{{"kind":"AdmissionReview","request":{{"uid":"u","operation":"CREATE","object":{{"apiVersion":"v1","kind":"Pod","metadata":{{}},"spec":{{"volumes":[{{"name":"plain","ephemeral":{claim}}},{{"name":"scratch","emptyDir":{{}}}},{{"name":"es\u0063aped/\"~","ephemeral":{claim}}},{{"name":7,"ephemeral":{claim}}},{{"ephemeral":{claim},"name":"after"}}]}}}}}}}}"#
+        );
+        let review = Review::from_json(body.as_bytes()).unwrap();
+        let keys: Vec<_> = review
+            .request
+            .object
+            .unwrap()
+            .templates()
+            .into_iter()
+            .map(|t| (t.path, t.key))
+            .collect();
+        let at = |index| TemplatePath::EphemeralVolume(PodSpecAt::Object, index);
+        assert_eq!(
+            keys,
+            [
+                (at(0), Some("plain".to_string())),
+                (at(2), Some("escaped/\"~".to_string())),
+                (at(3), None),
+                (at(4), Some("after".to_string())),
+            ]
+        );
+    }
+
     #[test]
     fn review_v1beta1_keeps_its_version() {
         let review = Review::from_json(

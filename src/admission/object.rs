@@ -35,8 +35,8 @@ pub struct ObjectHead<'a> {
     pub metadata: ObjectMeta<'a>,
     /// Only the templates of the spec (rule 12), when it has any. Boxed:
     /// most of a head's size, moved with it at every level of decoding.
-    #[serde(default, deserialize_with = "lenient")]
-    pub spec: Option<Box<SpecHead>>,
+    #[serde(default, borrow, deserialize_with = "lenient")]
+    pub spec: Option<Box<SpecHead<'a>>>,
 }
 
 impl ObjectHead<'_> {
@@ -214,8 +214,12 @@ impl ObjectHead<'_> {
                 // The volume's name is copied only for a template: most
                 // volumes have none.
                 templates.extend(raw.and_then(|raw| {
-                    Template::new(TemplatePath::EphemeralVolume(at, index), raw, no_selector())
-                        .map(|t| t.keyed(volume.as_ref().and_then(|v| text(&v.name))))
+                    Template::new(TemplatePath::EphemeralVolume(at, index), raw, no_selector()).map(
+                        |t| {
+                            let name = volume.as_ref().and_then(|v| v.name.as_ref());
+                            t.keyed(name.and_then(|name| name.0.as_ref()).map(|n| n.to_string()))
+                        },
+                    )
                 }));
             }
         }

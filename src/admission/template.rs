@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use super::Text;
 use super::lenient::{Shaped, first_lenient_entry, lenient, lenient_list, strings};
 
 /// A template of the object: metadata a controller stamps on what it
@@ -186,16 +187,16 @@ impl TemplatePath {
 /// skipped undecoded.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-pub struct SpecHead {
-    #[serde(default, deserialize_with = "lenient")]
-    pub template: Option<TemplateHead>,
-    #[serde(default, deserialize_with = "lenient")]
-    pub job_template: Option<JobTemplateHead>,
+pub struct SpecHead<'a> {
+    #[serde(default, borrow, deserialize_with = "lenient")]
+    pub template: Option<TemplateHead<'a>>,
+    #[serde(default, borrow, deserialize_with = "lenient")]
+    pub job_template: Option<JobTemplateHead<'a>>,
     #[serde(default, deserialize_with = "lenient_list")]
     pub volume_claim_templates: Option<Vec<Option<MetadataHead>>>,
     /// A pod's own volumes.
-    #[serde(default, deserialize_with = "lenient_list")]
-    pub volumes: Option<Vec<Option<VolumeHead>>>,
+    #[serde(default, borrow, deserialize_with = "lenient_list")]
+    pub volumes: Option<Vec<Option<VolumeHead<'a>>>>,
     #[serde(default, deserialize_with = "lenient")]
     pub selector: Option<SelectorHead>,
     /// A ResourceClaimTemplate's claim metadata (read for that kind only).
@@ -205,41 +206,43 @@ pub struct SpecHead {
 
 /// A `PodTemplateSpec`, or anything else called `template`.
 #[derive(Debug, Clone, Deserialize, Default)]
-pub struct TemplateHead {
+pub struct TemplateHead<'a> {
     #[serde(default, deserialize_with = "lenient")]
     pub metadata: Option<RawTemplateMeta>,
-    #[serde(default, deserialize_with = "lenient")]
-    pub spec: Option<PodSpecHead>,
+    #[serde(default, borrow, deserialize_with = "lenient")]
+    pub spec: Option<PodSpecHead<'a>>,
 }
 
 /// A CronJob's `JobTemplateSpec`.
 #[derive(Debug, Clone, Deserialize, Default)]
-pub struct JobTemplateHead {
+pub struct JobTemplateHead<'a> {
     #[serde(default, deserialize_with = "lenient")]
     pub metadata: Option<RawTemplateMeta>,
-    #[serde(default, deserialize_with = "lenient")]
-    pub spec: Option<JobSpecHead>,
+    #[serde(default, borrow, deserialize_with = "lenient")]
+    pub spec: Option<JobSpecHead<'a>>,
 }
 
 /// The spec of a CronJob's Job template: its pod template.
 #[derive(Debug, Clone, Deserialize, Default)]
-pub struct JobSpecHead {
-    #[serde(default, deserialize_with = "lenient")]
-    pub template: Option<TemplateHead>,
+pub struct JobSpecHead<'a> {
+    #[serde(default, borrow, deserialize_with = "lenient")]
+    pub template: Option<TemplateHead<'a>>,
 }
 
 /// A pod spec: its volumes.
 #[derive(Debug, Clone, Deserialize, Default)]
-pub struct PodSpecHead {
-    #[serde(default, deserialize_with = "lenient_list")]
-    pub volumes: Option<Vec<Option<VolumeHead>>>,
+pub struct PodSpecHead<'a> {
+    #[serde(default, borrow, deserialize_with = "lenient_list")]
+    pub volumes: Option<Vec<Option<VolumeHead<'a>>>>,
 }
 
-/// A volume: its name and generic ephemeral source.
+/// A volume: its name (borrowed from the body: every volume of a pod has
+/// one, and only a volume with a claim template keeps it) and generic
+/// ephemeral source.
 #[derive(Debug, Clone, Deserialize, Default)]
-pub struct VolumeHead {
-    #[serde(default)]
-    pub name: Option<Shaped<String>>,
+pub struct VolumeHead<'a> {
+    #[serde(default, borrow)]
+    pub name: Option<Shaped<Text<'a>>>,
     #[serde(default, deserialize_with = "lenient")]
     pub ephemeral: Option<EphemeralHead>,
 }
