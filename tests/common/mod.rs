@@ -346,12 +346,15 @@ pub fn review_stdin(args: &[&str], input: &str) -> (Option<i32>, Value, String) 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
+    // A command that refuses its arguments exits before it reads its
+    // input: the pipe may then be closed under the write, which is no
+    // failure of the command's (its exit code and stderr say what it did).
+    let written = child.stdin.take().unwrap().write_all(input.as_bytes());
+    if let Err(error) = written
+        && error.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        panic!("writing the command's input: {error}");
+    }
     let output = child.wait_with_output().unwrap();
     let stdout = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
     (
