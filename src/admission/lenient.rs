@@ -62,32 +62,6 @@ macro_rules! other_shapes_skipped {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Shaped<T>(pub Option<T>);
 
-impl<'de> Deserialize<'de> for Shaped<String> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = Shaped<String>;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("any JSON value")
-            }
-
-            fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
-                Ok(Shaped(Some(value.to_string())))
-            }
-
-            fn visit_string<E>(self, value: String) -> Result<Self::Value, E> {
-                Ok(Shaped(Some(value)))
-            }
-
-            other_shapes_skipped!();
-        }
-
-        deserializer.deserialize_any(Visitor)
-    }
-}
-
 impl<'de: 'a, 'a> Deserialize<'de> for Shaped<super::Text<'a>> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use std::borrow::Cow;
@@ -119,6 +93,22 @@ impl<'de: 'a, 'a> Deserialize<'de> for Shaped<super::Text<'a>> {
         }
 
         deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// A string of its own: [`Shaped<Text>`] read, then copied out of the
+/// body.
+impl<'de> Deserialize<'de> for Shaped<String> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let Shaped(text) = Shaped::<super::Text<'de>>::deserialize(deserializer)?;
+        Ok(Shaped(text.map(|text| text.0.into_owned())))
+    }
+}
+
+impl<T: AsRef<str>> Shaped<T> {
+    /// The string, copied, when the value was one.
+    pub(super) fn to_text(&self) -> Option<String> {
+        self.0.as_ref().map(|text| text.as_ref().to_string())
     }
 }
 

@@ -177,7 +177,7 @@ impl ObjectHead<'_> {
                     .unwrap_or_default(),
             )
         };
-        let text = |v: &Option<Shaped<String>>| v.as_ref().and_then(|v| v.0.clone());
+        let text = |v: &Option<Shaped<String>>| v.as_ref().and_then(Shaped::to_text);
         for (index, claim) in claims.iter().enumerate() {
             let raw = claim.as_ref().and_then(|c| c.metadata.as_ref());
             templates.extend(raw.and_then(|raw| {
@@ -211,15 +211,16 @@ impl ObjectHead<'_> {
                     .and_then(|v| v.ephemeral.as_ref())
                     .and_then(|e| e.volume_claim_template.as_ref())
                     .and_then(|t| t.metadata.as_ref());
-                // The volume's name is copied only for a template: most
-                // volumes have none.
                 templates.extend(raw.and_then(|raw| {
-                    Template::new(TemplatePath::EphemeralVolume(at, index), raw, no_selector()).map(
-                        |t| {
-                            let name = volume.as_ref().and_then(|v| v.name.as_ref());
-                            t.keyed(name.and_then(|name| name.0.as_ref()).map(|n| n.to_string()))
-                        },
-                    )
+                    let template = Template::new(
+                        TemplatePath::EphemeralVolume(at, index),
+                        raw,
+                        no_selector(),
+                    )?;
+                    // The volume's name is copied only for a template: most
+                    // volumes have none.
+                    let name = volume.as_ref().and_then(|v| v.name.as_ref()?.to_text());
+                    Some(template.keyed(name))
                 }));
             }
         }
