@@ -21,33 +21,54 @@ use tokio::time::{Instant, Sleep};
 /// A stream that fails with [`io::ErrorKind::TimedOut`] once it has been
 /// idle (no byte read or written) for its timeout; the connection on it
 /// then ends.
+///
+/// Activity only records the time: moving a timer in tokio's wheel at
+/// every read and write (two a review, under the wheel's lock) cost more
+/// than the rest of this type. The timer is set for the deadline as it was
+/// when last set; when it fires, the deadline as it is now (the last
+/// activity plus the timeout) decides: passed, the stream fails; not yet,
+/// the timer is set again for it. The connection still ends within one
+/// timer tick of its true deadline.
 pub struct IdleTimeout<S> {
     inner: S,
     timeout: Duration,
-    deadline: Pin<Box<Sleep>>,
+    /// When a byte was last read or written (or the stream made).
+    last_active: Instant,
+    /// Fires at or before `last_active + timeout`.
+    timer: Pin<Box<Sleep>>,
 }
 
 impl<S> IdleTimeout<S> {
     pub fn new(inner: S, timeout: Duration) -> Self {
+        let now = Instant::now();
         Self {
             inner,
             timeout,
-            deadline: Box::pin(tokio::time::sleep(timeout)),
+            last_active: now,
+            timer: Box::pin(tokio::time::sleep_until(now + timeout)),
         }
     }
 
     fn active(&mut self) {
-        self.deadline.as_mut().reset(Instant::now() + self.timeout);
+        self.last_active = Instant::now();
     }
 
     /// `Ready(error)` once the deadline has passed; registers the waker.
     fn expired(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        match self.deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("connection idle for {}s", self.timeout.as_secs()),
-            )),
-            Poll::Pending => Poll::Pending,
+        loop {
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // The timer fired at its own deadline; the stream's is later
+            // if a byte moved since the timer was set.
+            let deadline = self.last_active + self.timeout;
+            if self.timer.deadline() >= deadline {
+                return Poll::Ready(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("connection idle for {}s", self.timeout.as_secs()),
+                ));
+            }
+            self.timer.as_mut().reset(deadline);
         }
     }
 }
@@ -138,6 +159,37 @@ mod tests {
             assert_eq!(server.read(&mut buf).await.unwrap(), 4);
         }
         // Then nothing: the read fails once the timeout has passed.
+        let started = Instant::now();
+        let error = server.read(&mut buf).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(120));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn activity_after_the_timer_was_set_moves_the_deadline() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut server = IdleTimeout::new(server, Duration::from_secs(120));
+        let mut buf = [0u8; 8];
+        // A read that waits arms the timer for 120 s from the start.
+        let read = tokio::spawn(async move {
+            let first = server.read(&mut buf).await;
+            (server, buf, first)
+        });
+        tokio::time::sleep(Duration::from_secs(50)).await;
+        client.write_all(b"ping").await.unwrap();
+        let (mut server, mut buf, first) = read.await.unwrap();
+        assert_eq!(first.unwrap(), 4);
+        // The timer still says 120 s; the deadline is now 170 s: at 120 s
+        // it fires, finds the later deadline and waits on for it.
+        let started = Instant::now();
+        let error = server.read(&mut buf).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(120));
+        // Written bytes count as activity too.
+        let (_client, server) = tokio::io::duplex(64);
+        let mut server = IdleTimeout::new(server, Duration::from_secs(120));
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        server.write_all(b"pong").await.unwrap();
         let started = Instant::now();
         let error = server.read(&mut buf).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
