@@ -29,6 +29,7 @@
 //!                audit/ (classify, report, reports), doctor/ (gather, webhooks, modes,
 //!                certificate, workload, probe, conditions)
 //!  k8s/          Kubernetes' conventions: names, duration (Go syntax), client (no retries)
+//!  deadline.rs   a future bounded by a deadline, a timer made only if it waits
 //! ```
 //!
 //! The rooms depend one way (no cycle between modules): `k8s` <- `admission`
@@ -41,6 +42,7 @@
 
 pub mod admission;
 pub mod commands;
+pub mod deadline;
 pub mod decide;
 pub mod k8s;
 pub mod observe;

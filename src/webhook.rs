@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::admission::{AdmissionResponse, DecodeError, Review, ReviewVersion, Status};
+use crate::deadline::within_at;
 use crate::decide::denial::Denial;
 use crate::decide::{self, Allowed, Endpoint, LookupNeed, Lookups, Mode, Policy, WebhookKind};
 use crate::observe::DecisionLog;
@@ -336,19 +337,29 @@ impl Webhook {
                 fresh: need.fresh,
                 deadline,
             };
-            // The source bounds itself; this is the guarantee that a slow
-            // one cannot hold the answer past the deadline.
-            let bounded = tokio::time::timeout_at(deadline, self.lookup.lookup(query));
-            // Only a traced review's lookup runs in a span: the untraced
-            // one polls no wrapper.
-            let outcome = match &span {
-                Some(span) => bounded.instrument(span.clone()).await,
-                None => bounded.await,
+            // An answer in memory needs neither a future nor a timer.
+            let now = match &span {
+                Some(span) => span.in_scope(|| self.lookup.lookup_now(&query)),
+                None => self.lookup.lookup_now(&query),
             };
-            let lookup = outcome.unwrap_or_else(|_| Lookup {
-                source: Source::Api,
-                outcome: Err(LookupError::TimedOut { after: budget }),
-            });
+            let lookup = match now {
+                Some(lookup) => lookup,
+                None => {
+                    // The source bounds itself; this is the guarantee that a
+                    // slow one cannot hold the answer past the deadline.
+                    let bounded = within_at(deadline, self.lookup.lookup(query));
+                    // Only a traced review's lookup runs in a span: the
+                    // untraced one polls no wrapper.
+                    let outcome = match &span {
+                        Some(span) => bounded.instrument(span.clone()).await,
+                        None => bounded.await,
+                    };
+                    outcome.unwrap_or_else(|| Lookup {
+                        source: Source::Api,
+                        outcome: Err(LookupError::TimedOut { after: budget }),
+                    })
+                }
+            };
             if let Some(span) = &span {
                 span.record("ownerguard.lookup.source", lookup.source.as_str());
                 span.record("ownerguard.lookup.result", lookup.result_label(&need.uid));

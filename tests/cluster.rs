@@ -168,6 +168,60 @@ async fn owner_seen_by_the_watch_is_answered_from_the_cache_without_a_get() {
     );
 }
 
+/// The answer the cache gives without waiting is the one the lookup
+/// awaits, and only where the lookup would not ask the API server: a
+/// fresh query (a reference about to be put back) or a pod the cache has
+/// not seen goes live.
+#[tokio::test]
+async fn the_answer_in_memory_is_the_lookups_own_and_never_a_fresh_ones() {
+    let server = FakeApi::start().await;
+    running_workers(&server.api);
+    let client = server.serve_client();
+    let metrics = Arc::new(Metrics::default());
+    let watches = Arc::new(Watches::spawn(
+        client.clone(),
+        &WatchSettings::default(),
+        metrics.clone(),
+    ));
+    let lookup = ClusterLookup::new(client, watches.clone(), LookupLimits::default(), metrics);
+    eventually("the cache to sync", || watches.is_synced()).await;
+    let query = |name, uid, fresh| ownerguard::owner::PodQuery {
+        namespace: NS,
+        name,
+        expected_uid: uid,
+        fresh,
+        deadline: Instant::now() + Duration::from_secs(5),
+    };
+    let gets = || {
+        server
+            .api
+            .calls_matching("GET /api/v1/namespaces/agents/pods/")
+            .len()
+    };
+    let now = lookup
+        .lookup_now(&query("w-1", U1, false))
+        .expect("a young entry");
+    let awaited = lookup.lookup(query("w-1", U1, false)).await;
+    assert_eq!(format!("{now:?}"), format!("{awaited:?}"));
+    assert_eq!(now.source.as_str(), "cache");
+    assert_eq!(gets(), 0);
+    // Fresh: never from memory, and the lookup asks the API server.
+    assert!(lookup.lookup_now(&query("w-1", U1, true)).is_none());
+    assert_eq!(
+        lookup.lookup(query("w-1", U1, true)).await.source.as_str(),
+        "api"
+    );
+    assert_eq!(gets(), 1);
+    // Another uid than the cache's, or a pod it has not seen: live.
+    assert!(lookup.lookup_now(&query("w-1", U2, false)).is_none());
+    assert!(lookup.lookup_now(&query("w-9", U1, false)).is_none());
+    assert_eq!(
+        lookup.lookup(query("w-9", U1, false)).await.source.as_str(),
+        "api"
+    );
+    assert_eq!(gets(), 2);
+}
+
 #[tokio::test]
 async fn owner_added_later_reaches_the_cache_through_the_watch() {
     let cluster = Cluster::start(WatchSettings::default(), |_| {}).await;

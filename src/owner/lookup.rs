@@ -191,6 +191,16 @@ pub trait OwnerLookup: Send + Sync {
     /// `query.deadline`.
     fn lookup<'a>(&'a self, query: PodQuery<'a>) -> BoxFuture<'a, Lookup>;
 
+    /// The answer [`Self::lookup`] would give, when the source has it in
+    /// memory and would not wait for it (an inventory; a cache's young
+    /// entry of a healthy watch); `None` when it would wait, or may.
+    ///
+    /// Asked first, for every lookup: it spares the future's box and the
+    /// timer that bounds it, which most reviews never wait on.
+    fn lookup_now(&self, _query: &PodQuery<'_>) -> Option<Lookup> {
+        None
+    }
+
     /// Whether the source can answer yet (`/readyz`): a cache that has not
     /// listed the pods once would answer "not found" for every owner.
     fn is_ready(&self) -> bool {

@@ -8,7 +8,6 @@
 use std::net::IpAddr;
 use std::pin::pin;
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 use std::time::Duration;
 
 use axum::Router;
@@ -18,12 +17,11 @@ use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, post};
 use bytes::{Bytes, BytesMut};
-use futures::poll;
 use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
-use tokio::time::Instant;
 
 use crate::admission::DecodeError;
+use crate::deadline::within;
 use crate::decide::{Endpoint, Map, Mode};
 use crate::k8s::duration::parse_go_duration;
 use crate::observe::traces::ReviewSpan;
@@ -385,23 +383,6 @@ async fn handle(
     response.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// `future`'s output, or `None` if it has not finished `limit` after this
-/// was first polled.
-///
-/// Polled once before a timer exists: a review's body has almost always
-/// arrived with its headers and its decision needs no wait, and a tokio
-/// timer made and dropped unused costs a clock read, a handle on the
-/// runtime and its entry's drop, every review. Taken pinned, so that the
-/// caller's future is polled where it stands rather than moved into a
-/// `Timeout` (thousands of bytes copied a review).
-async fn within<F: Future + Unpin>(limit: Duration, mut future: F) -> Option<F::Output> {
-    let started = Instant::now();
-    if let Poll::Ready(output) = poll!(&mut future) {
-        return Some(output);
-    }
-    tokio::time::timeout_at(started + limit, future).await.ok()
-}
-
 /// The body, read into one buffer of its declared size (no second copy).
 async fn read_body(
     mut body: Body,
@@ -449,34 +430,6 @@ fn error(status: StatusCode, message: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn within_bounds_a_future_from_its_first_poll() {
-        let limit = Duration::from_secs(10);
-        // Finished on its first poll: its output.
-        assert_eq!(within(limit, pin!(async { 7 })).await, Some(7));
-        // Finished before the limit, after waiting: its output.
-        let started = Instant::now();
-        let late = pin!(async {
-            tokio::time::sleep(Duration::from_secs(9)).await;
-            8
-        });
-        assert_eq!(within(limit, late).await, Some(8));
-        assert_eq!(started.elapsed(), Duration::from_secs(9));
-        // Never finished: none, at the limit.
-        let started = Instant::now();
-        let never = pin!(std::future::pending::<u8>());
-        assert_eq!(within(limit, never).await, None);
-        assert_eq!(started.elapsed(), limit);
-        // Past the limit by a wait: none, and the future is not awaited on.
-        let started = Instant::now();
-        let too_late = pin!(async {
-            tokio::time::sleep(Duration::from_secs(11)).await;
-            9
-        });
-        assert_eq!(within(limit, too_late).await, None);
-        assert_eq!(started.elapsed(), limit);
-    }
 
     #[test]
     fn every_transport_error_has_its_status() {

@@ -305,6 +305,9 @@ enum Answer {
 impl OwnerLookup for ClusterLookup {
     fn lookup<'a>(&'a self, query: PodQuery<'a>) -> BoxFuture<'a, Lookup> {
         Box::pin(async move {
+            if let Some(cached) = self.lookup_now(&query) {
+                return cached;
+            }
             let (namespace, name) = (query.namespace, query.name);
             let hit = (!query.fresh && self.watches.covers(namespace))
                 .then(|| self.watches.get(namespace, name, query.expected_uid))
@@ -385,6 +388,22 @@ impl OwnerLookup for ClusterLookup {
                 _ => {}
             }
             live
+        })
+    }
+
+    /// A young entry of a trusted watch, the uid the object declares: the
+    /// cache answers alone (what [`Self::lookup`] answers first).
+    fn lookup_now(&self, query: &PodQuery<'_>) -> Option<Lookup> {
+        let namespace = query.namespace;
+        if query.fresh || !self.watches.covers(namespace) {
+            return None;
+        }
+        let hit = self
+            .watches
+            .get(namespace, query.name, query.expected_uid)?;
+        (self.watches.young(&hit) && self.watches.trusted(namespace)).then(|| Lookup {
+            source: Source::Cache,
+            outcome: Ok(Some(hit.pod)),
         })
     }
 

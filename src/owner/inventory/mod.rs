@@ -195,13 +195,23 @@ impl Pods {
     }
 }
 
+impl Inventory {
+    /// The file's answer: it never waits.
+    fn answer(&self, query: &PodQuery<'_>) -> Lookup {
+        Lookup {
+            source: Source::Inventory,
+            outcome: Ok(self.get(query.namespace, query.name).cloned()),
+        }
+    }
+}
+
 impl OwnerLookup for Inventory {
     fn lookup<'a>(&'a self, query: PodQuery<'a>) -> BoxFuture<'a, Lookup> {
-        let outcome = Ok(self.get(query.namespace, query.name).cloned());
-        Box::pin(std::future::ready(Lookup {
-            source: Source::Inventory,
-            outcome,
-        }))
+        Box::pin(std::future::ready(self.answer(&query)))
+    }
+
+    fn lookup_now(&self, query: &PodQuery<'_>) -> Option<Lookup> {
+        Some(self.answer(query))
     }
 }
 
@@ -237,6 +247,29 @@ mod tests {
             _ => panic!("from_file {from_file:?} and from_text {from_text:?} disagree on {text}"),
         }
         from_file
+    }
+
+    /// The file never waits: what it answers at once is what its lookup
+    /// answers, for a pod it lists and one it does not.
+    #[tokio::test]
+    async fn the_answer_at_once_is_the_lookups() {
+        let yaml = "apiVersion: v1\nkind: PodList\nitems:\n- metadata: {name: w-1, namespace: a, uid: u-1}\n";
+        let inventory = Inventory::from_text(yaml, "pods.yaml").unwrap();
+        for name in ["w-1", "w-2"] {
+            let query = PodQuery {
+                namespace: "a",
+                name,
+                expected_uid: "u-1",
+                fresh: true,
+                deadline: tokio::time::Instant::now(),
+            };
+            let now = inventory
+                .lookup_now(&query)
+                .expect("the file answers at once");
+            let awaited = inventory.lookup(query).await;
+            assert_eq!(format!("{now:?}"), format!("{awaited:?}"));
+            assert_eq!(now.outcome.unwrap().is_some(), name == "w-1");
+        }
     }
 
     #[test]
