@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::task::Poll;
+use std::time::Duration;
 
 use futures::poll;
 use tokio::time::Instant;
@@ -26,14 +27,25 @@ pub async fn within_at<F: Future + Unpin>(deadline: Instant, mut future: F) -> O
 }
 
 /// [`within_at`], the deadline `limit` from now.
-pub async fn within<F: Future + Unpin>(limit: std::time::Duration, future: F) -> Option<F::Output> {
-    within_at(Instant::now() + limit, future).await
+pub async fn within<F: Future + Unpin>(limit: Duration, future: F) -> Option<F::Output> {
+    within_at(after(Instant::now(), limit), future).await
 }
+
+/// `duration` after `instant`; past what an `Instant` can hold (a limit
+/// of centuries, as a flag may say), thirty years after it, as tokio
+/// reckons "never": a limit never panics, nor ends early.
+pub fn after(instant: Instant, duration: Duration) -> Instant {
+    instant
+        .checked_add(duration)
+        .unwrap_or_else(|| instant + NEVER)
+}
+
+/// Thirty years: tokio's own far future.
+const NEVER: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 #[cfg(test)]
 mod tests {
     use std::pin::pin;
-    use std::time::Duration;
 
     use super::*;
 
@@ -63,6 +75,27 @@ mod tests {
         });
         assert_eq!(within(limit, too_late).await, None);
         assert_eq!(started.elapsed(), limit);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_past_what_an_instant_holds_is_never_and_no_panic() {
+        let now = Instant::now();
+        assert_eq!(after(now, Duration::MAX), now + NEVER);
+        assert_eq!(
+            after(now, Duration::from_secs(5)),
+            now + Duration::from_secs(5)
+        );
+        let never = tokio::spawn(within(
+            Duration::MAX,
+            Box::pin(std::future::pending::<u8>()),
+        ));
+        tokio::time::sleep(Duration::from_secs(365 * 24 * 60 * 60)).await;
+        assert!(
+            !never.is_finished(),
+            "a year in, the limit of centuries ended"
+        );
+        never.abort();
+        assert_eq!(within(Duration::MAX, pin!(async { 3 })).await, Some(3));
     }
 
     #[tokio::test(start_paused = true)]

@@ -3,6 +3,7 @@
 //! observers (metrics, the decision log, `--record`). Shared by the HTTP
 //! handlers and `ownerguard review`.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -312,8 +313,14 @@ impl Webhook {
         // The decision reads the answers, not the questions: the
         // observers get them.
         decided.namespace = checks.namespace().to_string();
-        for need in checks.take_lookups() {
-            decided.remember(need);
+        // The first pass's needs are the list itself (merged by name when
+        // planned); a later pass's are merged into it.
+        if decided.needs.is_empty() {
+            decided.needs = checks.take_lookups();
+        } else {
+            for need in checks.take_lookups() {
+                decided.remember(need);
+            }
         }
         decide::decide(checks, &decided.lookups, policy)
     }
@@ -469,11 +476,11 @@ pub fn respond_in_mode(
         let messages: Vec<String> = violations.iter().map(ToString::to_string).collect();
         let rules: Vec<&str> = violations.iter().map(Denial::rule).collect();
         let notes = &mut response.audit_annotations;
-        notes.insert("mode", mode.as_str().to_string());
-        notes.insert("violation", messages.join(" | "));
-        notes.insert("violation-rules", rules.join(","));
+        notes.insert("mode", Cow::Borrowed(mode.as_str()));
+        notes.insert("violation", Cow::Owned(messages.join(" | ")));
+        notes.insert("violation-rules", Cow::Owned(rules.join(",")));
         if let Some(note) = stored_as_sent {
-            notes.insert("collector", note.to_string());
+            notes.insert("collector", Cow::Owned(note.to_string()));
         }
         if mode.warns() {
             // What decided the answer first, so that the warnings' budget
@@ -585,8 +592,8 @@ pub fn respond(
                 (webhook.mutates() && !allowed.patch.is_empty()).then(|| allowed.patch.to_json());
             let mut audit_annotations = std::collections::BTreeMap::new();
             if let Some(owner) = allowed.owner {
-                audit_annotations.insert("owner-source", owner.source.as_str().to_string());
-                audit_annotations.insert("owner", owner.into_annotation());
+                audit_annotations.insert("owner-source", Cow::Borrowed(owner.source.as_str()));
+                audit_annotations.insert("owner", Cow::Owned(owner.into_annotation()));
             }
             AdmissionResponse {
                 uid: uid.to_string(),

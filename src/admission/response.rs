@@ -1,6 +1,7 @@
 //! The answer, and how it is written in the review's version: base64
 //! patch, `response.uid` echoed.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -15,8 +16,10 @@ pub struct AdmissionResponse {
     pub status: Option<Status>,
     /// The JSON Patch document (an array), written base64 on the wire.
     pub patch: Option<Vec<u8>>,
-    /// Keys are ownerguard's own (`owner`, `mode`, ...): never allocated.
-    pub audit_annotations: BTreeMap<&'static str, String>,
+    /// Keys are ownerguard's own (`owner`, `mode`, ...): never allocated;
+    /// so are the values that are words of its own (`owner-source`,
+    /// `mode`).
+    pub audit_annotations: BTreeMap<&'static str, Cow<'static, str>>,
     pub warnings: Vec<String>,
 }
 

@@ -493,7 +493,7 @@ mod tests {
                     // type: the generated ones live as long as the test.
                     audit_annotations: audit
                         .iter()
-                        .map(|(key, value)| (&*String::leak(key.clone()), value.clone()))
+                        .map(|(key, value)| (&*String::leak(key.clone()), value.clone().into()))
                         .collect(),
                     warnings: warnings.clone(),
                 };

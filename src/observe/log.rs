@@ -94,7 +94,7 @@ fn log_decision(
     let owner = response
         .audit_annotations
         .get("owner")
-        .map_or("", String::as_str);
+        .map_or("", |owner| owner.as_ref());
     let owner = bounded(owner, OWNER_MAX);
     // `detail`, not `message`: tracing's JSON writes the event's own text
     // under `message`, and a second key of that name would hide it.
@@ -107,7 +107,7 @@ fn log_decision(
             response
                 .audit_annotations
                 .get("violation")
-                .map(String::as_str)
+                .map(|violation| violation.as_ref())
         })
         .unwrap_or("");
     let detail = bounded(detail, DETAIL_MAX);

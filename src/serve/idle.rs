@@ -18,6 +18,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::deadline::after;
+
 /// A stream that fails with [`io::ErrorKind::TimedOut`] once it has been
 /// idle (no byte read or written) for its timeout; the connection on it
 /// then ends.
@@ -45,7 +47,7 @@ impl<S> IdleTimeout<S> {
             inner,
             timeout,
             last_active: now,
-            timer: Box::pin(tokio::time::sleep_until(now + timeout)),
+            timer: Box::pin(tokio::time::sleep_until(after(now, timeout))),
         }
     }
 
@@ -61,7 +63,7 @@ impl<S> IdleTimeout<S> {
             }
             // The timer fired at its own deadline; the stream's is later
             // if a byte moved since the timer was set.
-            let deadline = self.last_active + self.timeout;
+            let deadline = after(self.last_active, self.timeout);
             if self.timer.deadline() >= deadline {
                 return Poll::Ready(io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -146,6 +148,25 @@ mod tests {
 
     use super::*;
 
+    /// A read that never times out fails the test instead of hanging it.
+    async fn bounded<T>(read: impl Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(1000), read)
+            .await
+            .expect("the idle timeout never fired")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_of_centuries_never_panics_and_never_fires() {
+        let huge = crate::k8s::duration::parse_flag("3000000000000000h").unwrap();
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut server = IdleTimeout::new(server, huge);
+        client.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(server.read(&mut buf).await.unwrap(), 4);
+        let waiting = tokio::time::timeout(Duration::from_secs(10_000), server.read(&mut buf));
+        assert!(waiting.await.is_err(), "a timeout of centuries fired");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_idle_stream_times_out_and_activity_keeps_it_open() {
         let (client, server) = tokio::io::duplex(64);
@@ -160,7 +181,7 @@ mod tests {
         }
         // Then nothing: the read fails once the timeout has passed.
         let started = Instant::now();
-        let error = server.read(&mut buf).await.unwrap_err();
+        let error = bounded(server.read(&mut buf)).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         assert_eq!(started.elapsed(), Duration::from_secs(120));
     }
@@ -182,7 +203,7 @@ mod tests {
         // The timer still says 120 s; the deadline is now 170 s: at 120 s
         // it fires, finds the later deadline and waits on for it.
         let started = Instant::now();
-        let error = server.read(&mut buf).await.unwrap_err();
+        let error = bounded(server.read(&mut buf)).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         assert_eq!(started.elapsed(), Duration::from_secs(120));
         // Written bytes count as activity too.
@@ -191,7 +212,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(100)).await;
         server.write_all(b"pong").await.unwrap();
         let started = Instant::now();
-        let error = server.read(&mut buf).await.unwrap_err();
+        let error = bounded(server.read(&mut buf)).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         assert_eq!(started.elapsed(), Duration::from_secs(120));
     }
