@@ -302,17 +302,30 @@ enum Answer {
     },
 }
 
+impl ClusterLookup {
+    /// The watch cache's entry for `query` with the uid it declares; none
+    /// for a fresh query or a namespace the watches do not cover.
+    fn cache_hit(&self, query: &PodQuery<'_>) -> Option<index::IndexedPod> {
+        (!query.fresh && self.watches.covers(query.namespace))
+            .then(|| {
+                self.watches
+                    .get(query.namespace, query.name, query.expected_uid)
+            })
+            .flatten()
+    }
+
+    /// Whether `hit` answers without the API server: young, and every
+    /// watch of its namespace trusted.
+    fn answers_alone(&self, hit: &index::IndexedPod, namespace: &str) -> bool {
+        self.watches.young(hit) && self.watches.trusted(namespace)
+    }
+}
+
 impl OwnerLookup for ClusterLookup {
     fn lookup<'a>(&'a self, query: PodQuery<'a>) -> BoxFuture<'a, Lookup> {
         Box::pin(async move {
-            if let Some(cached) = self.lookup_now(&query) {
-                return cached;
-            }
             let (namespace, name) = (query.namespace, query.name);
-            let hit = (!query.fresh && self.watches.covers(namespace))
-                .then(|| self.watches.get(namespace, name, query.expected_uid))
-                .flatten();
-            let Some(hit) = hit else {
+            let Some(hit) = self.cache_hit(&query) else {
                 return self.get(namespace, name, query.deadline).await;
             };
             let young = self.watches.young(&hit);
@@ -320,7 +333,7 @@ impl OwnerLookup for ClusterLookup {
                 source: Source::Cache,
                 outcome: Ok(Some(hit.pod.clone())),
             };
-            if young && self.watches.trusted(namespace) {
+            if self.answers_alone(&hit, namespace) {
                 return cached();
             }
             // An old entry of a healthy watch that another review is
@@ -356,8 +369,7 @@ impl OwnerLookup for ClusterLookup {
                 if let Some(done) = running {
                     let _ = tokio::time::timeout_at(query.deadline, done).await;
                     if let Some(hit) = self.watches.get(namespace, name, query.expected_uid)
-                        && self.watches.young(&hit)
-                        && self.watches.trusted(namespace)
+                        && self.answers_alone(&hit, namespace)
                     {
                         return Lookup {
                             source: Source::Cache,
@@ -391,17 +403,11 @@ impl OwnerLookup for ClusterLookup {
         })
     }
 
-    /// A young entry of a trusted watch, the uid the object declares: the
-    /// cache answers alone (what [`Self::lookup`] answers first).
+    /// The cache's entry when it answers alone, as [`Self::lookup`]
+    /// answers it first.
     fn lookup_now(&self, query: &PodQuery<'_>) -> Option<Lookup> {
-        let namespace = query.namespace;
-        if query.fresh || !self.watches.covers(namespace) {
-            return None;
-        }
-        let hit = self
-            .watches
-            .get(namespace, query.name, query.expected_uid)?;
-        (self.watches.young(&hit) && self.watches.trusted(namespace)).then(|| Lookup {
+        let hit = self.cache_hit(query)?;
+        self.answers_alone(&hit, query.namespace).then(|| Lookup {
             source: Source::Cache,
             outcome: Ok(Some(hit.pod)),
         })
