@@ -40,8 +40,9 @@ pub fn after(instant: Instant, duration: Duration) -> Instant {
         .unwrap_or_else(|| instant + NEVER)
 }
 
-/// Thirty years: tokio's own far future.
-const NEVER: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
+/// Thirty years: tokio's own far future, and the longest bound worth
+/// keeping (a longer one given is held to it).
+pub const NEVER: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 #[cfg(test)]
 mod tests {

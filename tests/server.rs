@@ -659,6 +659,27 @@ async fn a_keep_alive_connection_stays_usable_until_the_idle_timeout() {
     server.stop().await;
 }
 
+/// An idle timeout of centuries (the flag takes one) is "never": the
+/// connection serves, hyper's header timer included, without the clock's
+/// arithmetic overflowing in a connection's task.
+#[tokio::test]
+async fn an_idle_timeout_of_centuries_still_serves() {
+    let centuries = ownerguard::k8s::duration::parse_flag("3000000000000000h").unwrap();
+    let server = TestServer::start_limited(
+        Arc::new(inventory()),
+        None,
+        Duration::ZERO,
+        centuries,
+        1000,
+        &[],
+    )
+    .await;
+    let mut connection = tls_connection(&server).await;
+    assert_eq!(review_on(&mut connection, "a-1").await, "HTTP/1.1 200 OK");
+    assert_eq!(review_on(&mut connection, "a-2").await, "HTTP/1.1 200 OK");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn at_the_cap_a_connection_that_sent_no_review_makes_room() {
     use tokio::io::AsyncReadExt;

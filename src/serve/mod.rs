@@ -235,7 +235,11 @@ impl Server {
             options.max_connections,
             options.max_connections_per_source,
         );
-        let idle_timeout = options.idle_timeout;
+        // A timeout of centuries (the flag takes one) is "never", held to
+        // what the clock adds without overflow: hyper's header timer adds
+        // it to the clock as it is, and would panic in the connection's
+        // task.
+        let idle_timeout = options.idle_timeout.min(crate::deadline::NEVER);
         loop {
             tokio::select! {
                 accepted = https.accept() => {
