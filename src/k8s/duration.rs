@@ -3,7 +3,14 @@
 
 use std::time::Duration;
 
-/// Parse a Go duration. Negative durations and unknown units are `None`.
+/// The longest duration Go holds (`math.MaxInt64` nanoseconds, about 292
+/// years). `time.ParseDuration` refuses a longer one, and so do we: every
+/// flag's duration is then one the clock's arithmetic can add to now
+/// without overflowing, wherever it ends up.
+pub const LONGEST: Duration = Duration::new(9_223_372_036, 854_775_807);
+
+/// Parse a Go duration. Negative durations, unknown units and durations
+/// longer than Go's ([`LONGEST`]) are `None`.
 pub fn parse_go_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     if text == "0" {
@@ -39,7 +46,9 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
         total += value * seconds;
         rest = next;
     }
-    Duration::try_from_secs_f64(total).ok()
+    Duration::try_from_secs_f64(total)
+        .ok()
+        .filter(|duration| *duration <= LONGEST)
 }
 
 /// `clap` value parser for duration flags.
@@ -48,8 +57,9 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
 ///
 /// A message naming the accepted syntax.
 pub fn parse_flag(text: &str) -> Result<Duration, String> {
-    parse_go_duration(text)
-        .ok_or_else(|| format!("'{text}' is not a duration such as 2s, 500ms or 1m30s"))
+    parse_go_duration(text).ok_or_else(|| {
+        format!("'{text}' is not a duration such as 2s, 500ms or 1m30s, of at most 2562047h")
+    })
 }
 
 #[cfg(test)]
@@ -64,6 +74,25 @@ mod tests {
         assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
         assert_eq!(parse_go_duration("2h"), Some(Duration::from_secs(7200)));
         assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn durations_end_where_go_s_do() {
+        // Go: time.ParseDuration("2562047h") is fine, "2562048h" overflows.
+        assert_eq!(
+            parse_go_duration("2562047h"),
+            Some(Duration::from_secs(2_562_047 * 3600))
+        );
+        for too_long in ["2562048h", "3000000000000000h", "99999999999999999999999s"] {
+            assert_eq!(parse_go_duration(too_long), None, "{too_long}");
+            assert!(
+                parse_flag(too_long)
+                    .unwrap_err()
+                    .contains("at most 2562047h")
+            );
+        }
+        // The longest a flag takes can be added to the clock.
+        let _ = std::time::Instant::now() + LONGEST + LONGEST;
     }
 
     #[test]

@@ -235,10 +235,10 @@ impl Server {
             options.max_connections,
             options.max_connections_per_source,
         );
-        // A timeout of centuries (the flag takes one) is "never", held to
-        // what the clock adds without overflow: hyper's header timer adds
-        // it to the clock as it is, and would panic in the connection's
-        // task.
+        // A timeout of centuries is "never", held to what the clock adds
+        // without overflow: hyper's header timer adds it to the clock as
+        // it is, and would panic in the connection's task. The flag stops
+        // at Go's 292 years; `ServeOptions` built in code has no bound.
         let idle_timeout = options.idle_timeout.min(crate::deadline::NEVER);
         loop {
             tokio::select! {
