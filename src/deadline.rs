@@ -31,13 +31,18 @@ pub async fn within<F: Future + Unpin>(limit: Duration, future: F) -> Option<F::
     within_at(after(Instant::now(), limit), future).await
 }
 
-/// `duration` after `instant`; past what an `Instant` can hold (a limit
-/// of centuries, as a flag may say), thirty years after it, as tokio
+/// `duration` after `instant`; past what an `Instant` can hold (a
+/// `Duration` built in code, or a server's Retry-After), thirty years after it, as tokio
 /// reckons "never": a limit never panics, nor ends early.
 pub fn after(instant: Instant, duration: Duration) -> Instant {
     instant
         .checked_add(duration)
         .unwrap_or_else(|| instant + NEVER)
+}
+
+/// [`after`] now.
+pub fn after_now(duration: Duration) -> Instant {
+    after(Instant::now(), duration)
 }
 
 /// Thirty years: tokio's own far future, and the longest bound worth

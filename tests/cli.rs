@@ -202,6 +202,36 @@ fn a_key_prefix_too_long_for_the_names_built_on_it_is_refused_at_start() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("at most 240"));
 }
 
+/// A duration longer than Go's, or a zero where zero would stop the
+/// server's own timers, is refused before the server starts, with the
+/// reason.
+#[test]
+fn durations_the_server_cannot_keep_are_refused_at_start() {
+    for (flag, value, says) in [
+        (
+            "--idle-timeout",
+            "3000000h",
+            "longer than a duration may be",
+        ),
+        (
+            "--lookup-timeout",
+            "2562047h47m16.854775808s",
+            "2562047h47m16.854775807s",
+        ),
+        ("--tls-reload-interval", "0s", "is zero"),
+        ("--idle-timeout", "0", "is zero"),
+        ("--reap-after", "5 minutes", "is not a duration"),
+    ] {
+        let output = ownerguard()
+            .args(["serve", "--dev", flag, value])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(flag) && stderr.contains(says), "{stderr}");
+    }
+}
+
 #[test]
 fn review_prints_the_object_as_it_would_be_stored() {
     // Judged from the stored object's side: the reference there resolves

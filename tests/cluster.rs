@@ -903,6 +903,25 @@ async fn retry_after_is_honoured_when_it_fits_the_budget() {
     assert_eq!(cluster.gets().len(), 1);
 }
 
+/// A Retry-After of more seconds than the clock can add (the header is any
+/// number the server writes) is beyond every budget: answered at once, not
+/// a panic in the review's task.
+#[tokio::test]
+async fn a_retry_after_past_the_clock_is_not_waited_for() {
+    let cluster = Cluster::start(WatchSettings::default(), running_workers).await;
+    cluster.synced().await;
+    cluster
+        .api()
+        .update_faults(|f| f.throttled = Some(Some(10_000_000_000_000_000_000)));
+    let started = Instant::now();
+    let response = cluster
+        .review("w-new", U1, Some(Duration::from_secs(10)))
+        .await;
+    assert_eq!(response["status"]["code"], 503, "{response}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(cluster.gets().len(), 1);
+}
+
 // Class 15: one create never becomes thousands of API calls.
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::decide::requester::{Delegate, RequesterCheck};
 use crate::decide::resolve::OwnerLabels;
 use crate::decide::{DEFAULT_MAX_POD_REFERENCES, Policy, WebhookKind};
-use crate::k8s::duration::parse_flag as duration;
+use crate::k8s::duration::{parse_flag as duration, parse_nonzero_flag as nonzero_duration};
 pub use crate::observe::telemetry::LogFormat;
 
 /// `--version`: the release, the commit built and that commit's date.
@@ -387,7 +387,7 @@ pub struct ServeArgs {
     pub lookup_timeout: Duration,
 
     /// How often the certificate files are checked for a change.
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    #[arg(long, default_value = "5s", value_parser = nonzero_duration)]
     pub tls_reload_interval: Duration,
 
     /// After SIGTERM, keep serving this long while /readyz says not ready, so
@@ -402,7 +402,7 @@ pub struct ServeArgs {
     /// Close a connection once nothing has been read or written on it for
     /// this long. Longer than the API server's own 90 s, so that it never
     /// closes a connection the API server is about to reuse.
-    #[arg(long, default_value = "120s", value_parser = duration)]
+    #[arg(long, default_value = "120s", value_parser = nonzero_duration)]
     pub idle_timeout: Duration,
 
     /// Most HTTPS connections open at once. At the cap a new connection

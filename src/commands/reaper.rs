@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::commands::release::{Owner, ReleaseError, delete_owned};
+use crate::deadline::after_now;
 use crate::observe::Metrics;
 use crate::observe::events::{PodEvent, PodRef};
 use crate::owner::{FinishedChange, FinishedPods};
@@ -92,7 +93,7 @@ pub async fn run(
         for pod in finished.snapshot() {
             pending
                 .entry((pod.namespace, pod.name, pod.uid))
-                .or_insert_with(|| Instant::now() + after);
+                .or_insert_with(|| after_now(after));
         }
     };
     seen(&mut pending);
@@ -103,7 +104,7 @@ pub async fn run(
                 Ok(FinishedChange::Finished(pod)) => {
                     pending
                         .entry((pod.namespace, pod.name, pod.uid))
-                        .or_insert_with(|| Instant::now() + after);
+                        .or_insert_with(|| after_now(after));
                 }
                 Ok(FinishedChange::Gone(pod)) => {
                     pending.remove(&(pod.namespace, pod.name, pod.uid));
@@ -164,7 +165,7 @@ pub async fn run(
                     if done {
                         pending.remove(&key);
                     } else {
-                        pending.insert(key, Instant::now() + settings.retry_after);
+                        pending.insert(key, after_now(settings.retry_after));
                     }
                 }
             }

@@ -616,7 +616,7 @@ async fn wait_gone(
     if uids.is_empty() {
         return Ok(());
     }
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::deadline::after_now(timeout);
     loop {
         let list: kube::core::ObjectList<PartialObjectMeta<Pod>> = pods
             .list_metadata(&ListParams::default())

@@ -274,10 +274,9 @@ fn plan_with(
             };
         }
     }
-    let (Ok(cutoff), Ok(unproven_until)) = (
-        started.checked_sub(second + margin),
-        started.checked_add(second + margin),
-    ) else {
+    let doubt = second.saturating_add(margin);
+    let (Ok(cutoff), Ok(unproven_until)) = (started.checked_sub(doubt), started.checked_add(doubt))
+    else {
         return Plan::Nothing;
     };
     Plan::Release {
@@ -694,7 +693,7 @@ async fn pass(
                                 );
                             }
                             tracked.due = Some((
-                                Instant::now() + settings.retry_after,
+                                crate::deadline::after_now(settings.retry_after),
                                 Plan::Release {
                                     made,
                                     container,
@@ -725,7 +724,7 @@ async fn pass(
                     tracked.done = Some(runs);
                 } else {
                     tracked.due = Some((
-                        Instant::now() + settings.retry_after,
+                        crate::deadline::after_now(settings.retry_after),
                         Plan::Release {
                             made,
                             container,
@@ -1255,6 +1254,21 @@ mod tests {
         // Between: kept, counted as unproven.
         assert_eq!(unproven_until, at(103));
         assert_eq!((container.as_str(), restarts), ("worker", 1));
+    }
+
+    /// A margin longer than any timestamp's range (a `Duration` built in
+    /// code; the flag stops at Go's 292 years) doubts every child: nothing
+    /// released, and no overflow.
+    #[test]
+    fn a_margin_past_the_calendar_releases_nothing() {
+        let p = pod(vec![running("worker", 1, 100)]);
+        for margin in [Duration::MAX, crate::k8s::duration::LONGEST] {
+            let plan = plan(&p, &["worker"], margin, Some(at(101)));
+            assert!(
+                [Some(false), None].contains(&goes(&plan, at(97))),
+                "{plan:?}"
+            );
+        }
     }
 
     /// The guarantee, under the stated clock bound: whatever the node's

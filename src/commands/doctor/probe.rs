@@ -120,7 +120,7 @@ pub async fn probe_until(
     key_prefix: &str,
     wait: Duration,
 ) -> Check {
-    let deadline = tokio::time::Instant::now() + wait;
+    let deadline = crate::deadline::after_now(wait);
     let mut reported = None::<tokio::time::Instant>;
     loop {
         let check = probe(client.clone(), namespace, key_prefix).await;

@@ -185,7 +185,12 @@ impl ClusterLookup {
             match answer {
                 Answer::Retry { retry_after, error } if attempt < MAX_ATTEMPTS => {
                     let pause = retry_after.unwrap_or(RETRY_PAUSE);
-                    if Instant::now() + pause >= deadline {
+                    // The server's Retry-After may name any number of
+                    // seconds, more than the clock can add.
+                    if Instant::now()
+                        .checked_add(pause)
+                        .is_none_or(|resumed| resumed >= deadline)
+                    {
                         return Err(error);
                     }
                     tokio::time::sleep(pause).await;
