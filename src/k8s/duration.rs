@@ -12,10 +12,13 @@ pub const LONGEST: Duration = Duration::new(9_223_372_036, 854_775_807);
 const LONGEST_NANOS: u64 = i64::MAX as u64;
 
 /// Parse a Go duration as `time.ParseDuration` does, to the nanosecond:
-/// each number's whole part exact, its fraction truncated, the sum at most
-/// [`LONGEST`]. A negative duration (but for zero, which Go writes `-0s`
-/// too), an unknown unit or a longer sum is `None`. Surrounding whitespace
-/// is allowed, as a flag may carry it.
+/// each number's whole part exact, its fraction's first 19 digits taken
+/// exactly and truncated to the nanosecond (Go multiplies in floating
+/// point, so a fraction finer than a nanosecond may differ by one), the
+/// sum at most [`LONGEST`]. A negative duration (but for zero, which Go
+/// writes `-0s` too), whitespace anywhere, an unknown unit or a longer sum
+/// is `None`. (Go wraps a sum that reaches 2^64 nanoseconds back to a
+/// small one; this refuses it.)
 pub fn parse_go_duration(text: &str) -> Option<Duration> {
     parse(text).ok()
 }
@@ -29,7 +32,6 @@ enum Refusal {
 
 fn parse(text: &str) -> Result<Duration, Refusal> {
     use Refusal::{Malformed, TooLong};
-    let text = text.trim();
     let (negative, mut rest) = match text.as_bytes().first() {
         Some(b'-') => (true, &text[1..]),
         Some(b'+') => (false, &text[1..]),
@@ -79,20 +81,18 @@ fn parse(text: &str) -> Result<Duration, Refusal> {
             whole.parse().map_err(|_| TooLong)?
         };
         let mut nanos = whole.checked_mul(unit).ok_or(TooLong)?;
-        // The fraction's digits beyond a nanosecond's worth of this unit
-        // change nothing: Go truncates them too.
-        let mut scale = 1u64;
-        let mut part = 0u64;
-        for digit in fraction.bytes() {
-            if scale >= unit {
-                break;
-            }
-            part = part * 10 + u64::from(digit - b'0');
+        // Nineteen digits fit a u64; their product with an hour's
+        // nanoseconds fits a u128. Digits past them are worth less than a
+        // millionth of a nanosecond.
+        let mut scale = 1u128;
+        let mut part = 0u128;
+        for digit in fraction.bytes().take(19) {
+            part = part * 10 + u128::from(digit - b'0');
             scale *= 10;
         }
         if part > 0 {
             // Below `unit` nanoseconds: no overflow.
-            nanos += (u128::from(part) * u128::from(unit) / u128::from(scale)) as u64;
+            nanos += (part * u128::from(unit) / scale) as u64;
         }
         total = total.checked_add(nanos).ok_or(TooLong)?;
         if total > LONGEST_NANOS {
@@ -184,6 +184,8 @@ mod tests {
             ("0.0010019ms", nanos(1_001)),
             ("1.123456789123ms", nanos(1_123_456)),
             ("0.3h", nanos(1_080_000_000_000)),
+            // Exactly 48,107,543,284.13 ns.
+            (".801792388069m", nanos(48_107_543_284)),
             ("00000000000000000000001s", nanos(1_000_000_000)),
         ] {
             assert_eq!(parse_go_duration(text), go, "{text}");
