@@ -386,7 +386,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "2s", value_parser = duration)]
     pub lookup_timeout: Duration,
 
-    /// How often the certificate files are checked for a change.
+    /// How often the certificate files are checked for a change; not zero.
     #[arg(long, default_value = "5s", value_parser = nonzero_duration)]
     pub tls_reload_interval: Duration,
 
@@ -401,7 +401,8 @@ pub struct ServeArgs {
 
     /// Close a connection once nothing has been read or written on it for
     /// this long. Longer than the API server's own 90 s, so that it never
-    /// closes a connection the API server is about to reuse.
+    /// closes a connection the API server is about to reuse. Not zero; over
+    /// thirty years means never.
     #[arg(long, default_value = "120s", value_parser = nonzero_duration)]
     pub idle_timeout: Duration,
 

@@ -430,7 +430,10 @@ impl Lease {
         if !mine && !unheld && seen_at.elapsed() < duration {
             return false;
         }
-        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!mine);
+        let transitions = spec
+            .lease_transitions
+            .unwrap_or(0)
+            .saturating_add(i32::from(!mine));
         let mut renewed = self.spec(now, transitions);
         if mine {
             renewed.acquire_time = spec.acquire_time.clone().or(renewed.acquire_time);

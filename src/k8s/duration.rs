@@ -91,8 +91,10 @@ fn parse(text: &str) -> Result<Duration, Refusal> {
             scale *= 10;
         }
         if part > 0 {
-            // Below `unit` nanoseconds: no overflow.
-            nanos += (part * u128::from(unit) / scale) as u64;
+            // Less than `unit` nanoseconds, so it fits a u64; the sum
+            // with the whole part may not.
+            let fraction = (part * u128::from(unit) / scale) as u64;
+            nanos = nanos.checked_add(fraction).ok_or(TooLong)?;
         }
         total = total.checked_add(nanos).ok_or(TooLong)?;
         if total > LONGEST_NANOS {
@@ -163,6 +165,10 @@ mod tests {
             ("2562048h", None),
             ("3000000000000000h", None),
             ("99999999999999999999999s", None),
+            // The whole part fits, the fraction takes the sum past a u64.
+            ("18446744073.9s", None),
+            ("307445734.9m", None),
+            ("5124095.9h", None),
             ("2562047h", nanos(2_562_047 * 3_600_000_000_000)),
             ("123456789.123456789s", nanos(123_456_789_123_456_789)),
             ("16777217.000000001s", nanos(16_777_217_000_000_001)),
