@@ -178,7 +178,7 @@ pub fn object_name(request: &AdmissionRequest) -> ObjectName {
 /// [`object_name`]'s kind, name (or `generateName` prefix, then `true`),
 /// borrowed from the request.
 pub fn object_name_parts<'r>(request: &'r AdmissionRequest) -> (&'r str, &'r str, bool) {
-    let head = request.object.as_ref().or(request.old_object.as_ref());
+    let head = request.object.as_deref().or(request.old_object.as_deref());
     let meta = head.map(|h| &h.metadata);
     let kind = Some(request.kind.kind.as_str())
         .filter(|k| !k.is_empty())
@@ -252,7 +252,7 @@ pub fn plan<'a>(
 /// can be shrunk (a template whose old self was not kept is judged as
 /// new).
 fn refuse_overlong_lists(request: &AdmissionRequest, labels: &OwnerLabels) -> Result<(), Denial> {
-    let heads = [request.object.as_ref(), request.old_object.as_ref()];
+    let heads = [request.object.as_deref(), request.old_object.as_deref()];
     let over = heads
         .into_iter()
         .flatten()
@@ -298,7 +298,7 @@ fn overlong_volumes(
     }
     let before = request
         .old_object
-        .as_ref()
+        .as_deref()
         .map(ObjectHead::template_volumes);
     new.template_volumes()
         .into_iter()

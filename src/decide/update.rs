@@ -454,7 +454,7 @@ pub(super) fn plan<'a>(
     if owner_label_kept && let Some(owner) = template_owner {
         let declared = templates::complete(
             head,
-            request.old_object.as_ref(),
+            request.old_object.as_deref(),
             &at,
             owner,
             labels,
