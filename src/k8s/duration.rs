@@ -14,7 +14,7 @@ const LONGEST_NANOS: u64 = i64::MAX as u64;
 /// Parse a Go duration as `time.ParseDuration` does, to the nanosecond:
 /// each number's whole part exact, its fraction's first 19 digits taken
 /// exactly and truncated to the nanosecond (Go multiplies in floating
-/// point, so a fraction finer than a nanosecond may differ by one), the
+/// point, so a fraction written past the nanosecond may differ by one), the
 /// sum at most [`LONGEST`]. A negative duration (but for zero, which Go
 /// writes `-0s` too), whitespace anywhere, an unknown unit or a longer sum
 /// is `None`. (Go wraps a sum that reaches 2^64 nanoseconds back to a
@@ -214,7 +214,28 @@ mod tests {
     #[test]
     fn malformed_durations_are_refused() {
         for bad in [
-            "", "10", "s", "-1s", "1x", "1.2.3s", "ms", ".s", "1e3s", "-", "+", "1s-1s",
+            "",
+            "10",
+            "s",
+            "-1s",
+            "1x",
+            "1.2.3s",
+            "ms",
+            ".s",
+            "1e3s",
+            "-",
+            "+",
+            "1s-1s",
+            // Whitespace anywhere, as Go refuses it.
+            " 1s",
+            "5s ",
+            "\t5s",
+            "1s\n",
+            "\u{a0}1s",
+            "1 s",
+            "1m 30s",
+            // Go wraps this sum past 2^64 to zero and answers 0s.
+            "9223372036854775808ns9223372036854775808ns",
         ] {
             assert_eq!(parse_go_duration(bad), None, "{bad}");
         }

@@ -187,10 +187,7 @@ impl ClusterLookup {
                     let pause = retry_after.unwrap_or(RETRY_PAUSE);
                     // The server's Retry-After may name any number of
                     // seconds, more than the clock can add.
-                    if Instant::now()
-                        .checked_add(pause)
-                        .is_none_or(|resumed| resumed >= deadline)
-                    {
+                    if crate::deadline::after_now(pause) >= deadline {
                         return Err(error);
                     }
                     tokio::time::sleep(pause).await;
