@@ -67,7 +67,7 @@ impl<S> IdleTimeout<S> {
             if self.timer.deadline() >= deadline {
                 return Poll::Ready(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("connection idle for {}s", self.timeout.as_secs()),
+                    format!("connection idle for {:?}", self.timeout),
                 ));
             }
             self.timer.as_mut().reset(deadline);

@@ -3,6 +3,7 @@
 //! PodDisruptionBudget.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
@@ -10,7 +11,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::k8s::duration::parse_go_duration;
+use crate::k8s::duration::parse_flag;
 use crate::owner::LookupBudget;
 
 use super::webhooks::WebhookView;
@@ -95,10 +96,24 @@ pub(super) fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, Str
         lookup_budget: LookupBudget::default(),
         key_prefix: DEFAULT_KEY_PREFIX.to_string(),
     };
-    let port = |value: &str| {
+    // A value the server refuses stops it at start: say so, rather than
+    // check the installation against a default the server never runs.
+    let refused = |flag: &str, problem: String| {
+        format!(
+            "container {} runs `{shown}`: --{flag} {problem}, so the server refuses to start",
+            container.name
+        )
+    };
+    let port = |flag: &str, value: &str| {
         value
-            .rsplit_once(':')
-            .and_then(|(_, port)| port.parse::<u16>().ok())
+            .parse::<SocketAddr>()
+            .map(|address| address.port())
+            .map_err(|_| {
+                refused(
+                    flag,
+                    format!("'{value}' is not an address such as 0.0.0.0:8443"),
+                )
+            })
     };
     let mut tokens = argv[1..serve]
         .iter()
@@ -131,13 +146,13 @@ pub(super) fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, Str
             break;
         };
         match flag {
-            "addr" => flags.webhook_port = port(value).unwrap_or(flags.webhook_port),
-            "metrics-addr" => flags.metrics_port = port(value).unwrap_or(flags.metrics_port),
+            "addr" => flags.webhook_port = port(flag, value)?,
+            "metrics-addr" => flags.metrics_port = port(flag, value)?,
             "tls-cert" => flags.tls_cert = Some(value.to_string()),
             "client-ca" => flags.client_ca = Some(value.to_string()),
             "lookup-timeout" => {
                 flags.lookup_budget =
-                    parse_go_duration(value).map_or(flags.lookup_budget, LookupBudget::new);
+                    LookupBudget::new(parse_flag(value).map_err(|problem| refused(flag, problem))?);
             }
             "key-prefix" => flags.key_prefix = value.to_string(),
             _ => {}
@@ -470,6 +485,46 @@ mod tests {
         );
         let not_serve = deployment(container(None, &["doctor"]));
         assert!(server_view(&not_serve).is_err());
+    }
+
+    #[test]
+    fn a_flag_value_the_server_refuses_fails_the_server_check_instead_of_defaulting() {
+        for (args, flag) in [
+            (
+                &["serve", "--lookup-timeout=2 s"][..],
+                "--lookup-timeout '2 s'",
+            ),
+            (
+                &["serve", "--lookup-timeout", "9999999999s"][..],
+                "--lookup-timeout '9999999999s' is longer",
+            ),
+            (
+                &["serve", "--addr=ownerguard:8443"][..],
+                "--addr 'ownerguard:8443'",
+            ),
+            (
+                &["serve", "--metrics-addr", ":9090"][..],
+                "--metrics-addr ':9090'",
+            ),
+        ] {
+            let d = deployment(container(None, args));
+            let Err(problem) = server_view(&d).map(|_| ()) else {
+                panic!("{args:?}: the server refuses this value at start")
+            };
+            assert!(problem.contains(flag), "{args:?}: {problem}");
+            assert!(problem.contains("refuses to start"), "{problem}");
+        }
+        // What the server takes, doctor reads.
+        let d = deployment(container(
+            None,
+            &["serve", "--addr=[::1]:10443", "--lookup-timeout=1500ms"],
+        ));
+        let flags = server_view(&d).map(|v| v.flags).unwrap();
+        assert_eq!(flags.webhook_port, 10443);
+        assert_eq!(
+            flags.lookup_budget,
+            LookupBudget::new(Duration::from_millis(1500))
+        );
     }
 
     #[test]
