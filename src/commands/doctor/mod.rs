@@ -47,7 +47,7 @@ use webhooks::{
     check_others, check_path, check_policy, check_roles, check_rules, check_timeout, webhook_count,
     webhooks,
 };
-use workload::{check_disruption_budget, check_service, server_view, template_labels};
+use workload::{ServerView, check_disruption_budget, check_service, server_view, template_labels};
 
 /// The key prefix when nothing says otherwise (the server's default).
 const DEFAULT_KEY_PREFIX: &str = "ownerguard.io";
@@ -199,6 +199,10 @@ pub fn check(installation: &Installation, options: &DoctorOptions, now: i64) -> 
             format!("Deployment {namespace}/{name} not found"),
         ),
         (Some(_), Some(Err(problem))) => line(Verdict::Fail, "server", problem.clone()),
+        (Some(_), Some(Ok(ServerView {
+            refused: Some(problem),
+            ..
+        }))) => line(Verdict::Fail, "server", problem.clone()),
         (Some(_), Some(Ok(view))) => line(
             Verdict::Ok,
             "server",

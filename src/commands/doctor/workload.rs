@@ -22,6 +22,9 @@ use super::{Installation, ServeFlags};
 pub(super) struct ServerView<'a> {
     pub(super) container: &'a Container,
     pub(super) flags: ServeFlags,
+    /// Why the server would refuse this command line at start, if it
+    /// would: the flags are read all the same.
+    pub(super) refused: Option<String>,
 }
 
 /// The Deployment's spec: optional in the API of Kubernetes 1.33 to 1.36,
@@ -96,69 +99,111 @@ pub(super) fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, Str
         lookup_budget: LookupBudget::default(),
         key_prefix: DEFAULT_KEY_PREFIX.to_string(),
     };
-    // A value the server refuses stops it at start: say so, rather than
-    // check the installation against a default the server never runs.
-    let refused = |flag: &str, problem: String| {
-        format!(
-            "container {} runs `{shown}`: --{flag} {problem}, so the server refuses to start",
-            container.name
-        )
+    // A command line the server refuses stops it at start: the server
+    // check says so, and the rest is still read (the key prefix above all),
+    // so that the other checks judge what the pods were given.
+    let mut refused: Option<String> = None;
+    let mut refuse = |problem: String| {
+        refused.get_or_insert_with(|| {
+            format!(
+                "container {} runs `{shown}`: {problem}, so the server refuses to start",
+                container.name
+            )
+        });
     };
-    let port = |flag: &str, value: &str| {
-        value
-            .parse::<SocketAddr>()
-            .map(|address| address.port())
-            .map_err(|_| {
-                refused(
-                    flag,
-                    format!("'{value}' is not an address such as 0.0.0.0:8443"),
-                )
-            })
+    const VALUED: [&str; 7] = [
+        "addr",
+        "metrics-addr",
+        "tls-cert",
+        "client-ca",
+        "lookup-timeout",
+        "key-prefix",
+        "tls-key",
+    ];
+    let flag_of = |token: &str| -> Option<(String, Option<String>)> {
+        let t = token.strip_prefix("--")?;
+        let (flag, inline) = t.split_once('=').map_or((t, None), |(f, v)| (f, Some(v)));
+        (VALUED.contains(&flag) || flag == "fail-open")
+            .then(|| (flag.to_string(), inline.map(str::to_string)))
     };
-    let mut tokens = argv[1..serve]
-        .iter()
-        .chain(&argv[serve + 1..])
-        .map(String::as_str);
+    // Only --log-format is taken before `serve`; serve's own flags there
+    // are unexpected arguments to the server.
+    if let Some((flag, _)) = argv[1..serve].iter().find_map(|t| flag_of(t)) {
+        refuse(format!("--{flag} is given before serve"));
+    }
+    let mut tokens = argv[serve + 1..].iter().map(String::as_str);
     while let Some(token) = tokens.next() {
-        if token == "--fail-open" {
+        if token == "--" {
+            // What follows is positional, and serve takes none.
+            if tokens.next().is_some() {
+                refuse("serve takes no argument after --".to_string());
+            }
+            break;
+        }
+        let Some((flag, inline)) = flag_of(token) else {
+            continue;
+        };
+        if flag == "fail-open" {
             flags.fail_open = true;
             continue;
         }
-        let Some((flag, inline)) = token
-            .strip_prefix("--")
-            .map(|t| t.split_once('=').map_or((t, None), |(f, v)| (f, Some(v))))
-        else {
-            continue;
+        // A next token that starts with `-` is another flag to the
+        // server's parser, not this one's value.
+        let value = match inline {
+            Some(value) => value,
+            None => match tokens.clone().next() {
+                Some(next) if !next.starts_with('-') => {
+                    tokens.next();
+                    next.to_string()
+                }
+                _ => {
+                    refuse(format!("--{flag} has no value"));
+                    continue;
+                }
+            },
         };
-        const VALUED: [&str; 7] = [
-            "addr",
-            "metrics-addr",
-            "tls-cert",
-            "client-ca",
-            "lookup-timeout",
-            "key-prefix",
-            "tls-key",
-        ];
-        if !VALUED.contains(&flag) {
-            continue;
-        }
-        let Some(value) = inline.or_else(|| tokens.next()) else {
-            break;
-        };
-        match flag {
-            "addr" => flags.webhook_port = port(flag, value)?,
-            "metrics-addr" => flags.metrics_port = port(flag, value)?,
-            "tls-cert" => flags.tls_cert = Some(value.to_string()),
-            "client-ca" => flags.client_ca = Some(value.to_string()),
-            "lookup-timeout" => {
-                flags.lookup_budget =
-                    LookupBudget::new(parse_flag(value).map_err(|problem| refused(flag, problem))?);
+        // `$(VAR)` is replaced by the kubelet from the container's
+        // environment, which doctor does not see: such a value is read
+        // where it can be (an address's port) and never judged refused.
+        let expanded_later = value.contains("$(");
+        match flag.as_str() {
+            "addr" | "metrics-addr" => {
+                let port = match value.parse::<SocketAddr>() {
+                    Ok(address) => Some(address.port()),
+                    Err(_) if expanded_later => value
+                        .rsplit_once(':')
+                        .and_then(|(_, port)| port.parse::<u16>().ok()),
+                    Err(_) => {
+                        refuse(format!(
+                            "--{flag} '{value}' is not an address such as 0.0.0.0:8443"
+                        ));
+                        None
+                    }
+                };
+                if let Some(port) = port {
+                    if flag == "addr" {
+                        flags.webhook_port = port;
+                    } else {
+                        flags.metrics_port = port;
+                    }
+                }
             }
-            "key-prefix" => flags.key_prefix = value.to_string(),
+            "tls-cert" => flags.tls_cert = Some(value),
+            "client-ca" => flags.client_ca = Some(value),
+            "lookup-timeout" => match parse_flag(&value) {
+                Ok(budget) => flags.lookup_budget = LookupBudget::new(budget),
+                Err(_) if expanded_later => {}
+                Err(problem) => refuse(format!("--lookup-timeout {problem}")),
+            },
+            "key-prefix" => flags.key_prefix = value,
             _ => {}
         }
     }
-    Ok(ServerView { container, flags })
+    Ok(ServerView {
+        container,
+        flags,
+        refused,
+    })
 }
 
 /// The Service the webhook names must exist in the server's namespace,
@@ -488,11 +533,11 @@ mod tests {
     }
 
     #[test]
-    fn a_flag_value_the_server_refuses_fails_the_server_check_instead_of_defaulting() {
-        for (args, flag) in [
+    fn a_command_line_the_server_refuses_is_named_and_the_rest_still_read() {
+        for (args, problem) in [
             (
                 &["serve", "--lookup-timeout=2 s"][..],
-                "--lookup-timeout '2 s'",
+                "--lookup-timeout '2 s' is not a duration",
             ),
             (
                 &["serve", "--lookup-timeout", "9999999999s"][..],
@@ -500,31 +545,89 @@ mod tests {
             ),
             (
                 &["serve", "--addr=ownerguard:8443"][..],
-                "--addr 'ownerguard:8443'",
+                "--addr 'ownerguard:8443' is not an address",
             ),
             (
                 &["serve", "--metrics-addr", ":9090"][..],
-                "--metrics-addr ':9090'",
+                "--metrics-addr ':9090' is not an address",
+            ),
+            // A value that starts with `-` is another flag to clap.
+            (
+                &["serve", "--lookup-timeout", "-0s"][..],
+                "--lookup-timeout has no value",
+            ),
+            (
+                &["serve", "--addr", "--metrics-addr=0.0.0.0:9091"][..],
+                "--addr has no value",
+            ),
+            (
+                &["serve", "--lookup-timeout"][..],
+                "--lookup-timeout has no value",
+            ),
+            (
+                &["--addr=0.0.0.0:10443", "serve"][..],
+                "--addr is given before serve",
+            ),
+            (
+                &["serve", "--", "--addr=0.0.0.0:10443"][..],
+                "no argument after --",
             ),
         ] {
-            let d = deployment(container(None, args));
-            let Err(problem) = server_view(&d).map(|_| ()) else {
-                panic!("{args:?}: the server refuses this value at start")
+            let mut args = args.to_vec();
+            args.push("--key-prefix=example.com");
+            let d = deployment(container(None, &args));
+            let view = server_view(&d).unwrap();
+            let Some(refused) = view.refused else {
+                panic!("{args:?}: the server refuses this command line at start")
             };
-            assert!(problem.contains(flag), "{args:?}: {problem}");
-            assert!(problem.contains("refuses to start"), "{problem}");
+            assert!(refused.contains(problem), "{args:?}: {refused}");
+            assert!(
+                refused.ends_with("so the server refuses to start"),
+                "{refused}"
+            );
+            // The other checks judge the pods' own key prefix, not the
+            // default, wherever the flag stands after the refusal.
+            if !args.contains(&"--") {
+                assert_eq!(view.flags.key_prefix, "example.com", "{args:?}");
+            }
         }
         // What the server takes, doctor reads.
         let d = deployment(container(
             None,
-            &["serve", "--addr=[::1]:10443", "--lookup-timeout=1500ms"],
+            &[
+                "serve",
+                "--addr=[::1]:10443",
+                "--lookup-timeout=1500ms",
+                "--",
+            ],
         ));
-        let flags = server_view(&d).map(|v| v.flags).unwrap();
-        assert_eq!(flags.webhook_port, 10443);
+        let view = server_view(&d).unwrap();
+        assert_eq!(view.refused, None);
+        assert_eq!(view.flags.webhook_port, 10443);
         assert_eq!(
-            flags.lookup_budget,
+            view.flags.lookup_budget,
             LookupBudget::new(Duration::from_millis(1500))
         );
+    }
+
+    #[test]
+    fn a_value_the_kubelet_expands_is_read_where_it_can_be_and_never_refused() {
+        // $(POD_IP) is the pod's address by the time the server reads it.
+        let d = deployment(container(
+            None,
+            &[
+                "serve",
+                "--addr=$(POD_IP):10443",
+                "--metrics-addr",
+                "$(POD_IP):9091",
+                "--lookup-timeout=$(LOOKUP)",
+            ],
+        ));
+        let view = server_view(&d).unwrap();
+        assert_eq!(view.refused, None);
+        assert_eq!(view.flags.webhook_port, 10443);
+        assert_eq!(view.flags.metrics_port, 9091);
+        assert_eq!(view.flags.lookup_budget, LookupBudget::default());
     }
 
     #[test]
