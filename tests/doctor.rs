@@ -336,6 +336,40 @@ async fn a_server_listening_elsewhere_than_the_service_targets_fails() {
     .await;
 }
 
+/// Found by review: a command line the server refuses is the one failure,
+/// not the Service's ports too; the pods' other flags are still judged.
+#[tokio::test]
+async fn a_command_line_the_server_refuses_fails_the_server_check_alone() {
+    let mut setup = Setup::healthy();
+    setup.at(DEPLOYMENT)["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("--addr=ownerguard:10443"));
+    // The port the pods were meant to serve on: judged against the
+    // server's earlier --addr, the Service would fail as well.
+    setup.at(SERVICE)["spec"]["ports"][0]["targetPort"] = json!(10443);
+    fails(
+        &setup,
+        1,
+        &["server"],
+        "--addr 'ownerguard:10443' is not an address such as 0.0.0.0:8443, so the server refuses to start",
+    )
+    .await;
+}
+
+/// Found by review: the kubelet fills `$(VAR)` in from the container's
+/// environment before the server reads it.
+#[tokio::test]
+async fn an_address_the_kubelet_expands_passes() {
+    let mut setup = Setup::healthy();
+    setup.at(DEPLOYMENT)["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("--addr=$(POD_IP):8443"));
+    let failures = failed(&run(&setup).await);
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
 #[tokio::test]
 async fn a_configuration_without_webhooks_fails() {
     let mut setup = Setup::healthy();

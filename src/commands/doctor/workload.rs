@@ -144,15 +144,18 @@ pub(super) fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, Str
             continue;
         };
         if flag == "fail-open" {
-            flags.fail_open = true;
+            match inline {
+                Some(value) => refuse(format!("--fail-open takes no value ('{value}')")),
+                None => flags.fail_open = true,
+            }
             continue;
         }
         // A next token that starts with `-` is another flag to the
-        // server's parser, not this one's value.
+        // server's parser, not this one's value; `-` alone is a value.
         let value = match inline {
             Some(value) => value,
             None => match tokens.clone().next() {
-                Some(next) if !next.starts_with('-') => {
+                Some(next) if next == "-" || !next.starts_with('-') => {
                     tokens.next();
                     next.to_string()
                 }
@@ -289,6 +292,15 @@ pub(super) fn check_service(
             ),
         );
     };
+    if server.refused.is_some() {
+        return line(
+            Verdict::Warn,
+            subject,
+            format!(
+                "Service {at} port {port} reaches container port {target}; not judged against the server's ports: the server refuses its command line (see server)"
+            ),
+        );
+    }
     let flags = &server.flags;
     if target == i32::from(flags.webhook_port) {
         line(
@@ -572,6 +584,10 @@ mod tests {
                 &["serve", "--", "--addr=0.0.0.0:10443"][..],
                 "no argument after --",
             ),
+            (
+                &["serve", "--fail-open=false"][..],
+                "--fail-open takes no value",
+            ),
         ] {
             let mut args = args.to_vec();
             args.push("--key-prefix=example.com");
@@ -598,6 +614,8 @@ mod tests {
                 "serve",
                 "--addr=[::1]:10443",
                 "--lookup-timeout=1500ms",
+                "--client-ca",
+                "-",
                 "--",
             ],
         ));
@@ -608,6 +626,8 @@ mod tests {
             view.flags.lookup_budget,
             LookupBudget::new(Duration::from_millis(1500))
         );
+        // clap takes `-` alone as a value (a file of that name).
+        assert_eq!(view.flags.client_ca.as_deref(), Some("-"));
     }
 
     #[test]
