@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
 )
 
 // TestTooManyEntries: a labelled object whose list ownerguard reads holds
@@ -21,6 +22,13 @@ func TestTooManyEntries(t *testing.T) {
 	ns := newNamespace(t, "bounds", workerRules)
 	w := newWorker(t, ns, "worker-bounds")
 	labels := fmt.Sprintf(`{%q: %q}`, ownerPodLabel, w.Name())
+	// The API server reads 131,073 references (its field manager tracks
+	// each) before any webhook is called, within its own bound of a
+	// create (34 s): the worker client waits as long as that, not its
+	// usual 30 s.
+	config := plane.RESTConfigToken(w.Token)
+	config.Timeout = 2 * time.Minute
+	client := kubernetes.NewForConfigOrDie(config)
 	for _, c := range []struct {
 		name, resource, body, field string
 	}{
@@ -35,12 +43,19 @@ func TestTooManyEntries(t *testing.T) {
 			"holds more than 10000 entries"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ctx := ctxFor(t, time.Minute)
-			err := w.Client.CoreV1().RESTClient().Post().Namespace(ns).Resource(c.resource).
+			ctx := ctxFor(t, 2*time.Minute)
+			err := client.CoreV1().RESTClient().Post().Namespace(ns).Resource(c.resource).
 				Body([]byte(c.body)).SetHeader("Content-Type", "application/json").Do(ctx).Error()
 			if status, ok := err.(errors.APIStatus); ok && status.Status().Code == 400 &&
 				strings.Contains(err.Error(), "denied the request") && strings.Contains(err.Error(), c.field) {
 				return
+			}
+			// The API server's own 504 at its 34 s bound, no webhook named:
+			// it never got as far as admission on this machine (a slow
+			// webhook fails the call at its timeoutSeconds, and names
+			// itself). Nothing of ownerguard's is judged: say so.
+			if errors.IsTimeout(err) && !strings.Contains(err.Error(), "webhook") {
+				skipFor(t, fmt.Sprintf("the API server did not reach admission within its own bound of a create (34 s) on this machine: %v", err))
 			}
 			t.Fatalf("want ownerguard's 400 saying %q, have %v", c.field, err)
 		})
