@@ -120,12 +120,11 @@ pub(super) fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, Str
         "key-prefix",
         "tls-key",
     ];
-    let flag_of = |token: &str| -> Option<(String, Option<String>)> {
+    fn flag_of(token: &str) -> Option<(&str, Option<&str>)> {
         let t = token.strip_prefix("--")?;
         let (flag, inline) = t.split_once('=').map_or((t, None), |(f, v)| (f, Some(v)));
-        (VALUED.contains(&flag) || flag == "fail-open")
-            .then(|| (flag.to_string(), inline.map(str::to_string)))
-    };
+        (VALUED.contains(&flag) || flag == "fail-open").then_some((flag, inline))
+    }
     // Only --log-format is taken before `serve`; serve's own flags there
     // are unexpected arguments to the server.
     if let Some((flag, _)) = argv[1..serve].iter().find_map(|t| flag_of(t)) {
@@ -157,7 +156,7 @@ pub(super) fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, Str
             None => match tokens.clone().next() {
                 Some(next) if next == "-" || !next.starts_with('-') => {
                     tokens.next();
-                    next.to_string()
+                    next
                 }
                 _ => {
                     refuse(format!("--{flag} has no value"));
@@ -169,7 +168,7 @@ pub(super) fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, Str
         // environment, which doctor does not see: such a value is read
         // where it can be (an address's port) and never judged refused.
         let expanded_later = value.contains("$(");
-        match flag.as_str() {
+        match flag {
             "addr" | "metrics-addr" => {
                 let port = match value.parse::<SocketAddr>() {
                     Ok(address) => Some(address.port()),
@@ -183,22 +182,21 @@ pub(super) fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, Str
                         None
                     }
                 };
-                if let Some(port) = port {
-                    if flag == "addr" {
-                        flags.webhook_port = port;
-                    } else {
-                        flags.metrics_port = port;
-                    }
-                }
+                let slot = if flag == "addr" {
+                    &mut flags.webhook_port
+                } else {
+                    &mut flags.metrics_port
+                };
+                *slot = port.unwrap_or(*slot);
             }
-            "tls-cert" => flags.tls_cert = Some(value),
-            "client-ca" => flags.client_ca = Some(value),
-            "lookup-timeout" => match parse_flag(&value) {
+            "tls-cert" => flags.tls_cert = Some(value.to_string()),
+            "client-ca" => flags.client_ca = Some(value.to_string()),
+            "lookup-timeout" => match parse_flag(value) {
                 Ok(budget) => flags.lookup_budget = LookupBudget::new(budget),
                 Err(_) if expanded_later => {}
                 Err(problem) => refuse(format!("--lookup-timeout {problem}")),
             },
-            "key-prefix" => flags.key_prefix = value,
+            "key-prefix" => flags.key_prefix = value.to_string(),
             _ => {}
         }
     }
