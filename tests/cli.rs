@@ -225,6 +225,7 @@ fn durations_the_server_cannot_keep_are_refused_at_start() {
             "longer than a duration may be",
         ),
         ("--tls-reload-interval", "0s", "is zero"),
+        ("--lookup-timeout", "0ms", "is zero"),
         ("--idle-timeout", "0", "is zero"),
         ("--reap-after", "5m ", "is not a duration"),
     ] {

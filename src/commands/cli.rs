@@ -382,8 +382,8 @@ pub struct ServeArgs {
     pub record: Option<PathBuf>,
 
     /// Upper bound of one owner lookup; the API server's ?timeout= bounds it
-    /// too.
-    #[arg(long, default_value = "2s", value_parser = duration)]
+    /// too. Not zero: every lookup not answered from memory would fail.
+    #[arg(long, default_value = "2s", value_parser = nonzero_duration)]
     pub lookup_timeout: Duration,
 
     /// How often the certificate files are checked for a change; not zero.

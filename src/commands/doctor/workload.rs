@@ -11,7 +11,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::k8s::duration::parse_flag;
+use crate::k8s::duration::parse_nonzero_flag;
 use crate::owner::LookupBudget;
 
 use super::webhooks::WebhookView;
@@ -191,7 +191,7 @@ pub(super) fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, Str
             }
             "tls-cert" => flags.tls_cert = Some(value.to_string()),
             "client-ca" => flags.client_ca = Some(value.to_string()),
-            "lookup-timeout" => match parse_flag(value) {
+            "lookup-timeout" => match parse_nonzero_flag(value) {
                 Ok(budget) => flags.lookup_budget = LookupBudget::new(budget),
                 Err(_) if expanded_later => {}
                 Err(problem) => refuse(format!("--lookup-timeout {problem}")),
@@ -552,6 +552,10 @@ mod tests {
             (
                 &["serve", "--lookup-timeout", "9999999999s"][..],
                 "--lookup-timeout '9999999999s' is longer",
+            ),
+            (
+                &["serve", "--lookup-timeout=0s"][..],
+                "--lookup-timeout '0s' is zero",
             ),
             (
                 &["serve", "--addr=ownerguard:8443"][..],
