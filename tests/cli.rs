@@ -225,7 +225,8 @@ fn durations_the_server_cannot_keep_are_refused_at_start() {
             "longer than a duration may be",
         ),
         ("--tls-reload-interval", "0s", "is zero"),
-        ("--lookup-timeout", "0ms", "is zero"),
+        ("--lookup-timeout", "0ms", "is under a millisecond"),
+        ("--lookup-timeout", "999us", "is under a millisecond"),
         ("--idle-timeout", "0", "is zero"),
         ("--reap-after", "5m ", "is not a duration"),
     ] {

@@ -12,6 +12,7 @@ use crate::decide::resolve::OwnerLabels;
 use crate::decide::{DEFAULT_MAX_POD_REFERENCES, Policy, WebhookKind};
 use crate::k8s::duration::{parse_flag as duration, parse_nonzero_flag as nonzero_duration};
 pub use crate::observe::telemetry::LogFormat;
+use crate::owner::LookupBudget;
 
 /// `--version`: the release, the commit built and that commit's date.
 pub const VERSION: &str = concat!(
@@ -382,8 +383,9 @@ pub struct ServeArgs {
     pub record: Option<PathBuf>,
 
     /// Upper bound of one owner lookup; the API server's ?timeout= bounds it
-    /// too. Not zero: every lookup not answered from memory would fail.
-    #[arg(long, default_value = "2s", value_parser = nonzero_duration)]
+    /// too. At least 1ms: less would fail every lookup not answered from
+    /// memory.
+    #[arg(long, default_value = "2s", value_parser = LookupBudget::parse_timeout)]
     pub lookup_timeout: Duration,
 
     /// How often the certificate files are checked for a change; not zero.

@@ -143,6 +143,25 @@ impl LookupBudget {
         Self { timeout }
     }
 
+    /// `--lookup-timeout` read from `text`, as `serve` reads it and
+    /// `doctor` judges it: a duration of at least a millisecond. Zero, or
+    /// less, would make every lookup not answered from memory fail at
+    /// once.
+    ///
+    /// # Errors
+    ///
+    /// Why the text is no such duration, with a value that fits the
+    /// chart's default webhook timeout.
+    pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+        let timeout = crate::k8s::duration::parse_flag(text)?;
+        if timeout < Duration::from_millis(1) {
+            return Err(format!(
+                "'{text}' is under a millisecond: every lookup not answered from memory would fail; give a duration such as 2s (the default)"
+            ));
+        }
+        Ok(timeout)
+    }
+
     /// `--lookup-timeout`.
     pub fn timeout(self) -> Duration {
         self.timeout
@@ -245,5 +264,36 @@ impl LookupError {
             Self::Api { .. } => "the API server could not be reached",
             Self::Throttled { .. } => "ownerguard's limit on live lookups was reached",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lookup_timeout_under_a_millisecond_is_refused_with_a_value_that_fits() {
+        for text in ["0s", "0", "-0s", "0.5ms", "999us", "1ns"] {
+            let refusal = LookupBudget::parse_timeout(text).unwrap_err();
+            assert!(refusal.contains("under a millisecond"), "{text}: {refusal}");
+            // The example fits the chart's default webhook timeout (5 s).
+            let example = refusal.rsplit("such as ").next().unwrap();
+            let example = example.split_whitespace().next().unwrap();
+            let example = LookupBudget::parse_timeout(example).unwrap();
+            assert!(LookupBudget::new(example).fits(Duration::from_secs(5)));
+        }
+        assert_eq!(
+            LookupBudget::parse_timeout("1ms"),
+            Ok(Duration::from_millis(1))
+        );
+        assert_eq!(
+            LookupBudget::parse_timeout("1m30s"),
+            Ok(Duration::from_secs(90))
+        );
+        assert!(
+            LookupBudget::parse_timeout("2 s")
+                .unwrap_err()
+                .contains("is not a duration")
+        );
     }
 }

@@ -11,7 +11,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::k8s::duration::parse_nonzero_flag;
 use crate::owner::LookupBudget;
 
 use super::webhooks::WebhookView;
@@ -191,7 +190,7 @@ pub(super) fn server_view(deployment: &Deployment) -> Result<ServerView<'_>, Str
             }
             "tls-cert" => flags.tls_cert = Some(value.to_string()),
             "client-ca" => flags.client_ca = Some(value.to_string()),
-            "lookup-timeout" => match parse_nonzero_flag(value) {
+            "lookup-timeout" => match LookupBudget::parse_timeout(value) {
                 Ok(budget) => flags.lookup_budget = LookupBudget::new(budget),
                 Err(_) if expanded_later => {}
                 Err(problem) => refuse(format!("--lookup-timeout {problem}")),
@@ -555,7 +554,7 @@ mod tests {
             ),
             (
                 &["serve", "--lookup-timeout=0s"][..],
-                "--lookup-timeout '0s' is zero",
+                "--lookup-timeout '0s' is under a millisecond",
             ),
             (
                 &["serve", "--addr=ownerguard:8443"][..],
