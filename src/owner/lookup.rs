@@ -155,8 +155,11 @@ impl LookupBudget {
     pub fn parse_timeout(text: &str) -> Result<Duration, String> {
         let timeout = crate::k8s::duration::parse_flag(text)?;
         if timeout < Duration::from_millis(1) {
+            // The default as an example (`Duration`'s Debug writes `2s`,
+            // which this parser reads back).
             return Err(format!(
-                "'{text}' is under a millisecond: every lookup not answered from memory would fail; give a duration such as 2s (the default)"
+                "'{text}' is under a millisecond: every lookup not answered from memory would fail; give a duration such as {:?} (the default)",
+                Self::DEFAULT_TIMEOUT
             ));
         }
         Ok(timeout)
